@@ -1,0 +1,21 @@
+"""The log layer: one :class:`Log` interface, backends behind it."""
+
+from kafkakv.log.base import Log, LogWriter, Problem, Record, TopicPartition
+from kafkakv.log.config import TopicConfig, parse_topic_config
+from kafkakv.log.embedded import CleanResult, EmbeddedLog, FsyncPolicy
+from kafkakv.log.partitioner import murmur2, partition_for
+
+__all__ = [
+    "CleanResult",
+    "EmbeddedLog",
+    "FsyncPolicy",
+    "Log",
+    "LogWriter",
+    "Problem",
+    "Record",
+    "TopicConfig",
+    "TopicPartition",
+    "murmur2",
+    "parse_topic_config",
+    "partition_for",
+]

@@ -1,0 +1,194 @@
+"""The Log interface: the contract every log backend (embedded, Kafka) fulfils.
+
+A log is a set of topics; a topic has a fixed number of partitions; a partition is an ordered
+sequence of records, each with a logical offset that never changes once assigned. Offsets grow by
+one per record; compaction and retention may remove records, leaving gaps, but never renumber.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import NamedTuple, Self
+
+__all__ = ["Log", "LogWriter", "Problem", "Record", "TopicPartition"]
+
+TopicPartition = tuple[str, int]
+"""A ``(topic, partition)`` pair."""
+
+
+class Record(NamedTuple):
+    """One record of a partition.
+
+    ``key`` and ``value`` are ``bytes`` or ``None`` (a ``None`` value is a tombstone: on a
+    compacted topic it deletes the key). ``headers`` is a sequence of ``(str, bytes)`` pairs.
+    ``timestamp`` is milliseconds since the epoch; ``None`` on append means "now".
+    Records read back carry their ``partition`` and ``offset``; on append both are ignored.
+
+    >>> Record(b"k", b"v").value
+    b'v'
+    """
+
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]] = ()
+    timestamp: int | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One inconsistency found by :meth:`Log.check`."""
+
+    topic: str
+    partition: int | None
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        part = "" if self.partition is None else f"-{self.partition}"
+        return f"{self.topic}{part} {self.where}: {self.message}"
+
+
+class LogWriter(ABC):
+    """A fenced, transactional writer obtained from :meth:`Log.writer`.
+
+    Each :meth:`append` is one atomic batch that may span topics and partitions: after any
+    crash, either every record of it is visible or none is. Opening another writer with the same
+    transactional id fences this one: its next :meth:`append` raises
+    :class:`~kafkakv.errors.FencedError`.
+    """
+
+    @property
+    @abstractmethod
+    def transactional_id(self) -> str:
+        """The id this writer was opened with."""
+
+    @abstractmethod
+    def append(
+        self, batches: Mapping[TopicPartition, Sequence[Record]]
+    ) -> dict[TopicPartition, int]:
+        """Append all ``batches`` atomically; return the first offset written per partition.
+
+        Raises :class:`~kafkakv.errors.FencedError` when a newer writer took over the id.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the writer. Idempotent."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Log(ABC):
+    """A partitioned, keyed log. Every method raises :class:`~kafkakv.errors.ClosedError`
+    after :meth:`close`, :class:`~kafkakv.errors.UnknownTopicError` for a missing topic and
+    :class:`~kafkakv.errors.UnknownPartitionError` for a partition outside the topic.
+    """
+
+    # -- topics ---------------------------------------------------------------------------
+    @abstractmethod
+    def create_topic(
+        self, name: str, partitions: int = 1, config: Mapping[str, object] | None = None
+    ) -> None:
+        """Create a topic with Kafka's config names and meanings.
+
+        Raises :class:`~kafkakv.errors.TopicExistsError` if it exists and
+        :class:`~kafkakv.errors.ConfigError` for an unknown name or a bad value.
+        """
+
+    @abstractmethod
+    def topics(self) -> list[str]:
+        """Names of all topics, sorted."""
+
+    @abstractmethod
+    def partitions(self, topic: str) -> int:
+        """Number of partitions of ``topic``."""
+
+    @abstractmethod
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """Every config entry of ``topic`` (defaults filled in), as Kafka's strings."""
+
+    # -- records --------------------------------------------------------------------------
+    @abstractmethod
+    def append(self, topic: str, partition: int, records: Sequence[Record]) -> int:
+        """Append ``records`` as one atomic batch; return the offset of the first one.
+
+        Raises :class:`~kafkakv.errors.InvalidRecordError` (a ``TypeError``) for fields of the
+        wrong type and :class:`~kafkakv.errors.RecordTooLargeError` for a record over the
+        topic's ``max.message.bytes``; nothing is appended then.
+        """
+
+    @abstractmethod
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> list[Record]:
+        """Records at or after ``offset``, in offset order; empty at the end of the log.
+
+        Returns at most ``max_records``, and stops after ``max_bytes`` of stored data (at least
+        one record is returned when any exists). Raises
+        :class:`~kafkakv.errors.OffsetOutOfRangeError` below :meth:`start_offset`.
+        """
+
+    @abstractmethod
+    def start_offset(self, topic: str, partition: int) -> int:
+        """The first offset still stored (retention may have removed earlier ones)."""
+
+    @abstractmethod
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The offset the next appended record will get (one past the last record)."""
+
+    @abstractmethod
+    def wait(self, topic: str, partition: int, offset: int, timeout: float | None) -> bool:
+        """Block until a record at or after ``offset`` exists, whoever appended it.
+
+        Returns ``True`` as soon as ``end_offset > offset``, ``False`` when ``timeout`` seconds
+        pass first (``None`` waits without limit).
+        """
+
+    @abstractmethod
+    def writer(self, transactional_id: str) -> LogWriter:
+        """Open a fenced transactional writer; fences any earlier writer with the same id."""
+
+    # -- maintenance ----------------------------------------------------------------------
+    @abstractmethod
+    def compact(self, topic: str, partition: int | None = None) -> None:
+        """Run the log cleaner now on one partition or all partitions of ``topic``."""
+
+    @abstractmethod
+    def check(self) -> list[Problem]:
+        """Verify the stored log and return every problem found (empty when sound)."""
+
+    # -- lifecycle ------------------------------------------------------------------------
+    @abstractmethod
+    def close(self) -> None:
+        """Release every resource. Idempotent."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

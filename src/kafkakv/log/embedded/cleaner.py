@@ -1,0 +1,272 @@
+"""The log cleaner: key-based compaction and time/size retention for one partition.
+
+Compaction (``cleanup.policy`` includes ``compact``), after Kafka's design:
+
+1. Only sealed segments are cleaned, and only up to the first segment holding a record younger
+   than ``min.compaction.lag.ms``. The part already cleaned is the *clean* section; the rest
+   up to that bound is the *dirty* section.
+2. Scan the dirty section and map every key to the offset of its latest record there.
+3. Copy the cleanable segments, in groups that fit ``segment.bytes``, into new segment files:
+   a record survives unless the map holds a later offset for its key. Offsets never change;
+   removed records leave gaps. A batch whose records all survive is copied byte for byte.
+4. A tombstone survives its first cleaning; the batch is stamped with a delete horizon
+   (now + ``delete.retention.ms``) and a later cleaning after that horizon drops it.
+5. Swap each group in one atomic manifest replace (see Partition.swap_locked).
+
+The cleaner works without the partition lock (sealed segments never change) and takes it only
+for the swap, so appends continue meanwhile; ``clean.lock`` keeps two processes from cleaning
+the same partition at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kafkakv.log.embedded.format import (
+    INDEX_ENTRY,
+    decode_rows,
+    reencode_batch,
+    scan_batches,
+    verify_crc,
+)
+from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
+from kafkakv.log.embedded.partition import Partition, now_ms
+from kafkakv.log.embedded.settings import FsyncPolicy
+
+__all__ = ["CleanResult", "clean_partition", "dirty_ratio", "enforce_retention"]
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    """What one cleaning pass did."""
+
+    segments_in: int = 0
+    segments_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    records_in: int = 0
+    records_out: int = 0
+
+
+@contextlib.contextmanager
+def _clean_lock(part: Partition, *, block: bool) -> Iterator[bool]:
+    fd = os.open(os.path.join(part.dir, "clean.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _cleanable(part: Partition, m: Manifest, now: int) -> tuple[SegmentInfo, ...]:
+    """Sealed segments that may be cleaned: stop at the first one too young for the lag."""
+    lag = part.config.min_compaction_lag_ms
+    out = []
+    for seg in m.sealed:
+        if lag and (seg.max_ts if seg.max_ts is not None else now) > now - lag:
+            break
+        out.append(seg)
+    return tuple(out)
+
+
+def dirty_ratio(part: Partition, m: Manifest, now: int) -> float:
+    """Dirty bytes over all bytes of the cleanable segments (0 when there are none)."""
+    segs = _cleanable(part, m, now)
+    total = sum(s.size or 0 for s in segs)
+    dirty = sum(s.size or 0 for s in segs if s.base >= m.clean_upto)
+    return dirty / total if total else 0.0
+
+
+def _overdue(part: Partition, m: Manifest, now: int) -> bool:
+    limit = part.config.max_compaction_lag_ms
+    return any(
+        s.base >= m.clean_upto and s.max_ts is not None and s.max_ts < now - limit
+        for s in _cleanable(part, m, now)
+    )
+
+
+def _read_segment(part: Partition, seg: SegmentInfo) -> bytes:
+    with open(os.path.join(part.dir, seg.name + ".log"), "rb") as f:
+        return f.read(seg.size)
+
+
+def clean_partition(part: Partition, *, force: bool, block: bool = False) -> CleanResult | None:
+    """Compact ``part`` if it is due (or ``force``); None when skipped.
+
+    Costs two passes over the cleanable segments (one over the dirty section to build the
+    key map, one copying) and one manifest swap per group. Memory: one entry per distinct
+    key of the dirty section.
+    """
+    with _clean_lock(part, block=block) as got:
+        if not got:
+            return None
+        with part.locked():
+            part.remove_leftovers_locked()
+        now = now_ms()
+        m = part.manifest(part.published().layout_version)
+        if not force and not (
+            dirty_ratio(part, m, now) >= part.config.min_cleanable_dirty_ratio
+            or _overdue(part, m, now)
+        ):
+            return None
+        segs = _cleanable(part, m, now)
+        if not any(s.base >= m.clean_upto for s in segs):
+            return None
+        latest: dict[bytes | None, int] = {}
+        for seg in segs:
+            if seg.base < m.clean_upto:
+                continue
+            buf = _read_segment(part, seg)
+            for pos, h in scan_batches(buf):
+                base = h.base_offset
+                for od, _td, key, _v, _h in decode_rows(buf, pos, h):
+                    latest[key] = base + od
+        groups = _groups(segs, part.config.segment_bytes)
+        result = CleanResult()
+        generation = m.next_generation
+        for group in groups:
+            out, rin, rout, bin_ = _copy_group(part, group, latest, now, generation)
+            generation += 1
+            swapped = False
+            with part.locked():
+                upto = _next_base(m, group[-1])
+                swapped = part.swap_locked(tuple(s.name for s in group), (out,), upto)
+            if not swapped:
+                for ext in (".log", ".index"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(part.dir, out.name + ext))
+                return result
+            result = CleanResult(
+                result.segments_in + len(group),
+                result.segments_out + 1,
+                result.bytes_in + bin_,
+                result.bytes_out + (out.size or 0),
+                result.records_in + rin,
+                result.records_out + rout,
+            )
+        return result
+
+
+def _next_base(m: Manifest, seg: SegmentInfo) -> int:
+    bases = [s.base for s in m.segments]
+    return bases[bases.index(seg.base) + 1]
+
+
+def _groups(segs: tuple[SegmentInfo, ...], limit: int) -> list[tuple[SegmentInfo, ...]]:
+    """Consecutive segments whose combined size fits one segment (at least one per group)."""
+    groups: list[tuple[SegmentInfo, ...]] = []
+    current: list[SegmentInfo] = []
+    size = 0
+    for seg in segs:
+        if current and (size + (seg.size or 0) > limit or seg.base - current[0].base > 2**31 - 1):
+            groups.append(tuple(current))
+            current, size = [], 0
+        current.append(seg)
+        size += seg.size or 0
+    if current:
+        groups.append(tuple(current))
+    return groups
+
+
+def _copy_group(
+    part: Partition,
+    group: tuple[SegmentInfo, ...],
+    latest: dict[bytes | None, int],
+    now: int,
+    generation: int,
+) -> tuple[SegmentInfo, int, int, int]:
+    """Write the cleaned copy of ``group``; return it with records in/out and bytes in."""
+    first = group[0]
+    name = segment_name(first.base, generation)
+    base_path = os.path.join(part.dir, name)
+    horizon_ms = part.config.delete_retention_ms
+    interval = part.config.index_interval_bytes
+    records_in = records_out = bytes_in = 0
+    out_pos = last_index = 0
+    chunks: list[bytes] = []
+    index: list[bytes] = []
+    for seg in group:
+        buf = _read_segment(part, seg)
+        bytes_in += len(buf)
+        view = memoryview(buf)
+        for pos, h in scan_batches(buf):
+            if not verify_crc(buf, pos, h):
+                raise part._corrupt(seg, pos, "batch checksum mismatch while cleaning")
+            rows = decode_rows(buf, pos, h)
+            records_in += len(rows)
+            base = h.base_offset
+            expired = h.delete_horizon_ms >= 0 and h.delete_horizon_ms <= now
+            kept = [
+                row
+                for row in rows
+                if latest.get(row[2], -1) <= base + row[0]
+                and not (expired and row[3] is None)
+            ]
+            if not kept:
+                continue
+            horizon = h.delete_horizon_ms
+            if horizon < 0 and any(row[3] is None for row in kept):
+                horizon = now + horizon_ms
+            if len(kept) == len(rows) and horizon == h.delete_horizon_ms:
+                batch: bytes | memoryview = view[pos : pos + h.size]
+            else:
+                batch = reencode_batch(h, kept, horizon)
+            if out_pos > 0 and out_pos - last_index >= interval:
+                index.append(INDEX_ENTRY.pack(base - first.base, out_pos))
+                last_index = out_pos
+            chunks.append(bytes(batch))
+            out_pos += len(batch)
+            records_out += len(kept)
+    durable = part.settings.fsync is not FsyncPolicy.NEVER
+    for ext, data in ((".log", chunks), (".index", index)):
+        with open(base_path + ext, "wb") as f:
+            f.writelines(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+    max_ts = max((s.max_ts for s in group if s.max_ts is not None), default=None)
+    out = SegmentInfo(
+        base=first.base,
+        name=name,
+        created_ms=min(s.created_ms for s in group),
+        size=out_pos,
+        max_ts=max_ts,
+    )
+    return out, records_in, records_out, bytes_in
+
+
+def enforce_retention(part: Partition) -> int:
+    """Drop the oldest sealed segments past ``retention.bytes`` or ``retention.ms``.
+
+    Returns how many segments were removed. The active segment is never removed.
+    """
+    cfg = part.config
+    if not cfg.delete or (cfg.retention_bytes < 0 and cfg.retention_ms < 0):
+        return 0
+    with part.locked():
+        head = part.published()
+        m = part.manifest(head.layout_version)
+        total = sum(s.size or 0 for s in m.sealed) + head.active_pos
+        now = now_ms()
+        drop: list[str] = []
+        for seg in m.sealed:
+            size = seg.size or 0
+            by_size = cfg.retention_bytes >= 0 and total - size >= cfg.retention_bytes
+            by_time = (
+                cfg.retention_ms >= 0 and seg.max_ts is not None and seg.max_ts < now - cfg.retention_ms
+            )
+            if not (by_size or by_time):
+                break
+            drop.append(seg.name)
+            total -= size
+        if drop and part.swap_locked(tuple(drop), (), None):
+            return len(drop)
+        return 0

@@ -1,0 +1,276 @@
+"""The embedded log's on-disk formats: record batches, index entries, the head record.
+
+Pure functions over bytes; no files. All integers are little-endian.
+
+Record batch (a 56-byte header, then the records)::
+
+    0   u64  base_offset        offset of the batch's first record slot
+    8   u32  size               whole batch in bytes, header included
+    12  u32  crc                zlib CRC-32 of bytes 16..size (everything after this field)
+    16  u8   magic              1
+    17  u8   attributes         bit 0: written by a transactional writer
+    18  u16  reserved
+    20  u32  record_count
+    24  u32  last_offset_delta  the batch spans base_offset .. base_offset + last_offset_delta
+    28  i64  base_timestamp
+    36  i64  max_timestamp
+    44  i64  delete_horizon_ms  set by the cleaner when it first keeps a tombstone; -1 otherwise
+    52  u32  producer           transactional writers: hash of the transactional id; else 0
+    56  ...  records            msgpack array of [offset_delta, timestamp_delta, key, value, headers]
+
+``base_offset`` and ``size`` lead so that a scan can skip a batch without decoding it; the CRC
+covers everything after itself, the offset included, so a torn or bit-flipped batch is detected.
+After compaction a batch keeps its base offset and offset span but may hold fewer records.
+
+Offset index entry: ``u32 relative_offset, u32 position`` (8 bytes), sparse, ascending.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import msgpack
+
+from kafkakv.errors import CorruptLogError, InvalidRecordError, RecordTooLargeError
+from kafkakv.log.base import Record
+
+__all__ = [
+    "ATTR_TRANSACTIONAL",
+    "BATCH_HEADER",
+    "HEADER_SIZE",
+    "INDEX_ENTRY",
+    "BatchHeader",
+    "Row",
+    "decode_records",
+    "decode_rows",
+    "encode_batch",
+    "encode_records",
+    "parse_header",
+    "reencode_batch",
+    "scan_batches",
+    "verify_crc",
+]
+
+MAGIC = 1
+ATTR_TRANSACTIONAL = 0x01
+BATCH_HEADER = struct.Struct("<QIIBBHIIqqqI")
+HEADER_SIZE = BATCH_HEADER.size  # 56
+INDEX_ENTRY = struct.Struct("<II")
+_CRC_START = 16
+
+_tuple_new = tuple.__new__
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The decoded fixed part of a batch."""
+
+    base_offset: int
+    size: int
+    crc: int
+    attributes: int
+    record_count: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    delete_horizon_ms: int
+    producer: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+
+Row = tuple[int, int, "bytes | None", "bytes | None", "list[tuple[str, bytes]] | None"]
+"""A stored record: offset delta, timestamp delta, key, value, headers (None when empty)."""
+
+_RECORD_OVERHEAD = 16  # per-record framing counted against max.message.bytes
+
+
+def _as_bytes(what: str, x: object) -> bytes | None:
+    if x is None or type(x) is bytes:
+        return x  # type: ignore[return-value]  # narrowed by the type() check
+    if isinstance(x, bytes | bytearray | memoryview):
+        return bytes(x)
+    raise InvalidRecordError(f"a record {what} must be bytes or None, not {type(x).__name__}")
+
+
+def encode_records(
+    records: Sequence[Record],
+    now_ms: int,
+    *,
+    max_message_bytes: int,
+    null_keys: bool,
+) -> tuple[bytes, int, int]:
+    """Validate and encode records for slots ``0..n-1``.
+
+    Returns ``(body, base_timestamp, max_timestamp)``. A record without a timestamp gets
+    ``now_ms``. Raises :class:`InvalidRecordError` (a ``TypeError``) for a field of the wrong
+    type, or a null key when ``null_keys`` is false, and :class:`RecordTooLargeError` when a
+    record's key, value and headers exceed ``max_message_bytes``. Costs O(total bytes).
+    """
+    if not records:
+        raise InvalidRecordError("an append needs at least one record")
+    rows: list[Row] = []
+    base_ts: int | None = None
+    max_ts = -(2**63)
+    for i, r in enumerate(records):
+        if not isinstance(r, Record):
+            raise InvalidRecordError(f"records must be Record, not {type(r).__name__}")
+        key = _as_bytes("key", r.key)
+        value = _as_bytes("value", r.value)
+        if key is None and not null_keys:
+            raise InvalidRecordError("a compacted topic needs a key on every record")
+        size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        headers: list[tuple[str, bytes]] | None = None
+        if r.headers:
+            headers = []
+            for h in r.headers:
+                if not (isinstance(h, tuple | list) and len(h) == 2 and isinstance(h[0], str)):
+                    raise InvalidRecordError("headers must be (str, bytes) pairs")
+                hv = _as_bytes("header value", h[1])
+                headers.append((h[0], hv if hv is not None else b""))
+                size += len(h[0]) + len(headers[-1][1])
+        if size > max_message_bytes:
+            raise RecordTooLargeError(
+                f"record {i} is {size} bytes, over the topic's max.message.bytes "
+                f"({max_message_bytes})"
+            )
+        ts = r.timestamp
+        if ts is None:
+            ts = now_ms
+        elif type(ts) is not int or not 0 <= ts < 2**62:
+            raise InvalidRecordError(f"a timestamp must be a non-negative int of ms, not {ts!r}")
+        if base_ts is None:
+            base_ts = ts
+        if ts > max_ts:
+            max_ts = ts
+        rows.append((i, ts - base_ts, key, value, headers))
+    assert base_ts is not None
+    return msgpack.packb(rows, use_bin_type=True), base_ts, max_ts
+
+
+def encode_batch(
+    base_offset: int,
+    body: bytes,
+    *,
+    record_count: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    attributes: int = 0,
+    delete_horizon_ms: int = -1,
+    producer: int = 0,
+) -> bytes:
+    """Frame ``body`` as a complete batch with its header and CRC."""
+    size = HEADER_SIZE + len(body)
+    header = bytearray(
+        BATCH_HEADER.pack(
+            base_offset,
+            size,
+            0,
+            MAGIC,
+            attributes,
+            0,
+            record_count,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            delete_horizon_ms,
+            producer,
+        )
+    )
+    crc = zlib.crc32(body, zlib.crc32(memoryview(header)[_CRC_START:]))
+    struct.pack_into("<I", header, 12, crc)
+    return bytes(header) + body
+
+
+def parse_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """Decode the header at ``pos``; raises :class:`CorruptLogError` if it is not one."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptLogError("truncated batch header", position=pos)
+    fields = BATCH_HEADER.unpack_from(buf, pos)
+    (base, size, crc, magic, attrs, _r, count, last_delta, bts, mts, horizon, producer) = fields
+    if magic != MAGIC or size < HEADER_SIZE or last_delta < 0 or count > last_delta + 1:
+        raise CorruptLogError("bad batch header (magic, size or counts)", position=pos)
+    return BatchHeader(base, size, crc, attrs, count, last_delta, bts, mts, horizon, producer)
+
+
+def verify_crc(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
+    """True when the batch at ``pos`` (entirely inside ``buf``) matches its CRC."""
+    view = memoryview(buf)[pos + _CRC_START : pos + header.size]
+    return zlib.crc32(view) == header.crc
+
+
+def decode_records(
+    buf: bytes | memoryview, pos: int, header: BatchHeader, partition: int, min_offset: int = 0
+) -> list[Record]:
+    """Decode the records of the batch at ``pos`` (CRC already verified) from ``min_offset``."""
+    body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    try:
+        rows = msgpack.unpackb(body, use_list=False, raw=False)
+    except (ValueError, TypeError) as exc:
+        raise CorruptLogError(f"undecodable records: {exc}", position=pos) from exc
+    base = header.base_offset
+    bts = header.base_timestamp
+    if min_offset <= base:
+        return [
+            _tuple_new(Record, (k, v, h or (), bts + td, partition, base + od))
+            for od, td, k, v, h in rows
+        ]
+    return [
+        _tuple_new(Record, (k, v, h or (), bts + td, partition, base + od))
+        for od, td, k, v, h in rows
+        if base + od >= min_offset
+    ]
+
+
+def decode_rows(buf: bytes | memoryview, pos: int, header: BatchHeader) -> list[Row]:
+    """The raw stored rows of the batch at ``pos``, for the cleaner."""
+    body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    try:
+        rows: list[Row] = msgpack.unpackb(body, use_list=False, raw=False)
+    except (ValueError, TypeError) as exc:
+        raise CorruptLogError(f"undecodable records: {exc}", position=pos) from exc
+    return rows
+
+
+def reencode_batch(header: BatchHeader, rows: Sequence[Row], delete_horizon_ms: int) -> bytes:
+    """Re-frame a batch with a subset of its rows, keeping its base offset and offset span."""
+    max_ts = header.base_timestamp + max(row[1] for row in rows) if rows else header.max_timestamp
+    return encode_batch(
+        header.base_offset,
+        msgpack.packb(list(rows), use_bin_type=True),
+        record_count=len(rows),
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=header.base_timestamp,
+        max_timestamp=max_ts,
+        attributes=header.attributes,
+        delete_horizon_ms=delete_horizon_ms,
+        producer=header.producer,
+    )
+
+
+def scan_batches(
+    buf: bytes | memoryview, start: int = 0, end: int | None = None
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` for consecutive whole batches in ``buf[start:end]``.
+
+    Stops quietly at a batch that does not fit entirely; raises :class:`CorruptLogError` for a
+    header that is not a batch header. CRCs are not checked here.
+    """
+    stop = len(buf) if end is None else end
+    pos = start
+    while stop - pos >= HEADER_SIZE:
+        header = parse_header(buf, pos)
+        if pos + header.size > stop:
+            return
+        yield pos, header
+        pos += header.size

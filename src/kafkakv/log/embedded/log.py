@@ -1,0 +1,388 @@
+"""EmbeddedLog: the default log, a directory on local disk shared by many processes.
+
+Layout of a log directory::
+
+    kafkakv-log.json              marks the directory as a log (format version)
+    topics/<name>/topic.json      partition count and config, written once at creation
+    topics/<name>/<partition>/    one partition (see partition.py)
+    txn/                          journals of transactional writers (see txn.py)
+
+Every process that opens the directory gets the same topics and records; appends from any of
+them are serialised per partition by file locks, and readers take no lock at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+
+from kafkakv.errors import (
+    ClosedError,
+    ConfigError,
+    CorruptLogError,
+    InvalidRecordError,
+    LogIOError,
+    NotALogError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from kafkakv.log.base import Log, LogWriter, Problem, Record
+from kafkakv.log.config import TopicConfig, parse_topic_config, validate_topic_name
+from kafkakv.log.embedded.check import check_partition
+from kafkakv.log.embedded.cleaner import CleanResult, clean_partition, enforce_retention
+from kafkakv.log.embedded.format import encode_records
+from kafkakv.log.embedded.head import HeadFile, HeadState
+from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
+from kafkakv.log.embedded.notify import ChangeNotifier
+from kafkakv.log.embedded.partition import Partition, now_ms
+from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
+from kafkakv.log.embedded.txn import EmbeddedLogWriter, TransactionManager
+
+__all__ = ["EmbeddedLog"]
+
+_log = logging.getLogger("kafkakv.log.embedded")
+_MARKER = "kafkakv-log.json"
+_FORMAT = 1
+
+
+class EmbeddedLog(Log):
+    """A log stored in ``path``; created if missing or empty.
+
+    ``fsync`` is ``"always"``, ``"interval"`` (default) or ``"never"`` (see
+    :class:`~kafkakv.log.embedded.settings.FsyncPolicy` for what each promises).
+    ``background_cleaner`` runs compaction and retention every ``cleaner_interval_s`` in a
+    daemon thread. Raises :class:`~kafkakv.errors.NotALogError` for a non-empty directory that
+    is not a log.
+
+    >>> import tempfile
+    >>> with EmbeddedLog(tempfile.mkdtemp()) as log:
+    ...     log.create_topic("events", partitions=2)
+    ...     log.append("events", 0, [Record(b"k", b"hello")])
+    ...     [r.value for r in log.read("events", 0, 0)]
+    0
+    [b'hello']
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fsync: FsyncPolicy | str = FsyncPolicy.INTERVAL,
+        fsync_interval_ms: int = 1000,
+        background_cleaner: bool = True,
+        cleaner_interval_s: float = 5.0,
+    ):
+        self.settings = EmbeddedSettings.make(
+            fsync, fsync_interval_ms, background_cleaner, cleaner_interval_s
+        )
+        self.path = os.path.abspath(os.fspath(path))
+        self._topics_dir = os.path.join(self.path, "topics")
+        self._open_directory()
+        self._lock = threading.Lock()
+        self._meta: dict[str, tuple[int, TopicConfig]] = {}
+        self._parts: dict[tuple[str, int], Partition] = {}
+        self._closed = False
+        self._txn = TransactionManager(self, os.path.join(self.path, "txn"))
+        self._notifier = ChangeNotifier()
+        self.background_errors: list[BaseException] = []
+        """Errors the background cleaner met (it logs them and keeps going)."""
+        self._stop = threading.Event()
+        self._cleaner: threading.Thread | None = None
+        if self.settings.background_cleaner:
+            self._cleaner = threading.Thread(
+                target=self._clean_loop, name="kafkakv-cleaner", daemon=True
+            )
+            self._cleaner.start()
+
+    def _open_directory(self) -> None:
+        try:
+            os.makedirs(self.path, exist_ok=True)
+            entries = os.listdir(self.path)
+            marker = os.path.join(self.path, _MARKER)
+            if _MARKER not in entries:
+                if entries:
+                    raise NotALogError(
+                        f"{self.path} is not empty and is not a kafkakv log (no {_MARKER})"
+                    )
+                tmp = f"{marker}.tmp.{os.getpid()}"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump({"format": _FORMAT}, f)
+                os.makedirs(self._topics_dir, exist_ok=True)
+                os.replace(tmp, marker)
+            with open(marker, encoding="utf-8") as f:
+                try:
+                    doc = json.load(f)
+                except ValueError as exc:
+                    raise NotALogError(f"{marker} is not a kafkakv log marker") from exc
+            if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+                raise NotALogError(f"{self.path} has log format {doc!r}; this kafkakv reads {_FORMAT}")
+            os.makedirs(self._topics_dir, exist_ok=True)
+        except NotADirectoryError as exc:
+            raise NotALogError(f"{self.path} is not a directory") from exc
+        except OSError as exc:
+            if isinstance(exc, NotALogError):
+                raise
+            raise LogIOError(exc.errno or 0, f"cannot open log {self.path}: {exc}") from exc
+
+    # -- helpers ----------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the log at {self.path} is closed")
+
+    def _topic(self, topic: str) -> tuple[int, TopicConfig]:
+        meta = self._meta.get(topic)
+        if meta is not None:
+            return meta
+        if not isinstance(topic, str):
+            raise UnknownTopicError(f"a topic name must be a str, not {type(topic).__name__}")
+        path = os.path.join(self._topics_dir, topic, "topic.json")
+        if "/" in topic or topic.startswith("."):
+            raise UnknownTopicError(f"no topic {topic!r} in {self.path}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            raise UnknownTopicError(f"no topic {topic!r} in {self.path}") from None
+        except (OSError, ValueError) as exc:
+            raise CorruptLogError(f"unreadable topic description {path}: {exc}", path=path) from exc
+        meta = (int(doc["partitions"]), parse_topic_config(doc["config"]))
+        self._meta[topic] = meta
+        return meta
+
+    def _partition(self, topic: str, partition: int) -> Partition:
+        self._check_open()
+        part = self._parts.get((topic, partition))
+        if part is not None:
+            return part
+        count, config = self._topic(topic)
+        if type(partition) is not int or not 0 <= partition < count:
+            raise UnknownPartitionError(
+                f"topic {topic!r} has partitions 0..{count - 1}; there is no partition {partition!r}"
+            )
+        with self._lock:
+            part = self._parts.get((topic, partition))
+            if part is None:
+                part = Partition(
+                    topic,
+                    partition,
+                    os.path.join(self._topics_dir, topic, str(partition)),
+                    config,
+                    self.settings,
+                    self._txn.committed,
+                    self._txn.resolve_pending,
+                )
+                self._parts[(topic, partition)] = part
+        return part
+
+    def _encode(self, part: Partition, records: Sequence[Record]) -> tuple[bytes, int, int, int]:
+        if isinstance(records, Record) or not isinstance(records, Sequence):
+            raise InvalidRecordError(
+                f"append takes a sequence of Record, not {type(records).__name__}"
+            )
+        body, base_ts, max_ts = encode_records(
+            records,
+            now_ms(),
+            max_message_bytes=part.config.max_message_bytes,
+            null_keys=not part.config.compact,
+        )
+        return body, len(records), base_ts, max_ts
+
+    # -- topics -----------------------------------------------------------------------
+    def create_topic(
+        self, name: str, partitions: int = 1, config: Mapping[str, object] | None = None
+    ) -> None:
+        """Create ``name``; atomic (a directory rename), so concurrent creators see one win."""
+        self._check_open()
+        validate_topic_name(name)
+        if type(partitions) is not int or not 1 <= partitions <= 100_000:
+            raise ConfigError(f"partitions must be an int from 1 to 100000, not {partitions!r}")
+        cfg = parse_topic_config(config)
+        final = os.path.join(self._topics_dir, name)
+        if os.path.exists(final):
+            raise TopicExistsError(f"topic {name!r} already exists in {self.path}")
+        tmp = os.path.join(self._topics_dir, f".tmp-{name}-{uuid.uuid4().hex}")
+        try:
+            os.makedirs(tmp)
+            with open(os.path.join(tmp, "topic.json"), "w", encoding="utf-8") as f:
+                json.dump({"partitions": partitions, "config": cfg.to_kafka()}, f, indent=1)
+            now = now_ms()
+            for p in range(partitions):
+                pdir = os.path.join(tmp, str(p))
+                os.makedirs(pdir)
+                seg = SegmentInfo(base=0, name=segment_name(0, 0), created_ms=now)
+                for ext in (".log", ".index"):
+                    open(os.path.join(pdir, seg.name + ext), "wb").close()
+                Manifest(version=1, segments=(seg,)).save(pdir, durable=False)
+                HeadFile.create(
+                    os.path.join(pdir, "head"),
+                    HeadState(
+                        seq=1,
+                        next_offset=0,
+                        start_offset=0,
+                        active_base=0,
+                        active_pos=0,
+                        layout_version=1,
+                        last_index_pos=0,
+                    ),
+                )
+            try:
+                os.rename(tmp, final)
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise TopicExistsError(f"topic {name!r} already exists in {self.path}") from None
+                raise
+        except OSError as exc:
+            raise LogIOError(exc.errno or 0, f"cannot create topic {name!r}: {exc}") from exc
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def topics(self) -> list[str]:
+        self._check_open()
+        return sorted(
+            n
+            for n in os.listdir(self._topics_dir)
+            if not n.startswith(".") and os.path.exists(os.path.join(self._topics_dir, n, "topic.json"))
+        )
+
+    def partitions(self, topic: str) -> int:
+        self._check_open()
+        return self._topic(topic)[0]
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        self._check_open()
+        return self._topic(topic)[1].to_kafka()
+
+    # -- records ----------------------------------------------------------------------
+    def append(self, topic: str, partition: int, records: Sequence[Record]) -> int:
+        """Append one atomic batch; see :meth:`Log.append`.
+
+        Costs: encoding O(bytes) outside the lock; under the lock a handful of system calls
+        (flock, fstat, pwrite of the batch, pwrite of the head), plus ``fdatasync`` under the
+        ``always`` policy.
+        """
+        part = self._partition(topic, partition)
+        body, count, base_ts, max_ts = self._encode(part, records)
+        return part.append(body, count, base_ts, max_ts)
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> list[Record]:
+        """See :meth:`Log.read`. Lock-free; one sparse-index lookup, then sequential reads."""
+        part = self._partition(topic, partition)
+        if type(offset) is not int or offset < 0:
+            raise ConfigError(f"offset must be an int >= 0, not {offset!r}")
+        if max_records < 1:
+            raise ConfigError(f"max_records must be >= 1, not {max_records!r}")
+        return part.read(offset, max_records, max_bytes)
+
+    def start_offset(self, topic: str, partition: int) -> int:
+        return self._partition(topic, partition).start_offset()
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        return self._partition(topic, partition).end_offset()
+
+    def wait(self, topic: str, partition: int, offset: int, timeout: float | None) -> bool:
+        """See :meth:`Log.wait`. Sleeps on inotify events of the partition's head file."""
+        part = self._partition(topic, partition)
+        arrived = self._notifier.wait_for(
+            part._head.path, lambda: self._closed or part.end_offset() > offset, timeout
+        )
+        self._check_open()  # closed while waiting: say so rather than answer
+        return arrived
+
+    def writer(self, transactional_id: str) -> LogWriter:
+        """See :meth:`Log.writer`. Rolls forward the id's last transaction if it was cut off."""
+        self._check_open()
+        return EmbeddedLogWriter(self, transactional_id)
+
+    # -- maintenance ------------------------------------------------------------------
+    def compact(self, topic: str, partition: int | None = None) -> list[CleanResult]:
+        """Clean now (whatever the dirty ratio), waiting for a cleaner in another process.
+
+        Raises :class:`~kafkakv.errors.ConfigError` when the topic is not compacted.
+        """
+        count, config = self._topic(topic)
+        if not config.compact:
+            raise ConfigError(f"topic {topic!r} has cleanup.policy={','.join(sorted(config.cleanup_policy))}; it is not compacted")
+        numbers = range(count) if partition is None else [partition]
+        results = []
+        for p in numbers:
+            result = clean_partition(self._partition(topic, p), force=True, block=True)
+            results.append(result or CleanResult())
+        return results
+
+    def enforce_retention(self, topic: str) -> int:
+        """Apply ``retention.bytes`` / ``retention.ms`` now; return segments removed."""
+        count, _ = self._topic(topic)
+        return sum(enforce_retention(self._partition(topic, p)) for p in range(count))
+
+    def check(self) -> list[Problem]:
+        """See :meth:`Log.check`. Reads every segment and index in full."""
+        self._check_open()
+        problems: list[Problem] = []
+        for topic in self.topics():
+            try:
+                count, _ = self._topic(topic)
+            except CorruptLogError as exc:
+                problems.append(Problem(topic, None, "topic.json", str(exc)))
+                continue
+            for p in range(count):
+                problems.extend(check_partition(self._partition(topic, p)))
+        return problems
+
+    def _clean_loop(self) -> None:
+        while not self._stop.wait(self.settings.cleaner_interval_s):
+            try:
+                for topic in self.topics():
+                    count, config = self._topic(topic)
+                    for p in range(count):
+                        if self._stop.is_set():
+                            return
+                        part = self._partition(topic, p)
+                        if config.compact:
+                            clean_partition(part, force=False)
+                        if config.delete:
+                            enforce_retention(part)
+            except ClosedError:
+                return
+            except Exception as exc:  # keep cleaning other partitions next round
+                _log.exception("background cleaner of %s failed", self.path)
+                self.background_errors.append(exc)
+                del self.background_errors[:-100]
+
+    # -- lifecycle --------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the cleaner, flush (unless fsync is ``never``) and release every file."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._cleaner is not None and self._cleaner is not threading.current_thread():
+            self._cleaner.join(timeout=30)
+        self._notifier.close()
+        with self._lock:
+            for part in self._parts.values():
+                if self.settings.fsync is not FsyncPolicy.NEVER:
+                    with contextlib.suppress(OSError):
+                        part.sync_locked(force=True)
+                part.close()
+            self._parts.clear()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"EmbeddedLog({self.path!r}, {state})"
+

@@ -1,0 +1,142 @@
+"""Wake-ups when another process publishes to a partition.
+
+Every publish is a ``pwrite`` of the partition's head file, which Linux reports through
+inotify. One thread per open log reads the inotify descriptor and bumps a counter per watched
+head; :meth:`ChangeNotifier.wait_for` sleeps on a condition until the counter moves or the
+timeout passes. Where inotify is unavailable (not Linux, or the per-user instance limit is
+reached) waiting falls back to polling every millisecond.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import select
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["ChangeNotifier"]
+
+_IN_MODIFY = 0x00000002
+_IN_NONBLOCK = 0o4000
+_IN_CLOEXEC = 0o2000000
+_EVENT = struct.Struct("iIII")
+_POLL_S = 0.001
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        lib = ctypes.CDLL(name or "libc.so.6", use_errno=True)
+        lib.inotify_init1.argtypes = [ctypes.c_int]
+        lib.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+class ChangeNotifier:
+    """Per-log watcher of head files."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._counters: dict[str, int] = {}
+        self._by_wd: dict[int, str] = {}
+        self._watched: dict[str, int] = {}
+        self._fd = -1
+        self._wake_r, self._wake_w = -1, -1
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._libc = _libc()
+        if self._libc is not None:
+            fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+            if fd >= 0:
+                self._fd = fd
+                self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    @property
+    def uses_inotify(self) -> bool:
+        return self._fd >= 0
+
+    def _watch(self, head_path: str) -> bool:
+        """Make sure ``head_path`` is watched; False when it cannot be (then poll)."""
+        if self._fd < 0 or self._libc is None:
+            return False
+        if head_path in self._watched:
+            return True
+        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(head_path), _IN_MODIFY)
+        if wd < 0:
+            return False
+        self._watched[head_path] = wd
+        self._by_wd[wd] = head_path
+        self._counters.setdefault(head_path, 0)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kafkakv-notify", daemon=True)
+            self._thread.start()
+        return True
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        while not self._closed:
+            poller.poll()
+            if self._closed:
+                return
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+            touched = set()
+            pos = 0
+            while pos + _EVENT.size <= len(data):
+                wd, _mask, _cookie, length = _EVENT.unpack_from(data, pos)
+                pos += _EVENT.size + length
+                path = self._by_wd.get(wd)
+                if path is not None:
+                    touched.add(path)
+            if touched:
+                with self._cond:
+                    for path in touched:
+                        self._counters[path] += 1
+                    self._cond.notify_all()
+
+    def wait_for(self, head_path: str, ready: Callable[[], bool], timeout: float | None) -> bool:
+        """Return True once ``ready()`` holds, False when ``timeout`` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            watching = self._watch(head_path)
+        while True:
+            with self._cond:
+                seen = self._counters.get(head_path, 0)
+            if ready():
+                return True
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            if watching:
+                with self._cond:
+                    if self._counters.get(head_path, 0) == seen:
+                        # A bounded sleep: a publish by a process that lost its inotify event
+                        # (queue overflow) is still seen within a second.
+                        self._cond.wait(1.0 if remaining is None else min(remaining, 1.0))
+            else:
+                time.sleep(_POLL_S if remaining is None else min(_POLL_S, remaining))
+
+    def close(self) -> None:
+        self._closed = True
+        if self._wake_w >= 0:
+            os.write(self._wake_w, b"x")
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        for fd in (self._fd, self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._wake_r = self._wake_w = -1
+        with self._cond:
+            self._cond.notify_all()

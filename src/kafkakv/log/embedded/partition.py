@@ -1,0 +1,678 @@
+"""One partition of the embedded log: segment files, sparse index, head, manifest, locks.
+
+Files in a partition directory::
+
+    head                       the published state (see head.py)
+    manifest.json              the list of segments (see manifest.py)
+    lock                       flock: held by whoever appends, rolls, swaps or recovers
+    clean.lock                 flock: held by the cleaner working on this partition
+    <base>-<gen>.log           a segment: record batches back to back
+    <base>-<gen>.index         its sparse offset index
+
+Writers serialise on a thread lock (same process) and ``flock`` on ``lock`` (other processes).
+Readers take no lock: they read the head, then only bytes the head says are published.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import errno
+import fcntl
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
+from kafkakv.log.base import Record
+from kafkakv.log.config import TopicConfig
+from kafkakv.log.embedded.format import (
+    ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
+    INDEX_ENTRY,
+    BatchHeader,
+    decode_records,
+    encode_batch,
+    parse_header,
+    verify_crc,
+)
+from kafkakv.log.embedded.head import BOOT_ID, HeadFile, HeadState
+from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, fsync_dir, segment_name
+from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
+
+__all__ = ["Partition", "PendingTailError", "PreparedBatch"]
+
+_READ_CHUNK = 1 << 16
+_MAX_SEGMENT_SPAN = 2**31 - 1  # relative offsets in the index are u32; stay well inside
+
+CommittedCheck = Callable[[int, str, int, int, int], bool]
+"""``(producer, topic, partition, segment_base, batch_end) -> committed``; see txn.py."""
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _IndexCache:
+    """The entries of one segment's index that one process has read so far."""
+
+    __slots__ = ("complete", "loaded", "positions", "rels")
+
+    def __init__(self) -> None:
+        self.rels: array.array[int] = array.array("I")
+        self.positions: array.array[int] = array.array("I")
+        self.loaded = 0  # bytes of the index file consumed
+        self.complete = False  # the segment is sealed and every entry is cached
+
+
+class PendingTailError(Exception):
+    """Internal: the active segment has unpublished bytes that may belong to a committed
+    transaction; the caller must resolve transactions outside the partition lock and retry."""
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    """A batch written to the segment but not yet published (see Partition.write_locked)."""
+
+    first_offset: int
+    head: HeadState
+    batch_position: int
+    batch_size: int
+
+
+def _io(what: str, path: str, exc: OSError) -> LogIOError:
+    err = LogIOError(exc.errno or 0, f"{what} {path}: {exc.strerror or exc}")
+    err.__cause__ = exc
+    return err
+
+
+class Partition:
+    """A partition as one open log sees it. Thread-safe."""
+
+    def __init__(
+        self,
+        topic: str,
+        number: int,
+        directory: str,
+        config: TopicConfig,
+        settings: EmbeddedSettings,
+        committed: CommittedCheck,
+        resolve_pending: Callable[[Partition], None],
+    ):
+        self.topic = topic
+        self.number = number
+        self.dir = directory
+        self.config = config
+        self.settings = settings
+        self._committed = committed
+        self._resolve_pending = resolve_pending
+        self._tlock = threading.RLock()
+        self._cache_lock = threading.Lock()
+        try:
+            self._head = HeadFile(os.path.join(directory, "head"))
+            self._lock_fd = os.open(
+                os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
+        except OSError as exc:
+            raise _io("cannot open partition", directory, exc) from exc
+        self._manifest: Manifest | None = None
+        self._bases: list[int] = []
+        self._read_fds: dict[str, int] = {}
+        self._index: dict[str, _IndexCache] = {}
+        self._wname: str | None = None
+        self._wfd = -1
+        self._ifd = -1
+        self._last_fsync = time.monotonic()
+        self._locked_depth = 0
+
+    # -- state ------------------------------------------------------------------------
+    def published(self) -> HeadState:
+        """The published head; recovers it under the lock when it is missing or stale."""
+        head = self._head.read()
+        if head is None or head.boot_id != BOOT_ID:
+            with self.locked():
+                head = self._head.read()
+                if head is None or head.boot_id != BOOT_ID:
+                    head = self.recover_locked()
+        return head
+
+    def manifest(self, at_least: int = 0) -> Manifest:
+        """The manifest, reloaded when the cached one is older than ``at_least``."""
+        with self._cache_lock:
+            m = self._manifest
+            if m is None or m.version < at_least:
+                m = self._reload_manifest_locked()
+            return m
+
+    def _reload_manifest_locked(self) -> Manifest:
+        try:
+            m = Manifest.load(self.dir)
+        except FileNotFoundError as exc:
+            raise CorruptLogError(
+                f"partition {self.topic}-{self.number} has no manifest", path=self.dir
+            ) from exc
+        except OSError as exc:
+            raise _io("cannot read manifest of", self.dir, exc) from exc
+        self._manifest = m
+        self._bases = [s.base for s in m.segments]
+        live = {s.name for s in m.segments}
+        for name in [n for n in self._read_fds if n not in live]:
+            os.close(self._read_fds.pop(name))
+        for name in [n for n in self._index if n not in live]:
+            del self._index[name]
+        return m
+
+    def start_offset(self) -> int:
+        return self.published().start_offset
+
+    def end_offset(self) -> int:
+        return self.published().next_offset
+
+    # -- reading ----------------------------------------------------------------------
+    def _read_fd(self, name: str) -> int:
+        fd = self._read_fds.get(name)
+        if fd is None:
+            path = os.path.join(self.dir, name + ".log")
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # FileNotFoundError: caller reloads
+            self._read_fds[name] = fd
+        return fd
+
+    def _load_index(self, seg: SegmentInfo, end: int) -> _IndexCache:
+        """Index entries of ``seg`` below ``end``, read from where the cache stopped."""
+        cache = self._index.get(seg.name)
+        if cache is None:
+            cache = self._index[seg.name] = _IndexCache()
+        path = os.path.join(self.dir, seg.name + ".index")
+        try:
+            with open(path, "rb") as f:
+                f.seek(cache.loaded)
+                raw = f.read()
+        except FileNotFoundError:
+            raw = b""
+        usable = len(raw) - len(raw) % INDEX_ENTRY.size
+        for rel, pos in INDEX_ENTRY.iter_unpack(raw[:usable]):
+            if pos >= end or (cache.positions and pos <= cache.positions[-1]):
+                break  # not published yet (or left by a torn append): stop caching here
+            cache.rels.append(rel)
+            cache.positions.append(pos)
+            cache.loaded += INDEX_ENTRY.size
+        cache.complete = seg.size is not None
+        return cache
+
+    def _position_for(self, seg: SegmentInfo, offset: int, end: int) -> int:
+        """A batch boundary at or before ``offset``: the sparse index, then a short scan."""
+        rel = offset - seg.base
+        if rel <= 0:
+            return 0
+        cache = self._index.get(seg.name)
+        if cache is None or (
+            not cache.complete
+            and (not cache.rels or rel > cache.rels[-1])
+            and end - (cache.positions[-1] if cache.positions else 0)
+            >= 2 * max(self.config.index_interval_bytes, 1)
+        ):
+            cache = self._load_index(seg, end)
+        k = bisect_right(cache.rels, rel) - 1
+        return cache.positions[k] if k >= 0 else 0
+
+    def read(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
+        """Records at or after ``offset``; see :meth:`kafkakv.log.base.Log.read`."""
+        head = self.published()
+        if offset >= head.next_offset:
+            return []
+        if offset < head.start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {self.topic}-{self.number} is below the log start offset "
+                f"{head.start_offset}"
+            )
+        for attempt in range(5):
+            try:
+                with self._cache_lock:
+                    m = self._manifest
+                    if m is None or m.version < head.layout_version or attempt:
+                        m = self._reload_manifest_locked()
+                    return self._read_locked(m, head, offset, max_records, max_bytes)
+            except FileNotFoundError:
+                head = self.published()  # a cleaner swapped segments: reload and retry
+        raise CorruptLogError(
+            f"segments of {self.topic}-{self.number} keep disappearing while reading", path=self.dir
+        )
+
+    def _read_locked(
+        self, m: Manifest, head: HeadState, offset: int, max_records: int, max_bytes: int
+    ) -> list[Record]:
+        out: list[Record] = []
+        budget = max(1, max_bytes)
+        i = max(0, bisect_right(self._bases, offset) - 1)
+        segs = m.segments
+        while i < len(segs) and len(out) < max_records and budget > 0:
+            seg = segs[i]
+            if seg.base > head.active_base:
+                break  # rolled after the head we read: nothing published there yet
+            end = head.active_pos if seg.base == head.active_base else seg.size
+            if end is None:
+                break
+            pos = self._position_for(seg, offset, end)
+            budget = self._read_segment(seg, pos, end, offset, out, max_records, budget)
+            i += 1
+        if len(out) > max_records:
+            del out[max_records:]
+        return out
+
+    def _read_segment(
+        self,
+        seg: SegmentInfo,
+        pos: int,
+        end: int,
+        offset: int,
+        out: list[Record],
+        max_records: int,
+        budget: int,
+    ) -> int:
+        fd = self._read_fd(seg.name)
+        part = self.number
+        while pos < end and len(out) < max_records and budget > 0:
+            buf = os.pread(fd, min(end - pos, max(budget, _READ_CHUNK)), pos)
+            p = 0
+            n = len(buf)
+            while n - p >= HEADER_SIZE:
+                try:
+                    h = parse_header(buf, p)
+                except CorruptLogError as exc:
+                    raise self._corrupt(seg, pos + p, str(exc)) from None
+                if p + h.size > n:
+                    if p == 0:  # one batch larger than the chunk: read exactly it
+                        if pos + h.size > end:
+                            raise self._corrupt(seg, pos, "batch runs past the published end")
+                        buf = os.pread(fd, h.size, pos)
+                        n = len(buf)
+                        if n < h.size:
+                            raise self._corrupt(seg, pos, "segment shorter than published")
+                        continue
+                    break
+                if h.last_offset >= offset:
+                    if not verify_crc(buf, p, h):
+                        raise self._corrupt(seg, pos + p, "batch checksum mismatch")
+                    out.extend(decode_records(buf, p, h, part, offset))
+                    budget -= h.size
+                    if len(out) >= max_records or budget <= 0:
+                        return budget
+                p += h.size
+            if p == 0:
+                raise self._corrupt(seg, pos, "segment shorter than published")
+            pos += p
+        return budget
+
+    def _corrupt(self, seg: SegmentInfo, position: int, message: str) -> CorruptLogError:
+        path = os.path.join(self.dir, seg.name + ".log")
+        return CorruptLogError(
+            f"{self.topic}-{self.number}: {message} in {path} at byte {position}; "
+            "run `kafkakv log check` for a full report",
+            path=path,
+            position=position,
+        )
+
+    # -- locking ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the partition's write lock (re-entrant within a thread)."""
+        with self._tlock:
+            self._locked_depth += 1
+            try:
+                if self._locked_depth == 1:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    if self._locked_depth == 1:
+                        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            finally:
+                self._locked_depth -= 1
+
+    def _open_active_locked(self, m: Manifest) -> None:
+        name = m.active.name
+        if self._wname == name:
+            return
+        self._close_writer()
+        base = os.path.join(self.dir, name)
+        try:
+            self._wfd = os.open(base + ".log", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._ifd = os.open(
+                base + ".index", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+            )
+        except OSError as exc:
+            raise _io("cannot open segment", base, exc) from exc
+        self._wname = name
+
+    def _close_writer(self) -> None:
+        for fd in (self._wfd, self._ifd):
+            if fd >= 0:
+                os.close(fd)
+        self._wfd = self._ifd = -1
+        self._wname = None
+
+    def prepare_locked(self, *, resolve_pending: bool) -> HeadState:
+        """Authoritative head for an append; the caller holds :meth:`locked`.
+
+        Repairs a torn tail left by a writer that died before publishing. When
+        ``resolve_pending`` is true and such a tail exists, raises :class:`PendingTailError`
+        instead, so the caller can first roll forward a committed transaction that owns it.
+        """
+        head = self._head.read()
+        if head is None or head.boot_id != BOOT_ID:
+            head = self.recover_locked()
+        m = self.manifest(head.layout_version)
+        if m.active.base != head.active_base:
+            head = self.recover_locked()
+            m = self.manifest(head.layout_version)
+        self._open_active_locked(m)
+        size = os.fstat(self._wfd).st_size
+        if size > head.active_pos:
+            if resolve_pending:
+                raise PendingTailError()
+            self._truncate_locked(head.active_pos)
+        elif size < head.active_pos:
+            head = self.recover_locked()
+        return head
+
+    def _truncate_locked(self, pos: int) -> None:
+        os.ftruncate(self._wfd, pos)
+        raw = os.pread(self._ifd, os.fstat(self._ifd).st_size, 0)
+        keep = 0
+        for rel_pos in INDEX_ENTRY.iter_unpack(raw[: len(raw) - len(raw) % INDEX_ENTRY.size]):
+            if rel_pos[1] >= pos:
+                break
+            keep += INDEX_ENTRY.size
+        os.ftruncate(self._ifd, keep)
+
+    # -- appending --------------------------------------------------------------------
+    def write_locked(
+        self,
+        head: HeadState,
+        body: bytes,
+        count: int,
+        base_ts: int,
+        max_ts: int,
+        *,
+        producer: int = 0,
+    ) -> PreparedBatch:
+        """Write one batch after ``head`` (rolling first if needed); publish nothing.
+
+        Returns the head to publish. The caller holds :meth:`locked`.
+        """
+        size = HEADER_SIZE + len(body)
+        head = self._maybe_roll_locked(head, size)
+        first = head.next_offset
+        batch = encode_batch(
+            first,
+            body,
+            record_count=count,
+            last_offset_delta=count - 1,
+            base_timestamp=base_ts,
+            max_timestamp=max_ts,
+            attributes=ATTR_TRANSACTIONAL if producer else 0,
+            producer=producer,
+        )
+        pos = head.active_pos
+        try:
+            written = os.pwrite(self._wfd, batch, pos)
+            if written != len(batch):
+                raise OSError(errno.ENOSPC, "short write")
+            last_index = head.last_index_pos
+            interval = self.config.index_interval_bytes
+            if pos > 0 and pos - last_index >= interval:
+                os.write(self._ifd, INDEX_ENTRY.pack(first - head.active_base, pos))
+                last_index = pos
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                self._truncate_locked(pos)
+            raise _io("cannot append to", os.path.join(self.dir, self._wname or "?"), exc) from exc
+        new = replace(
+            head,
+            seq=head.seq + 1,
+            next_offset=first + count,
+            active_pos=pos + len(batch),
+            last_index_pos=last_index,
+        )
+        return PreparedBatch(first, new, pos, len(batch))
+
+    def sync_locked(self, *, force: bool = False) -> None:
+        """Flush the active segment as the fsync policy asks (always, or interval elapsed)."""
+        policy = self.settings.fsync
+        if policy is FsyncPolicy.NEVER and not force:
+            return
+        now = time.monotonic()
+        if (
+            force
+            or policy is FsyncPolicy.ALWAYS
+            or (now - self._last_fsync) * 1000 >= self.settings.fsync_interval_ms
+        ):
+            if self._wfd >= 0:
+                os.fdatasync(self._wfd)
+            self._last_fsync = now
+
+    def publish_locked(self, head: HeadState) -> None:
+        self._head.publish(head)
+
+    def append(self, body: bytes, count: int, base_ts: int, max_ts: int) -> int:
+        """Append one encoded batch (non-transactional) and publish it; return its offset."""
+        resolve = True
+        while True:
+            try:
+                with self.locked():
+                    head = self.prepare_locked(resolve_pending=resolve)
+                    prepared = self.write_locked(head, body, count, base_ts, max_ts)
+                    self.sync_locked()
+                    self.publish_locked(prepared.head)
+                    return prepared.first_offset
+            except PendingTailError:
+                self._resolve_pending(self)  # outside the lock: it takes several in order
+                resolve = False
+
+    def _maybe_roll_locked(self, head: HeadState, incoming: int) -> HeadState:
+        m = self.manifest(head.layout_version)
+        active = m.active
+        pos = head.active_pos
+        full = pos > 0 and pos + incoming > self.config.segment_bytes
+        old = pos > 0 and now_ms() - active.created_ms >= self.config.segment_ms
+        wide = head.next_offset - active.base >= _MAX_SEGMENT_SPAN
+        if not (full or old or wide):
+            return head
+        return self.roll_locked(head, m)
+
+    def roll_locked(self, head: HeadState, m: Manifest) -> HeadState:
+        """Seal the active segment and start a new one at ``head.next_offset``; publish it."""
+        durable = self.settings.fsync is not FsyncPolicy.NEVER
+        if durable:
+            os.fdatasync(self._wfd)
+        sealed = replace(m.active, size=head.active_pos, max_ts=self._max_timestamp_locked(head))
+        new = SegmentInfo(
+            base=head.next_offset,
+            name=segment_name(head.next_offset, m.next_generation),
+            created_ms=now_ms(),
+        )
+        base = os.path.join(self.dir, new.name)
+        for ext in (".log", ".index"):
+            os.close(os.open(base + ext, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        m2 = replace(
+            m,
+            version=m.version + 1,
+            segments=(*m.sealed, sealed, new),
+            next_generation=m.next_generation + 1,
+        )
+        m2.save(self.dir, durable=durable)
+        with self._cache_lock:
+            self._reload_manifest_locked()
+        rolled = replace(
+            head,
+            seq=head.seq + 1,
+            active_base=new.base,
+            active_pos=0,
+            layout_version=m2.version,
+            last_index_pos=0,
+        )
+        self._head.publish(rolled)
+        self._open_active_locked(m2)
+        return rolled
+
+    def _max_timestamp_locked(self, head: HeadState) -> int:
+        best = -1
+        buf = os.pread(self._wfd, head.active_pos, 0)
+        pos = 0
+        while pos + HEADER_SIZE <= len(buf):
+            h = parse_header(buf, pos)
+            best = max(best, h.max_timestamp)
+            pos += h.size
+        return best
+
+    # -- recovery ---------------------------------------------------------------------
+    def recover_locked(self) -> HeadState:
+        """Rebuild the head from the segments (after a reboot, or a missing or torn head).
+
+        Validates every batch of the active segment; stops at the first one that is torn,
+        fails its checksum, or belongs to an uncommitted transaction. Truncates there only when
+        nothing valid follows: corruption with valid data after it raises
+        :class:`CorruptLogError` and changes nothing. Rebuilds the active segment's index.
+        """
+        with self._cache_lock:
+            m = self._reload_manifest_locked()
+        self._open_active_locked(m)
+        active = m.active
+        buf = os.pread(self._wfd, os.fstat(self._wfd).st_size, 0)
+        pos = 0
+        next_offset = active.base
+        entries: list[bytes] = []
+        last_index = 0
+        interval = self.config.index_interval_bytes
+        while True:
+            h = self._valid_batch_at(buf, pos, active)
+            if h is None:
+                break
+            if pos > 0 and pos - last_index >= interval:
+                entries.append(INDEX_ENTRY.pack(h.base_offset - active.base, pos))
+                last_index = pos
+            next_offset = h.last_offset + 1
+            pos += h.size
+        if pos < len(buf):
+            later = self._find_valid_batch(buf, pos + 1, active)
+            if later is not None:
+                raise self._corrupt(
+                    active,
+                    pos,
+                    f"invalid batch followed by valid data at byte {later}; refusing to "
+                    "truncate",
+                )
+            os.ftruncate(self._wfd, pos)
+        os.ftruncate(self._ifd, 0)
+        if entries:
+            os.write(self._ifd, b"".join(entries))
+        old = self._head.read()
+        head = HeadState(
+            seq=(old.seq + 1) if old else 1,
+            next_offset=next_offset,
+            start_offset=m.segments[0].base,
+            active_base=active.base,
+            active_pos=pos,
+            layout_version=m.version,
+            last_index_pos=last_index,
+        )
+        self._head.publish(head)
+        self._index.pop(active.name, None)
+        return head
+
+    def _valid_batch_at(self, buf: bytes, pos: int, seg: SegmentInfo) -> BatchHeader | None:
+        try:
+            h = parse_header(buf, pos)
+        except CorruptLogError:
+            return None
+        if pos + h.size > len(buf) or h.base_offset < seg.base or not verify_crc(buf, pos, h):
+            return None
+        if h.attributes & ATTR_TRANSACTIONAL and not self._committed(
+            h.producer, self.topic, self.number, seg.base, pos + h.size
+        ):
+            return None
+        return h
+
+    def _find_valid_batch(self, buf: bytes, start: int, seg: SegmentInfo) -> int | None:
+        for p in range(start, len(buf) - HEADER_SIZE + 1):
+            if self._valid_batch_at(buf, p, seg) is not None:
+                return p
+        return None
+
+    # -- maintenance helpers --------------------------------------------------------------
+    def swap_locked(
+        self,
+        replaced: tuple[str, ...],
+        new_segments: tuple[SegmentInfo, ...],
+        clean_upto: int | None,
+    ) -> bool:
+        """Replace the contiguous segments named ``replaced`` by ``new_segments``.
+
+        Atomic for readers: one manifest rename, then a head publish with the new layout
+        version. Returns False (changing nothing) when the manifest no longer holds exactly
+        those segments. Old files are unlinked; readers that have them open keep reading.
+        """
+        with self._cache_lock:
+            m = self._reload_manifest_locked()
+        names = [s.name for s in m.segments]
+        if not replaced or replaced[0] not in names:
+            return False
+        i = names.index(replaced[0])
+        if tuple(names[i : i + len(replaced)]) != replaced or i + len(replaced) >= len(names):
+            return False  # changed meanwhile, or would replace the active segment
+        segments = (*m.segments[:i], *new_segments, *m.segments[i + len(replaced) :])
+        durable = self.settings.fsync is not FsyncPolicy.NEVER
+        m2 = replace(
+            m,
+            version=m.version + 1,
+            segments=segments,
+            clean_upto=m.clean_upto if clean_upto is None else max(m.clean_upto, clean_upto),
+            next_generation=m.next_generation + 1,
+        )
+        m2.save(self.dir, durable=durable)
+        head = self._head.read()
+        if head is None or head.boot_id != BOOT_ID:
+            head = self.recover_locked()
+        self._head.publish(
+            replace(
+                head,
+                seq=head.seq + 1,
+                layout_version=m2.version,
+                start_offset=segments[0].base,
+            )
+        )
+        with self._cache_lock:
+            self._reload_manifest_locked()
+        for name in replaced:
+            for ext in (".log", ".index"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.dir, name + ext))
+        if durable:
+            fsync_dir(self.dir)
+        return True
+
+    def remove_leftovers_locked(self) -> list[str]:
+        """Delete segment files the manifest does not list (an interrupted swap's output)."""
+        live = {s.name for s in self.manifest().segments}
+        removed = []
+        for entry in os.listdir(self.dir):
+            stem, dot, ext = entry.rpartition(".")
+            if dot and ext in ("log", "index", "cleaning") and stem.split(".")[0] not in live:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.dir, entry))
+                removed.append(entry)
+        return removed
+
+    def close(self) -> None:
+        with self._tlock:
+            self._close_writer()
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()
+            self._head.close()
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1

@@ -1,0 +1,61 @@
+"""Settings of an embedded log (per open log, not per topic)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from kafkakv.errors import ConfigError
+
+__all__ = ["EmbeddedSettings", "FsyncPolicy"]
+
+
+class FsyncPolicy(enum.Enum):
+    """When appended data is forced to stable storage.
+
+    A process that dies (``kill -9``, a crash) loses nothing it was told was appended under any
+    policy: the data is in the operating system's page cache once ``append`` returns. The
+    policies differ only when the *machine* stops (power loss, kernel panic):
+
+    ``ALWAYS``
+        ``append`` returns after ``fdatasync`` of the segment (and, for a transactional
+        writer, of its journal). No acknowledged batch is lost. Slowest: one disk flush per
+        append call, so batch your records.
+    ``INTERVAL``
+        a partition is flushed by the first append after ``fsync_interval_ms`` has passed since
+        its last flush, and on ``close()``. A power loss may lose the batches appended since the
+        last flush. The default.
+    ``NEVER``
+        the operating system writes data back when it chooses (typically within 30 s).
+    """
+
+    ALWAYS = "always"
+    INTERVAL = "interval"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedSettings:
+    fsync: FsyncPolicy = FsyncPolicy.INTERVAL
+    fsync_interval_ms: int = 1000
+    background_cleaner: bool = True
+    cleaner_interval_s: float = 5.0
+
+    @staticmethod
+    def make(
+        fsync: FsyncPolicy | str,
+        fsync_interval_ms: int,
+        background_cleaner: bool,
+        cleaner_interval_s: float,
+    ) -> EmbeddedSettings:
+        try:
+            policy = FsyncPolicy(fsync) if isinstance(fsync, str) else fsync
+        except ValueError:
+            raise ConfigError(f"fsync must be 'always', 'interval' or 'never', not {fsync!r}") from None
+        if not isinstance(policy, FsyncPolicy):
+            raise ConfigError(f"fsync must be a FsyncPolicy or str, not {type(fsync).__name__}")
+        if not isinstance(fsync_interval_ms, int) or fsync_interval_ms < 0:
+            raise ConfigError(f"fsync_interval_ms must be an int >= 0, not {fsync_interval_ms!r}")
+        if not cleaner_interval_s > 0:
+            raise ConfigError(f"cleaner_interval_s must be > 0, not {cleaner_interval_s!r}")
+        return EmbeddedSettings(policy, fsync_interval_ms, bool(background_cleaner), float(cleaner_interval_s))
