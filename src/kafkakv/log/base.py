@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import NamedTuple, Self
 
-__all__ = ["Log", "LogWriter", "Problem", "Record", "TopicPartition"]
+__all__ = ["CleanResult", "Log", "LogWriter", "Problem", "Record", "TopicPartition"]
 
 TopicPartition = tuple[str, int]
 """A ``(topic, partition)`` pair."""
@@ -51,6 +51,18 @@ class Problem:
     def __str__(self) -> str:
         part = "" if self.partition is None else f"-{self.partition}"
         return f"{self.topic}{part} {self.where}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    """What one compaction pass over a partition did (zeros when it had nothing to do)."""
+
+    segments_in: int = 0
+    segments_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    records_in: int = 0
+    records_out: int = 0
 
 
 class LogWriter(ABC):
@@ -170,8 +182,12 @@ class Log(ABC):
 
     # -- maintenance ----------------------------------------------------------------------
     @abstractmethod
-    def compact(self, topic: str, partition: int | None = None) -> None:
-        """Run the log cleaner now on one partition or all partitions of ``topic``."""
+    def compact(self, topic: str, partition: int | None = None) -> list[CleanResult]:
+        """Run the log cleaner now on one partition or all partitions of ``topic``.
+
+        Returns one result per partition cleaned. A backend whose cleaner runs elsewhere (a
+        Kafka broker) raises :class:`~kafkakv.errors.UnsupportedOperationError`.
+        """
 
     @abstractmethod
     def check(self) -> list[Problem]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from kafkakv.errors import ConfigError
 
@@ -161,7 +162,7 @@ def parse_topic_config(config: Mapping[str, object] | None) -> TopicConfig:
     >>> parse_topic_config({"cleanup.policy": "compact"}).compact
     True
     """
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for name, raw in (config or {}).items():
         parser = _PARSERS.get(name)
         if parser is None:

@@ -43,6 +43,10 @@ def check_partition(part: Partition) -> list[Problem]:
         problems.append(Problem(part.topic, part.number, where, message))
 
     try:
+        part.published()  # lets the partition finish an interrupted roll first, as opening does
+    except (OSError, CorruptLogError) as exc:
+        report("head", f"cannot be recovered: {exc}")
+    try:
         m = Manifest.load(part.dir)
     except (OSError, CorruptLogError) as exc:
         report("manifest.json", f"unreadable: {exc}")
@@ -55,7 +59,12 @@ def check_partition(part: Partition) -> list[Problem]:
     listed = {s.name for s in m.segments}
     for entry in sorted(os.listdir(part.dir)):
         stem, _, ext = entry.rpartition(".")
-        if ext in ("log", "index") and stem not in listed:
+        # An empty unlisted file is what a writer killed during a roll leaves: not a problem.
+        if (
+            ext in ("log", "index")
+            and stem not in listed
+            and os.path.getsize(os.path.join(part.dir, entry)) > 0
+        ):
             report(entry, "segment file not listed in the manifest (leftover of a swap)")
     previous_last = -1
     for i, seg in enumerate(m.segments):
@@ -82,16 +91,25 @@ def check_partition(part: Partition) -> list[Problem]:
             h = _batch_at(buf, pos)
             if h is None:
                 report(f"{seg.name}.log@{pos}", "corrupt or torn batch (framing or checksum)")
-                nxt = next((p for p in range(pos + 1, len(buf) - HEADER_SIZE + 1) if _batch_at(buf, p)), None)
+                nxt = next(
+                    (p for p in range(pos + 1, len(buf) - HEADER_SIZE + 1) if _batch_at(buf, p)),
+                    None,
+                )
                 if nxt is None:
                     break
-                report(f"{seg.name}.log@{pos}", f"{nxt - pos} bytes skipped; valid data resumes at {nxt}")
+                report(
+                    f"{seg.name}.log@{pos}",
+                    f"{nxt - pos} bytes skipped; valid data resumes at {nxt}",
+                )
                 pos = nxt
                 continue
             if h.base_offset <= previous_last:
                 report(f"{seg.name}.log@{pos}", f"offset {h.base_offset} not above {previous_last}")
             if h.base_offset < seg.base or (limit is not None and h.last_offset >= limit):
-                report(f"{seg.name}.log@{pos}", f"offsets {h.base_offset}..{h.last_offset} outside the segment")
+                report(
+                    f"{seg.name}.log@{pos}",
+                    f"offsets {h.base_offset}..{h.last_offset} outside the segment",
+                )
             starts[pos] = h.base_offset
             previous_last = max(previous_last, h.last_offset)
             last_in_seg = h.last_offset
@@ -113,6 +131,8 @@ def check_partition(part: Partition) -> list[Problem]:
             if ipos <= prev:
                 report(f"{seg.name}.index#{k}", "entries not ascending")
             if starts.get(ipos) != seg.base + rel:
-                report(f"{seg.name}.index#{k}", f"entry ({rel}, {ipos}) does not point at its batch")
+                report(
+                    f"{seg.name}.index#{k}", f"entry ({rel}, {ipos}) does not point at its batch"
+                )
             prev = ipos
     return problems

@@ -24,8 +24,8 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from kafkakv.log.base import CleanResult
 from kafkakv.log.embedded.format import (
     INDEX_ENTRY,
     decode_rows,
@@ -38,18 +38,6 @@ from kafkakv.log.embedded.partition import Partition, now_ms
 from kafkakv.log.embedded.settings import FsyncPolicy
 
 __all__ = ["CleanResult", "clean_partition", "dirty_ratio", "enforce_retention"]
-
-
-@dataclass(frozen=True, slots=True)
-class CleanResult:
-    """What one cleaning pass did."""
-
-    segments_in: int = 0
-    segments_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    records_in: int = 0
-    records_out: int = 0
 
 
 @contextlib.contextmanager
@@ -93,6 +81,13 @@ def _overdue(part: Partition, m: Manifest, now: int) -> bool:
     )
 
 
+def _tombstones_due(part: Partition, m: Manifest, now: int) -> bool:
+    return any(
+        s.tombstone_horizon is not None and s.tombstone_horizon <= now
+        for s in _cleanable(part, m, now)
+    )
+
+
 def _read_segment(part: Partition, seg: SegmentInfo) -> bytes:
     with open(os.path.join(part.dir, seg.name + ".log"), "rb") as f:
         return f.read(seg.size)
@@ -115,10 +110,11 @@ def clean_partition(part: Partition, *, force: bool, block: bool = False) -> Cle
         if not force and not (
             dirty_ratio(part, m, now) >= part.config.min_cleanable_dirty_ratio
             or _overdue(part, m, now)
+            or _tombstones_due(part, m, now)
         ):
             return None
         segs = _cleanable(part, m, now)
-        if not any(s.base >= m.clean_upto for s in segs):
+        if not segs:
             return None
         latest: dict[bytes | None, int] = {}
         for seg in segs:
@@ -191,6 +187,7 @@ def _copy_group(
     interval = part.config.index_interval_bytes
     records_in = records_out = bytes_in = 0
     out_pos = last_index = 0
+    earliest_horizon: int | None = None
     chunks: list[bytes] = []
     index: list[bytes] = []
     for seg in group:
@@ -207,14 +204,17 @@ def _copy_group(
             kept = [
                 row
                 for row in rows
-                if latest.get(row[2], -1) <= base + row[0]
-                and not (expired and row[3] is None)
+                if latest.get(row[2], -1) <= base + row[0] and not (expired and row[3] is None)
             ]
             if not kept:
                 continue
-            horizon = h.delete_horizon_ms
-            if horizon < 0 and any(row[3] is None for row in kept):
-                horizon = now + horizon_ms
+            # A batch's horizon exists only while it holds tombstones; first kept → stamp it.
+            if any(row[3] is None for row in kept):
+                horizon = h.delete_horizon_ms if h.delete_horizon_ms >= 0 else now + horizon_ms
+            else:
+                horizon = -1
+            if horizon >= 0 and (earliest_horizon is None or horizon < earliest_horizon):
+                earliest_horizon = horizon
             if len(kept) == len(rows) and horizon == h.delete_horizon_ms:
                 batch: bytes | memoryview = view[pos : pos + h.size]
             else:
@@ -239,6 +239,7 @@ def _copy_group(
         created_ms=min(s.created_ms for s in group),
         size=out_pos,
         max_ts=max_ts,
+        tombstone_horizon=earliest_horizon,
     )
     return out, records_in, records_out, bytes_in
 
@@ -261,7 +262,9 @@ def enforce_retention(part: Partition) -> int:
             size = seg.size or 0
             by_size = cfg.retention_bytes >= 0 and total - size >= cfg.retention_bytes
             by_time = (
-                cfg.retention_ms >= 0 and seg.max_ts is not None and seg.max_ts < now - cfg.retention_ms
+                cfg.retention_ms >= 0
+                and seg.max_ts is not None
+                and seg.max_ts < now - cfg.retention_ms
             )
             if not (by_size or by_time):
                 break

@@ -96,7 +96,7 @@ _RECORD_OVERHEAD = 16  # per-record framing counted against max.message.bytes
 
 def _as_bytes(what: str, x: object) -> bytes | None:
     if x is None or type(x) is bytes:
-        return x  # type: ignore[return-value]  # narrowed by the type() check
+        return x
     if isinstance(x, bytes | bytearray | memoryview):
         return bytes(x)
     raise InvalidRecordError(f"a record {what} must be bytes or None, not {type(x).__name__}")

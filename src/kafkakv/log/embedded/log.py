@@ -91,6 +91,7 @@ class EmbeddedLog(Log):
         self._parts: dict[tuple[str, int], Partition] = {}
         self._closed = False
         self._txn = TransactionManager(self, os.path.join(self.path, "txn"))
+        self._txn.roll_forward_all()  # finish transactions a crashed writer committed
         self._notifier = ChangeNotifier()
         self.background_errors: list[BaseException] = []
         """Errors the background cleaner met (it logs them and keeps going)."""
@@ -103,6 +104,8 @@ class EmbeddedLog(Log):
             self._cleaner.start()
 
     def _open_directory(self) -> None:
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise NotALogError(f"{self.path} is not a directory, so it cannot be a kafkakv log")
         try:
             os.makedirs(self.path, exist_ok=True)
             entries = os.listdir(self.path)
@@ -123,7 +126,9 @@ class EmbeddedLog(Log):
                 except ValueError as exc:
                     raise NotALogError(f"{marker} is not a kafkakv log marker") from exc
             if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
-                raise NotALogError(f"{self.path} has log format {doc!r}; this kafkakv reads {_FORMAT}")
+                raise NotALogError(
+                    f"{self.path} has log format {doc!r}; this kafkakv reads {_FORMAT}"
+                )
             os.makedirs(self._topics_dir, exist_ok=True)
         except NotADirectoryError as exc:
             raise NotALogError(f"{self.path} is not a directory") from exc
@@ -237,7 +242,9 @@ class EmbeddedLog(Log):
                 os.rename(tmp, final)
             except OSError as exc:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                    raise TopicExistsError(f"topic {name!r} already exists in {self.path}") from None
+                    raise TopicExistsError(
+                        f"topic {name!r} already exists in {self.path}"
+                    ) from None
                 raise
         except OSError as exc:
             raise LogIOError(exc.errno or 0, f"cannot create topic {name!r}: {exc}") from exc
@@ -249,7 +256,8 @@ class EmbeddedLog(Log):
         return sorted(
             n
             for n in os.listdir(self._topics_dir)
-            if not n.startswith(".") and os.path.exists(os.path.join(self._topics_dir, n, "topic.json"))
+            if not n.startswith(".")
+            and os.path.exists(os.path.join(self._topics_dir, n, "topic.json"))
         )
 
     def partitions(self, topic: str) -> int:
@@ -317,7 +325,9 @@ class EmbeddedLog(Log):
         """
         count, config = self._topic(topic)
         if not config.compact:
-            raise ConfigError(f"topic {topic!r} has cleanup.policy={','.join(sorted(config.cleanup_policy))}; it is not compacted")
+            raise ConfigError(
+                f"topic {topic!r} has cleanup.policy={','.join(sorted(config.cleanup_policy))}; it is not compacted"
+            )
         numbers = range(count) if partition is None else [partition]
         results = []
         for p in numbers:
@@ -385,4 +395,3 @@ class EmbeddedLog(Log):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"EmbeddedLog({self.path!r}, {state})"
-

@@ -32,6 +32,8 @@ class SegmentInfo:
     created_ms: int
     size: int | None = None
     max_ts: int | None = None
+    tombstone_horizon: int | None = None
+    """Earliest delete horizon (ms) of the tombstones the cleaner kept in this segment."""
 
 
 @dataclass(frozen=True, slots=True)

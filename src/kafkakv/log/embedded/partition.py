@@ -127,16 +127,29 @@ class Partition:
         self._ifd = -1
         self._last_fsync = time.monotonic()
         self._locked_depth = 0
+        self._verified = False
 
     # -- state ------------------------------------------------------------------------
     def published(self) -> HeadState:
-        """The published head; recovers it under the lock when it is missing or stale."""
+        """The published head; recovers it under the lock when it is missing or stale.
+
+        The first call in a process also checks the head against the manifest, finishing a
+        segment roll that a killed writer left half done (as Kafka recovers logs at start-up).
+        """
         head = self._head.read()
-        if head is None or head.boot_id != BOOT_ID:
+        if head is None or head.boot_id != BOOT_ID or not self._verified:
             with self.locked():
                 head = self._head.read()
-                if head is None or head.boot_id != BOOT_ID:
+                if (
+                    head is None
+                    or head.boot_id != BOOT_ID
+                    or (
+                        not self._verified
+                        and self.manifest(head.layout_version).active.base != head.active_base
+                    )
+                ):
                     head = self.recover_locked()
+                self._verified = True
         return head
 
     def manifest(self, at_least: int = 0) -> Manifest:
@@ -495,8 +508,8 @@ class Partition:
             created_ms=now_ms(),
         )
         base = os.path.join(self.dir, new.name)
-        for ext in (".log", ".index"):
-            os.close(os.open(base + ext, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        for ext in (".log", ".index"):  # truncate: a killed roll may have left this name
+            os.close(os.open(base + ext, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
         m2 = replace(
             m,
             version=m.version + 1,
@@ -562,8 +575,7 @@ class Partition:
                 raise self._corrupt(
                     active,
                     pos,
-                    f"invalid batch followed by valid data at byte {later}; refusing to "
-                    "truncate",
+                    f"invalid batch followed by valid data at byte {later}; refusing to truncate",
                 )
             os.ftruncate(self._wfd, pos)
         os.ftruncate(self._ifd, 0)

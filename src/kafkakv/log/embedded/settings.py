@@ -51,11 +51,15 @@ class EmbeddedSettings:
         try:
             policy = FsyncPolicy(fsync) if isinstance(fsync, str) else fsync
         except ValueError:
-            raise ConfigError(f"fsync must be 'always', 'interval' or 'never', not {fsync!r}") from None
+            raise ConfigError(
+                f"fsync must be 'always', 'interval' or 'never', not {fsync!r}"
+            ) from None
         if not isinstance(policy, FsyncPolicy):
             raise ConfigError(f"fsync must be a FsyncPolicy or str, not {type(fsync).__name__}")
         if not isinstance(fsync_interval_ms, int) or fsync_interval_ms < 0:
             raise ConfigError(f"fsync_interval_ms must be an int >= 0, not {fsync_interval_ms!r}")
         if not cleaner_interval_s > 0:
             raise ConfigError(f"cleaner_interval_s must be > 0, not {cleaner_interval_s!r}")
-        return EmbeddedSettings(policy, fsync_interval_ms, bool(background_cleaner), float(cleaner_interval_s))
+        return EmbeddedSettings(
+            policy, fsync_interval_ms, bool(background_cleaner), float(cleaner_interval_s)
+        )

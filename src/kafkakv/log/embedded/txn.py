@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from kafkakv.errors import ClosedError, ConfigError, FencedError
+from kafkakv.errors import ClosedError, ConfigError, FencedError, UnknownTopicError
 from kafkakv.log.base import LogWriter, Record, TopicPartition
 from kafkakv.log.embedded.format import HEADER_SIZE, parse_header, verify_crc
 from kafkakv.log.embedded.head import HeadState
@@ -91,14 +91,18 @@ class TransactionManager:
         self._guard = threading.Lock()
 
     def _stem(self, transactional_id: str) -> str:
-        return os.path.join(self.dir, hashlib.blake2b(transactional_id.encode(), digest_size=16).hexdigest())
+        return os.path.join(
+            self.dir, hashlib.blake2b(transactional_id.encode(), digest_size=16).hexdigest()
+        )
 
     @contextlib.contextmanager
     def id_lock(self, transactional_id: str) -> Iterator[None]:
         with self._guard:
             tlock = self._id_locks.setdefault(transactional_id, threading.Lock())
         with tlock:
-            fd = os.open(self._stem(transactional_id) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(
+                self._stem(transactional_id) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
@@ -161,6 +165,15 @@ class TransactionManager:
             for entry in journal.pending:
                 part = handles[(str(entry["topic"]), int(entry["partition"]))]
                 _publish_if_pending(part, entry)
+
+    def roll_forward_all(self) -> None:
+        """Roll forward every journal that still lists pending heads (run at open)."""
+        for journal in self.journals():
+            if journal.pending:
+                try:
+                    self.roll_forward(journal)
+                except UnknownTopicError:
+                    continue  # a topic of it no longer exists
 
     def resolve_pending(self, part: Partition) -> None:
         """Roll forward any committed transaction that owns unpublished bytes of ``part``."""
@@ -256,9 +269,9 @@ class EmbeddedLogWriter(LogWriter):
             try:
                 return self._commit(order, encoded)
             except PendingTailError as exc:
-                part = exc.args[0] if exc.args else None
-                if isinstance(part, Partition):
-                    self._txm.resolve_pending(part)
+                owner = exc.args[0] if exc.args else None
+                if isinstance(owner, Partition):
+                    self._txm.resolve_pending(owner)
         return self._commit(order, encoded, resolve=False)
 
     def _commit(

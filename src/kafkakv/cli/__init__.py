@@ -1,0 +1,1 @@
+"""The ``kafkakv`` command line: a thin shell over the public API."""

@@ -1,0 +1,248 @@
+"""The Log contract: what every backend must do, written against the interface only."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kafkakv.errors import (
+    ClosedError,
+    ConfigError,
+    FencedError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from kafkakv.log import Log, Record
+
+
+def values(records: list[Record]) -> list[bytes | None]:
+    return [r.value for r in records]
+
+
+# -- topics -------------------------------------------------------------------------------
+def test_create_topic_lists_and_describes_it(log: Log, topic: str) -> None:
+    log.create_topic(topic, 3, {"cleanup.policy": "compact", "segment.bytes": "65536"})
+    assert topic in log.topics()
+    assert log.partitions(topic) == 3
+    config = log.topic_config(topic)
+    assert config["cleanup.policy"] == "compact"
+    assert config["segment.bytes"] == "65536"
+    assert config["max.message.bytes"] == "1048588"  # Kafka's default filled in
+
+
+def test_create_existing_topic_is_refused(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    with pytest.raises(TopicExistsError, match=topic):
+        log.create_topic(topic, 2)
+    assert log.partitions(topic) == 1
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"no.such.setting": 1}, "unknown topic config 'no.such.setting'"),
+        ({"cleanup.policy": "shred"}, "cleanup.policy"),
+        ({"retention.ms": "soon"}, "retention.ms must be an integer"),
+        ({"min.cleanable.dirty.ratio": 1.5}, "between 0 and 1"),
+        ({"segment.bytes": 10}, "segment.bytes must be between"),
+    ],
+)
+def test_bad_topic_config_is_refused(
+    log: Log, topic: str, config: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        log.create_topic(topic, 1, config)
+    assert topic not in log.topics()
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "..", "with space", "x" * 250])
+def test_illegal_topic_names_are_refused(log: Log, name: str) -> None:
+    with pytest.raises(ConfigError):
+        log.create_topic(name, 1)
+
+
+def test_unknown_topic_and_partition(log: Log, topic: str) -> None:
+    with pytest.raises(UnknownTopicError, match="no-such"):
+        log.end_offset("no-such", 0)
+    log.create_topic(topic, 2)
+    with pytest.raises(UnknownPartitionError, match="partition 2"):
+        log.append(topic, 2, [Record(b"k", b"v")])
+    with pytest.raises(UnknownPartitionError):
+        log.read(topic, -1, 0)
+
+
+# -- append and read ------------------------------------------------------------------------
+def test_append_returns_consecutive_offsets_and_read_returns_records(log: Log, topic: str) -> None:
+    log.create_topic(topic, 2)
+    assert log.append(topic, 0, [Record(b"a", b"1"), Record(b"b", b"2")]) == 0
+    assert log.append(topic, 0, [Record(b"c", b"3")]) == 2
+    assert log.append(topic, 1, [Record(b"z", b"9")]) == 0
+    got = log.read(topic, 0, 0)
+    assert [(r.key, r.value, r.offset, r.partition) for r in got] == [
+        (b"a", b"1", 0, 0),
+        (b"b", b"2", 1, 0),
+        (b"c", b"3", 2, 0),
+    ]
+    assert log.start_offset(topic, 0) == 0
+    assert log.end_offset(topic, 0) == 3
+    assert log.end_offset(topic, 1) == 1
+
+
+def test_read_from_the_middle_of_a_batch_and_at_the_end(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    log.append(topic, 0, [Record(None, b"%d" % i) for i in range(10)])
+    assert values(log.read(topic, 0, 7)) == [b"7", b"8", b"9"]
+    assert log.read(topic, 0, 10) == []
+    assert log.read(topic, 0, 1000) == []
+
+
+def test_read_limits(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    for i in range(20):
+        log.append(topic, 0, [Record(b"k", b"x" * 1000 + b"%d" % i)])
+    assert len(log.read(topic, 0, 0, max_records=5)) == 5
+    small = log.read(topic, 0, 0, max_bytes=1)
+    assert len(small) == 1 and small[0].offset == 0  # at least one record always comes back
+    some = log.read(topic, 0, 0, max_bytes=5000)
+    assert 1 <= len(some) < 20
+
+
+def test_headers_timestamps_and_tombstones_round_trip(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    before = int(time.time() * 1000)
+    log.append(
+        topic,
+        0,
+        [
+            Record(b"k", b"v", [("trace", b"abc"), ("n", b"")], timestamp=1_600_000_000_123),
+            Record(b"k", None),
+        ],
+    )
+    first, second = log.read(topic, 0, 0)
+    assert list(first.headers) == [("trace", b"abc"), ("n", b"")]
+    assert first.timestamp == 1_600_000_000_123
+    assert second.value is None
+    assert second.timestamp is not None and second.timestamp >= before
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        Record("text-key", b"v"),  # type: ignore[arg-type]
+        Record(b"k", 42),  # type: ignore[arg-type]
+        Record(b"k", b"v", [("h", "not-bytes")]),  # type: ignore[list-item]
+        Record(b"k", b"v", [(1, b"x")]),  # type: ignore[list-item]
+        Record(b"k", b"v", timestamp=-5),
+    ],
+)
+def test_bad_records_raise_type_errors_and_append_nothing(
+    log: Log, topic: str, record: Record
+) -> None:
+    log.create_topic(topic, 1)
+    with pytest.raises(InvalidRecordError) as info:
+        log.append(topic, 0, [Record(b"ok", b"ok"), record])
+    assert isinstance(info.value, TypeError)
+    assert log.end_offset(topic, 0) == 0
+
+
+def test_append_needs_a_sequence_of_records(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    with pytest.raises(TypeError):
+        log.append(topic, 0, Record(b"k", b"v"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidRecordError):
+        log.append(topic, 0, [])
+
+
+def test_oversized_record_is_refused(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1, {"max.message.bytes": 1000})
+    log.append(topic, 0, [Record(b"k", b"x" * 900)])
+    with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes"):
+        log.append(topic, 0, [Record(b"k", b"x" * 1001)])
+    assert log.end_offset(topic, 0) == 1
+
+
+def test_compacted_topic_needs_keys(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1, {"cleanup.policy": "compact"})
+    with pytest.raises(InvalidRecordError, match="key"):
+        log.append(topic, 0, [Record(None, b"v")])
+
+
+# -- wait -----------------------------------------------------------------------------------
+def test_wait_returns_at_once_when_data_exists_and_times_out_otherwise(
+    log: Log, topic: str
+) -> None:
+    log.create_topic(topic, 1)
+    log.append(topic, 0, [Record(b"k", b"v")])
+    assert log.wait(topic, 0, 0, timeout=0) is True
+    start = time.monotonic()
+    assert log.wait(topic, 0, 1, timeout=0.2) is False
+    assert 0.15 <= time.monotonic() - start < 2
+
+
+def test_wait_wakes_when_another_thread_appends(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    timer = threading.Timer(0.1, lambda: log.append(topic, 0, [Record(b"k", b"v")]))
+    timer.start()
+    start = time.monotonic()
+    try:
+        assert log.wait(topic, 0, 0, timeout=10) is True
+    finally:
+        timer.join()
+    assert time.monotonic() - start < 5
+
+
+# -- transactional writers ------------------------------------------------------------------
+def test_writer_appends_atomically_across_topics_and_partitions(log: Log, topic: str) -> None:
+    other = topic + "-b"
+    log.create_topic(topic, 2)
+    log.create_topic(other, 1)
+    log.append(topic, 1, [Record(b"pre", b"x")])
+    with log.writer("flusher-1") as w:
+        firsts = w.append(
+            {
+                (topic, 0): [Record(b"a", b"1"), Record(b"b", b"2")],
+                (topic, 1): [Record(b"c", b"3")],
+                (other, 0): [Record(b"d", b"4")],
+            }
+        )
+    assert firsts == {(topic, 0): 0, (topic, 1): 1, (other, 0): 0}
+    assert values(log.read(topic, 0, 0)) == [b"1", b"2"]
+    assert values(log.read(topic, 1, 0)) == [b"x", b"3"]
+    assert values(log.read(other, 0, 0)) == [b"4"]
+
+
+def test_a_new_writer_with_the_same_id_fences_the_old_one(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    old = log.writer("flusher-p0")
+    old.append({(topic, 0): [Record(b"a", b"old")]})
+    new = log.writer("flusher-p0")
+    with pytest.raises(FencedError, match="fenced"):
+        old.append({(topic, 0): [Record(b"a", b"zombie")]})
+    new.append({(topic, 0): [Record(b"a", b"new")]})
+    other = log.writer("another-id")  # a different id fences nothing
+    new.append({(topic, 0): [Record(b"a", b"newer")]})
+    other.close()
+    assert values(log.read(topic, 0, 0)) == [b"old", b"new", b"newer"]
+
+
+def test_writer_batch_with_a_bad_record_appends_nothing(log: Log, topic: str) -> None:
+    log.create_topic(topic, 2)
+    with log.writer("w") as w, pytest.raises(InvalidRecordError):
+        w.append({(topic, 0): [Record(b"a", b"1")], (topic, 1): [Record(b"b", 7)]})  # type: ignore[arg-type]
+    assert log.end_offset(topic, 0) == 0 and log.end_offset(topic, 1) == 0
+
+
+# -- lifecycle ------------------------------------------------------------------------------
+def test_closed_log_refuses_work(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    log.close()
+    log.close()  # idempotent
+    with pytest.raises(ClosedError):
+        log.append(topic, 0, [Record(b"k", b"v")])
+    with pytest.raises(ClosedError):
+        log.topics()

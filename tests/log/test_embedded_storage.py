@@ -1,0 +1,315 @@
+"""Storage behaviour particular to the embedded log: files, index, compaction, recovery."""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from kafkakv.errors import CorruptLogError, NotALogError, OffsetOutOfRangeError
+from kafkakv.log import EmbeddedLog, Record
+from kafkakv.log.embedded.format import HEADER_SIZE
+
+
+def open_log(path: Path, **kw: object) -> EmbeddedLog:
+    kw.setdefault("background_cleaner", False)
+    return EmbeddedLog(path, **kw)  # type: ignore[arg-type]
+
+
+def segment_files(path: Path, topic: str, partition: int = 0) -> list[str]:
+    return sorted(glob.glob(str(path / "topics" / topic / str(partition) / "*.log")))
+
+
+def latest_by_key(records: list[Record]) -> dict[bytes | None, Record]:
+    out: dict[bytes | None, Record] = {}
+    for r in records:
+        out[r.key] = r
+    return out
+
+
+def read_all(log: EmbeddedLog, topic: str, partition: int = 0) -> list[Record]:
+    return log.read(
+        topic, partition, log.start_offset(topic, partition), max_records=10**7, max_bytes=1 << 40
+    )
+
+
+# -- directories --------------------------------------------------------------------------
+def test_a_directory_that_is_not_a_log_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(NotALogError, match="not a kafkakv log"):
+        EmbeddedLog(tmp_path)
+    target = tmp_path / "a-file"
+    target.write_text("x")
+    with pytest.raises(NotALogError):
+        EmbeddedLog(target)
+
+
+def test_reopen_sees_everything(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 2, {"segment.bytes": 4096})
+        for i in range(300):
+            log.append("t", i % 2, [Record(b"k%d" % i, b"v%d" % i)])
+    with open_log(tmp_path) as log:
+        assert log.topics() == ["t"]
+        assert log.end_offset("t", 0) == 150
+        assert [r.value for r in read_all(log, "t", 1)][-1] == b"v299"
+        assert log.check() == []
+
+
+# -- segments and the sparse index ---------------------------------------------------------
+def test_segments_roll_and_the_index_avoids_scanning(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1, {"segment.bytes": 64 * 1024, "index.interval.bytes": 1024})
+        for i in range(2000):
+            log.append("t", 0, [Record(b"key-%05d" % i, b"x" * 100)])
+        assert len(segment_files(tmp_path, "t")) > 3
+        part = log._partition("t", 0)
+        head = part.published()
+        seg = part.manifest().active
+        target = head.next_offset - 3
+        # The index sends a read near the end of the active segment close to its batch,
+        # not to the start of the segment.
+        pos = part._position_for(seg, target, head.active_pos)
+        assert head.active_pos - pos < 2 * 1024 + 200
+        assert [r.offset for r in log.read("t", 0, target)] == [target, target + 1, target + 2]
+        # Every offset can be read from, in every segment.
+        for off in range(0, 2000, 37):
+            assert log.read("t", 0, off, max_records=1)[0].offset == off
+        assert log.check() == []
+
+
+def test_segment_ms_rolls_an_old_segment(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1, {"segment.ms": 50})
+        log.append("t", 0, [Record(b"a", b"1")])
+        time.sleep(0.08)
+        log.append("t", 0, [Record(b"b", b"2")])
+        assert len(segment_files(tmp_path, "t")) == 2
+        assert [r.value for r in read_all(log, "t")] == [b"1", b"2"]
+
+
+# -- compaction ----------------------------------------------------------------------------
+def fill_compacted(
+    log: EmbeddedLog, topic: str, n: int, keys: int, **config: object
+) -> list[Record]:
+    cfg = {"cleanup.policy": "compact", "segment.bytes": 4096, "min.cleanable.dirty.ratio": 0.01}
+    cfg.update({k.replace("_", "."): v for k, v in config.items()})
+    log.create_topic(topic, 1, cfg)
+    for i in range(n):
+        log.append(topic, 0, [Record(b"key-%d" % (i % keys), b"value-%d" % i)])
+    return read_all(log, topic)
+
+
+def test_compaction_keeps_the_latest_record_of_each_key_at_its_offset(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        before = fill_compacted(log, "c", 600, 20)
+        part = log._partition("c", 0)
+        active_name = part.manifest().active.name
+        active_before = [r for r in before if r.offset >= part.manifest().active.base]
+        size_before = sum(os.path.getsize(f) for f in segment_files(tmp_path, "c"))
+        (result,) = log.compact("c")
+        after = read_all(log, "c")
+        assert result.records_out < result.records_in
+        assert sum(os.path.getsize(f) for f in segment_files(tmp_path, "c")) < size_before / 3
+        # Every surviving record is an original record at its original offset.
+        by_offset = {r.offset: r for r in before}
+        assert all(by_offset[r.offset] == r for r in after)
+        # The latest value of every key survived.
+        assert latest_by_key(after) == latest_by_key(before)
+        # Offsets never change and keep increasing; gaps appear.
+        offsets = [r.offset for r in after]
+        assert offsets == sorted(offsets) and len(offsets) < len(before)
+        # The active segment is never compacted: all its records are still there.
+        assert part.manifest().active.name == active_name
+        assert [r for r in after if r.offset >= part.manifest().active.base] == active_before
+        assert log.end_offset("c", 0) == 600
+        assert log.check() == []
+        # Appending after a compaction continues the offsets.
+        assert log.append("c", 0, [Record(b"key-0", b"new")]) == 600
+
+
+def test_min_compaction_lag_protects_young_records(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        before = fill_compacted(log, "c", 300, 5, min_compaction_lag_ms=3_600_000)
+        (result,) = log.compact("c")
+        assert result.records_in == 0
+        assert read_all(log, "c") == before
+
+
+def test_tombstones_survive_until_delete_retention_passes(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic(
+            "c",
+            1,
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": 2048,
+                "min.cleanable.dirty.ratio": 0.01,
+                "delete.retention.ms": 300,
+            },
+        )
+        log.append("c", 0, [Record(b"gone", b"v1")])
+        log.append("c", 0, [Record(b"gone", None)])
+        for i in range(200):  # push the tombstone out of the active segment
+            log.append("c", 0, [Record(b"other-%d" % (i % 3), b"x" * 20)])
+        log.compact("c")
+        keys = latest_by_key(read_all(log, "c"))
+        assert keys[b"gone"].value is None  # the tombstone is still there: readers must see it
+        assert [r.value for r in read_all(log, "c") if r.key == b"gone"] == [None]
+        time.sleep(0.4)
+        log.compact("c")
+        assert b"gone" not in latest_by_key(read_all(log, "c"))
+        assert log.check() == []
+
+
+def test_background_cleaner_compacts_when_the_dirty_ratio_passes(tmp_path: Path) -> None:
+    with open_log(tmp_path, background_cleaner=True, cleaner_interval_s=0.05) as log:
+        fill_compacted(log, "c", 500, 5, min_cleanable_dirty_ratio=0.5)
+        deadline = time.monotonic() + 10
+        while len(read_all(log, "c")) > 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(read_all(log, "c")) <= 200
+        assert log.background_errors == []
+
+
+def test_compact_refuses_a_delete_policy_topic(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("d", 1)
+        with pytest.raises(ValueError, match="not compacted"):
+            log.compact("d")
+
+
+# -- retention -------------------------------------------------------------------------------
+def test_retention_bytes_drops_oldest_segments_and_moves_the_start(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("d", 1, {"segment.bytes": 2048, "retention.bytes": 6000})
+        for i in range(400):
+            log.append("d", 0, [Record(None, b"%05d" % i + b"y" * 30)])
+        removed = log.enforce_retention("d")
+        assert removed > 0
+        start = log.start_offset("d", 0)
+        assert start > 0
+        kept = read_all(log, "d")
+        assert kept[0].offset == start and kept[-1].offset == 399
+        total = sum(os.path.getsize(f) for f in segment_files(tmp_path, "d"))
+        assert total < 6000 + 2048 + 200
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read("d", 0, 0)
+        assert log.check() == []
+
+
+def test_retention_ms_drops_old_segments_only(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("d", 1, {"segment.bytes": 2048, "retention.ms": 200})
+        old = int(time.time() * 1000) - 10_000
+        for _i in range(100):
+            log.append("d", 0, [Record(None, b"z" * 40, timestamp=old)])
+        for _i in range(100):
+            log.append("d", 0, [Record(None, b"n" * 40)])
+        log.enforce_retention("d")
+        kept = read_all(log, "d")
+        assert all(r.value == b"n" * 40 for r in kept[-100:])
+        assert log.start_offset("d", 0) > 0
+        assert len(kept) >= 100
+
+
+# -- crash recovery and corruption ------------------------------------------------------------
+def test_a_torn_tail_is_truncated_by_the_next_writer(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        log.append("t", 0, [Record(b"a", b"1")])
+        log.append("t", 0, [Record(b"b", b"2")])
+    (seg,) = segment_files(tmp_path, "t")
+    size = os.path.getsize(seg)
+    with open(seg, "ab") as f:  # half a batch, as if the writer died during its write
+        f.write(b"\x02" + b"\x00" * 30)
+    with open_log(tmp_path) as log:
+        assert [r.value for r in read_all(log, "t")] == [b"1", b"2"]  # never past the head
+        assert log.append("t", 0, [Record(b"c", b"3")]) == 2
+        assert [r.value for r in read_all(log, "t")] == [b"1", b"2", b"3"]
+        assert os.path.getsize(seg) > size
+        assert log.check() == []
+
+
+def test_a_lost_head_is_rebuilt_from_the_segment(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1, {"index.interval.bytes": 64})
+        for i in range(50):
+            log.append("t", 0, [Record(b"k", b"%d" % i)])
+    (seg,) = segment_files(tmp_path, "t")
+    whole = os.path.getsize(seg)
+    with open(seg, "r+b") as f:  # the last batch torn by a power loss
+        f.truncate(whole - 5)
+    head = tmp_path / "topics" / "t" / "0" / "head"
+    head.write_bytes(b"\x00" * 10)  # and the head record lost
+    with open_log(tmp_path) as log:
+        got = read_all(log, "t")
+        assert [r.value for r in got] == [b"%d" % i for i in range(49)]
+        assert log.end_offset("t", 0) == 49
+        assert log.check() == []
+        assert log.append("t", 0, [Record(b"k", b"again")]) == 49
+
+
+def test_corruption_in_the_middle_is_reported_and_never_drops_later_data(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        for i in range(30):
+            log.append("t", 0, [Record(b"k%d" % i, b"value-%d" % i * 5)])
+        sizes = [len(r.value or b"") for r in read_all(log, "t")]
+    assert len(sizes) == 30
+    (seg,) = segment_files(tmp_path, "t")
+    data = bytearray(Path(seg).read_bytes())
+    batch = len(data) // 30
+    spot = 10 * batch + HEADER_SIZE + 5  # inside the 11th batch's records
+    data[spot] ^= 0xFF
+    Path(seg).write_bytes(bytes(data))
+    with open_log(tmp_path) as log:
+        problems = log.check()
+        assert problems and "checksum" in str(problems[0])
+        assert any("valid data resumes" in str(p) for p in problems)
+        assert [r.value for r in log.read("t", 0, 0, max_records=10)][-1] == b"value-9" * 5
+        with pytest.raises(CorruptLogError) as info:
+            log.read("t", 0, 10)
+        assert info.value.position is not None
+        # Reading past the damaged batch still works, and appends keep everything.
+        assert log.read("t", 0, 11)[0].value == b"value-11" * 5
+        assert log.append("t", 0, [Record(b"k", b"after")]) == 30
+        assert log.end_offset("t", 0) == 31
+
+
+def test_head_rebuild_refuses_to_truncate_valid_data_after_corruption(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        for _i in range(10):
+            log.append("t", 0, [Record(b"k", b"v" * 50)])
+    (seg,) = segment_files(tmp_path, "t")
+    data = bytearray(Path(seg).read_bytes())
+    data[HEADER_SIZE + 3] ^= 0xFF  # damage the first batch
+    Path(seg).write_bytes(bytes(data))
+    (tmp_path / "topics" / "t" / "0" / "head").write_bytes(b"")
+    with open_log(tmp_path) as log, pytest.raises(CorruptLogError, match="refusing to truncate"):
+        log.end_offset("t", 0)
+    assert Path(seg).read_bytes() == bytes(data)  # nothing was thrown away
+
+
+def test_a_cleaned_log_without_due_tombstones_is_left_alone(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic(
+            "c", 1, {"cleanup.policy": "compact", "segment.bytes": 2048, "delete.retention.ms": 100}
+        )
+        log.append("c", 0, [Record(b"gone", None)])
+        for i in range(200):
+            log.append("c", 0, [Record(b"k%d" % (i % 3), b"x" * 20)])
+        log.compact("c")
+        time.sleep(0.2)
+        log.compact("c")  # drops the expired tombstone
+        part = log._partition("c", 0)
+        manifest = part.manifest()
+        assert all(s.tombstone_horizon is None for s in manifest.sealed)
+        from kafkakv.log.embedded.cleaner import clean_partition
+
+        # Nothing dirty, no tombstone due: the background cleaner has nothing to do.
+        assert clean_partition(part, force=False) is None
