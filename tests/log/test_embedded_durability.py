@@ -1,0 +1,93 @@
+"""Settings, reboot recovery of transactional tails, and waiting on a closing log."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kafkakv.errors import ClosedError, ConfigError
+from kafkakv.log import EmbeddedLog, FsyncPolicy, Record
+from kafkakv.log.embedded.head import HeadFile
+
+
+@pytest.mark.parametrize("policy", ["always", "interval", "never", FsyncPolicy.ALWAYS])
+def test_every_fsync_policy_appends_and_reopens(tmp_path: Path, policy: object) -> None:
+    with EmbeddedLog(tmp_path, fsync=policy, background_cleaner=False) as log:  # type: ignore[arg-type]
+        log.create_topic("t", 1, {"segment.bytes": 2048})
+        for i in range(100):
+            log.append("t", 0, [Record(b"k", b"%d" % i)])
+        with log.writer("w") as w:
+            w.append({("t", 0): [Record(b"k", b"tx")]})
+    with EmbeddedLog(tmp_path, background_cleaner=False) as log:
+        assert log.end_offset("t", 0) == 101
+        assert log.check() == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"fsync": "sometimes"}, "fsync must be"),
+        ({"fsync_interval_ms": -1}, "fsync_interval_ms"),
+        ({"cleaner_interval_s": 0}, "cleaner_interval_s"),
+    ],
+)
+def test_bad_settings_are_refused(tmp_path: Path, kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        EmbeddedLog(tmp_path, **kwargs)  # type: ignore[arg-type]
+
+
+def _pretend_reboot(path: Path, topic: str) -> None:
+    """Rewrite a head as if it had been written before the machine restarted."""
+    head_path = str(path / "topics" / topic / "0" / "head")
+    hf = HeadFile(head_path)
+    state = hf.read()
+    assert state is not None
+    hf.publish(replace(state, boot_id=b"\x01" * 16))
+    hf.close()
+
+
+def test_after_a_reboot_committed_transactions_stay_and_abandoned_ones_go(tmp_path: Path) -> None:
+    with EmbeddedLog(tmp_path, background_cleaner=False) as log:
+        log.create_topic("t", 1)
+        log.append("t", 0, [Record(b"plain", b"0")])
+        with log.writer("tx") as w:
+            w.append({("t", 0): [Record(b"k", b"committed")]})
+        # An abandoned transaction: its batch written, the commit point never reached.
+        part = log._partition("t", 0)
+        with part.locked():
+            head = part.prepare_locked(resolve_pending=False)
+            from kafkakv.log.embedded.txn import producer_id
+
+            body, count, bts, mts = log._encode(part, [Record(b"k", b"abandoned")])
+            part.write_locked(head, body, count, bts, mts, producer=producer_id("tx"))
+    _pretend_reboot(tmp_path, "t")
+    with EmbeddedLog(tmp_path, background_cleaner=False) as log:
+        assert [r.value for r in log.read("t", 0, 0)] == [b"0", b"committed"]
+        assert log.end_offset("t", 0) == 2
+        assert log.check() == []
+
+
+def test_a_non_transactional_tail_survives_a_reboot(tmp_path: Path) -> None:
+    with EmbeddedLog(tmp_path, background_cleaner=False, fsync="always") as log:
+        log.create_topic("t", 1, {"index.interval.bytes": 100})
+        for i in range(40):
+            log.append("t", 0, [Record(b"k", b"v%d" % i * 10)])
+    _pretend_reboot(tmp_path, "t")
+    with EmbeddedLog(tmp_path, background_cleaner=False) as log:
+        assert log.end_offset("t", 0) == 40
+        assert log.read("t", 0, 39)[0].value == b"v39" * 10
+        assert log.check() == []
+
+
+def test_wait_raises_when_the_log_is_closed_meanwhile(tmp_path: Path) -> None:
+    log = EmbeddedLog(tmp_path, background_cleaner=False)
+    log.create_topic("t", 1)
+    threading.Timer(0.1, log.close).start()
+    start = time.monotonic()
+    with pytest.raises(ClosedError):
+        log.wait("t", 0, 0, timeout=30)
+    assert time.monotonic() - start < 5
