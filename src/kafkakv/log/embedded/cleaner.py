@@ -114,8 +114,8 @@ def clean_partition(part: Partition, *, force: bool, block: bool = False) -> Cle
         ):
             return None
         segs = _cleanable(part, m, now)
-        if not segs:
-            return None
+        if not any(s.base >= m.clean_upto for s in segs) and not _tombstones_due(part, m, now):
+            return None  # nothing dirty and no tombstone due: a copy would change nothing
         latest: dict[bytes | None, int] = {}
         for seg in segs:
             if seg.base < m.clean_upto:
