@@ -13,27 +13,11 @@ import os
 
 from kafkakv.errors import CorruptLogError
 from kafkakv.log.base import Problem
-from kafkakv.log.embedded.format import (
-    HEADER_SIZE,
-    INDEX_ENTRY,
-    BatchHeader,
-    parse_header,
-    verify_crc,
-)
+from kafkakv.log.embedded.format import INDEX_ENTRY, next_valid_batch, valid_batch_at
 from kafkakv.log.embedded.manifest import Manifest
 from kafkakv.log.embedded.partition import Partition
 
 __all__ = ["check_partition"]
-
-
-def _batch_at(buf: bytes, pos: int) -> BatchHeader | None:
-    try:
-        h = parse_header(buf, pos)
-    except CorruptLogError:
-        return None
-    if pos + h.size > len(buf) or not verify_crc(buf, pos, h):
-        return None
-    return h
 
 
 def check_partition(part: Partition) -> list[Problem]:
@@ -88,13 +72,10 @@ def check_partition(part: Partition) -> list[Problem]:
         pos = 0
         last_in_seg = None
         while pos < len(buf):
-            h = _batch_at(buf, pos)
+            h = valid_batch_at(buf, pos)
             if h is None:
                 report(f"{seg.name}.log@{pos}", "corrupt or torn batch (framing or checksum)")
-                nxt = next(
-                    (p for p in range(pos + 1, len(buf) - HEADER_SIZE + 1) if _batch_at(buf, p)),
-                    None,
-                )
+                nxt = next_valid_batch(buf, pos + 1)
                 if nxt is None:
                     break
                 report(

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -48,9 +48,11 @@ __all__ = [
     "decode_rows",
     "encode_batch",
     "encode_records",
+    "next_valid_batch",
     "parse_header",
     "reencode_batch",
     "scan_batches",
+    "valid_batch_at",
     "verify_crc",
 ]
 
@@ -256,6 +258,33 @@ def reencode_batch(header: BatchHeader, rows: Sequence[Row], delete_horizon_ms: 
         delete_horizon_ms=delete_horizon_ms,
         producer=header.producer,
     )
+
+
+def valid_batch_at(buf: bytes | memoryview, pos: int) -> BatchHeader | None:
+    """The header of a whole batch at ``pos`` whose checksum holds; None otherwise."""
+    try:
+        h = parse_header(buf, pos)
+    except CorruptLogError:
+        return None
+    if pos + h.size > len(buf) or not verify_crc(buf, pos, h):
+        return None
+    return h
+
+
+def next_valid_batch(
+    buf: bytes | memoryview,
+    start: int,
+    accept: Callable[[int, BatchHeader], bool] | None = None,
+) -> int | None:
+    """The first position from ``start`` holding a valid batch (that ``accept`` also takes).
+
+    Used to tell a torn tail (nothing valid follows) from damage in the middle. O(n) headers.
+    """
+    for p in range(start, len(buf) - HEADER_SIZE + 1):
+        h = valid_batch_at(buf, p)
+        if h is not None and (accept is None or accept(p, h)):
+            return p
+    return None
 
 
 def scan_batches(

@@ -20,6 +20,7 @@ import contextlib
 import errno
 import fcntl
 import gc
+import mmap
 import os
 import threading
 import time
@@ -37,7 +38,10 @@ from kafkakv.log.embedded.format import (
     BatchHeader,
     decode_records,
     encode_batch,
+    next_valid_batch,
     parse_header,
+    scan_batches,
+    valid_batch_at,
     verify_crc,
 )
 from kafkakv.log.embedded.head import BOOT_ID, HeadFile, HeadState
@@ -556,14 +560,15 @@ class Partition:
         return rolled
 
     def _max_timestamp_locked(self, head: HeadState) -> int:
-        best = -1
-        buf = os.pread(self._wfd, head.active_pos, 0)
-        pos = 0
-        while pos + HEADER_SIZE <= len(buf):
-            h = parse_header(buf, pos)
-            best = max(best, h.max_timestamp)
-            pos += h.size
-        return best
+        """Largest timestamp of the active segment, from batch headers only (mmap, no copy)."""
+        if head.active_pos == 0:
+            return -1
+        with (
+            mmap.mmap(self._wfd, head.active_pos, mmap.MAP_SHARED, mmap.PROT_READ) as mm,
+            memoryview(mm) as view,  # released before the map closes
+        ):
+            headers = scan_batches(view, 0, head.active_pos)
+            return max((h.max_timestamp for _, h in headers), default=-1)
 
     # -- recovery ---------------------------------------------------------------------
     def recover_locked(self) -> HeadState:
@@ -594,7 +599,7 @@ class Partition:
             next_offset = h.last_offset + 1
             pos += h.size
         if pos < len(buf):
-            later = self._find_valid_batch(buf, pos + 1, active)
+            later = next_valid_batch(buf, pos + 1, lambda p, h: self._acceptable(active, p, h))
             if later is not None:
                 raise self._corrupt(
                     active,
@@ -620,23 +625,16 @@ class Partition:
         return head
 
     def _valid_batch_at(self, buf: bytes, pos: int, seg: SegmentInfo) -> BatchHeader | None:
-        try:
-            h = parse_header(buf, pos)
-        except CorruptLogError:
-            return None
-        if pos + h.size > len(buf) or h.base_offset < seg.base or not verify_crc(buf, pos, h):
-            return None
-        if h.attributes & ATTR_TRANSACTIONAL and not self._committed(
-            h.producer, self.topic, self.number, seg.base, pos + h.size
-        ):
-            return None
-        return h
+        """A valid batch of ``seg`` at ``pos`` that is not an uncommitted transaction's."""
+        h = valid_batch_at(buf, pos)
+        return h if h is not None and self._acceptable(seg, pos, h) else None
 
-    def _find_valid_batch(self, buf: bytes, start: int, seg: SegmentInfo) -> int | None:
-        for p in range(start, len(buf) - HEADER_SIZE + 1):
-            if self._valid_batch_at(buf, p, seg) is not None:
-                return p
-        return None
+    def _acceptable(self, seg: SegmentInfo, pos: int, h: BatchHeader) -> bool:
+        if h.base_offset < seg.base:
+            return False
+        return not (h.attributes & ATTR_TRANSACTIONAL) or self._committed(
+            h.producer, self.topic, self.number, seg.base, pos + h.size
+        )
 
     # -- maintenance helpers --------------------------------------------------------------
     def swap_locked(
