@@ -196,6 +196,25 @@ def test_wait_wakes_when_another_thread_appends(log: Log, topic: str) -> None:
     assert time.monotonic() - start < 5
 
 
+def test_wait_any_wakes_on_any_partition_and_times_out_when_none_moves(
+    log: Log, topic: str
+) -> None:
+    log.create_topic(topic, 3)
+    log.append(topic, 1, [Record(b"k", b"v")])
+    watched = {(topic, 0): 0, (topic, 1): 1, (topic, 2): 0}
+    start = time.monotonic()
+    assert log.wait_any(watched, timeout=0.2) is False
+    assert 0.15 <= time.monotonic() - start < 2
+    assert log.wait_any({(topic, 1): 0}, timeout=0) is True
+    timer = threading.Timer(0.1, lambda: log.append(topic, 2, [Record(b"k", b"v")]))
+    timer.start()
+    try:
+        assert log.wait_any(watched, timeout=10) is True
+    finally:
+        timer.join()
+    assert log.end_offset(topic, 2) == 1
+
+
 # -- transactional writers ------------------------------------------------------------------
 def test_writer_appends_atomically_across_topics_and_partitions(log: Log, topic: str) -> None:
     other = topic + "-b"

@@ -177,6 +177,15 @@ class Log(ABC):
         """
 
     @abstractmethod
+    def wait_any(self, positions: Mapping[TopicPartition, int], timeout: float | None) -> bool:
+        """Block until any partition named has a record at or after its offset.
+
+        ``positions`` maps (topic, partition) to an offset, as for :meth:`wait`. Returns ``True``
+        as soon as one ``end_offset > offset``, ``False`` when ``timeout`` seconds pass first.
+        This is how one thread follows many partitions without polling.
+        """
+
+    @abstractmethod
     def writer(self, transactional_id: str) -> LogWriter:
         """Open a fenced transactional writer; fences any earlier writer with the same id."""
 

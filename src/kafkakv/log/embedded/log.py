@@ -34,7 +34,7 @@ from kafkakv.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from kafkakv.log.base import Log, LogWriter, Problem, Record
+from kafkakv.log.base import Log, LogWriter, Problem, Record, TopicPartition
 from kafkakv.log.config import TopicConfig, parse_topic_config, validate_topic_name
 from kafkakv.log.embedded.check import check_partition
 from kafkakv.log.embedded.cleaner import CleanResult, clean_partition, enforce_retention
@@ -310,6 +310,19 @@ class EmbeddedLog(Log):
             part._head.path, lambda: self._closed or part.end_offset() > offset, timeout
         )
         self._check_open()  # closed while waiting: say so rather than answer
+        return arrived
+
+    def wait_any(self, positions: Mapping[TopicPartition, int], timeout: float | None) -> bool:
+        """See :meth:`Log.wait_any`. Sleeps on inotify events of every named head file."""
+        watched = [(self._partition(t, p), offset) for (t, p), offset in positions.items()]
+
+        def ready() -> bool:
+            return self._closed or any(part.end_offset() > offset for part, offset in watched)
+
+        arrived = self._notifier.wait_for_any(
+            [part._head.path for part, _ in watched], ready, timeout
+        )
+        self._check_open()
         return arrived
 
     def writer(self, transactional_id: str) -> LogWriter:

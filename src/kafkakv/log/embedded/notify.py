@@ -16,7 +16,7 @@ import select
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 __all__ = ["ChangeNotifier"]
 
@@ -44,6 +44,7 @@ class ChangeNotifier:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._counters: dict[str, int] = {}
+        self._total = 0  # moves on every batch of events; what waiters compare
         self._by_wd: dict[int, str] = {}
         self._watched: dict[str, int] = {}
         self._fd = -1
@@ -104,16 +105,23 @@ class ChangeNotifier:
                 with self._cond:
                     for path in touched:
                         self._counters[path] += 1
+                    self._total += 1
                     self._cond.notify_all()
 
     def wait_for(self, head_path: str, ready: Callable[[], bool], timeout: float | None) -> bool:
         """Return True once ``ready()`` holds, False when ``timeout`` seconds pass first."""
+        return self.wait_for_any([head_path], ready, timeout)
+
+    def wait_for_any(
+        self, head_paths: Sequence[str], ready: Callable[[], bool], timeout: float | None
+    ) -> bool:
+        """Like :meth:`wait_for`, woken by a publish to any of ``head_paths``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            watching = self._watch(head_path)
+            watching = all([self._watch(path) for path in head_paths])
         while True:
             with self._cond:
-                seen = self._counters.get(head_path, 0)
+                seen = self._total
             if ready():
                 return True
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -121,7 +129,7 @@ class ChangeNotifier:
                 return False
             if watching:
                 with self._cond:
-                    if self._counters.get(head_path, 0) == seen:
+                    if self._total == seen:
                         # A bounded sleep: a publish by a process that lost its inotify event
                         # (queue overflow) is still seen within a second.
                         self._cond.wait(1.0 if remaining is None else min(remaining, 1.0))
