@@ -23,6 +23,21 @@
         ├── CorruptLogError               bytes on disk that fail their checksum or framing
         ├── UnsupportedOperationError     an operation the backend cannot perform
         └── LogIOError (OSError)          the operating system refused a file operation
+    ├── EncodeError (TypeError)           a key or value its codec cannot encode
+    ├── DecodeError (ValueError)          bytes a codec or the ops protocol cannot read
+    ├── StoreError                        a replica's store failed or holds something unreadable
+    └── MapError                          anything the replicated map refuses or fails at
+        ├── TopicMismatchError (ConfigError)
+        │                                 a map's existing topics have the wrong settings
+        ├── WrongPartitionError (KeyError)
+        │                                 a key outside the partitions a sharded replica holds
+        ├── DataLossError                 ops a replica needs were removed before a flush
+        │                                 covered them (ops retention too small)
+        └── OperationFailedError          an update decided as failed when applied: the same
+            │                             on every replica, the state unchanged
+            ├── FunctionError             a registered compute/merge function raised
+            └── UnknownFunctionError (KeyError)
+                                          a function name that is not registered
 
 Errors from below (``OSError``, and later ``KafkaException``) are translated at the boundary
 with ``raise ... from exc``, so the original error stays attached as ``__cause__``.
@@ -34,19 +49,29 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "CorruptLogError",
+    "DataLossError",
+    "DecodeError",
+    "EncodeError",
     "FencedError",
+    "FunctionError",
     "InvalidRecordError",
     "KafkaKVError",
     "LogError",
     "LogIOError",
+    "MapError",
     "NotALogError",
     "OffsetOutOfRangeError",
+    "OperationFailedError",
     "OperationTimeoutError",
     "RecordTooLargeError",
+    "StoreError",
     "TopicExistsError",
+    "TopicMismatchError",
+    "UnknownFunctionError",
     "UnknownPartitionError",
     "UnknownTopicError",
     "UnsupportedOperationError",
+    "WrongPartitionError",
 ]
 
 
@@ -126,3 +151,62 @@ class UnsupportedOperationError(LogError):
 
 class LogIOError(LogError, OSError):
     """The operating system refused a file operation; ``__cause__`` holds the original."""
+
+
+class EncodeError(KafkaKVError, TypeError):
+    """A codec cannot encode the key or value given; nothing was appended."""
+
+
+class DecodeError(KafkaKVError, ValueError):
+    """Bytes that a codec, or the ops protocol, cannot read."""
+
+
+class MapError(KafkaKVError):
+    """The replicated map refused or failed an operation."""
+
+
+class TopicMismatchError(MapError, ConfigError):
+    """A map's topics exist with settings the protocol cannot work with; the message names the
+    topic and the setting."""
+
+
+class WrongPartitionError(MapError, KeyError):
+    """The key belongs to a partition this sharded replica does not hold."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "key outside this replica's partitions"
+
+
+class DataLossError(MapError):
+    """Ops a replica must replay are gone from the ops topic (retention removed them before a
+    flush covered them); the replica cannot be made equal to the others."""
+
+
+class OperationFailedError(MapError):
+    """An update was applied and failed, identically on every replica; the state is unchanged."""
+
+
+class FunctionError(OperationFailedError):
+    """A registered compute or merge function raised. ``function`` is its name; ``error`` the
+    text of what it raised (the original exception is ``__cause__`` on the writer's replica)."""
+
+    def __init__(self, function: str, error: BaseException) -> None:
+        super().__init__(f"function {function!r} raised {type(error).__name__}: {error}")
+        self.function = function
+        self.error = f"{type(error).__name__}: {error}"
+
+
+class UnknownFunctionError(OperationFailedError, KeyError):
+    """No function is registered under this name (see :mod:`kafkakv.functions`)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no function registered as {name!r}; register it in every process")
+        self.name = name
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class StoreError(KafkaKVError):
+    """A replica's store failed (disk full, I/O error, a key it cannot hold) or holds something
+    unreadable (a directory that is not a store); ``__cause__`` holds the backend's error."""

@@ -1,0 +1,219 @@
+"""Codecs turn keys and values into the bytes that travel through the log.
+
+Pure, no I/O. Every codec encodes equal objects to equal bytes (keys are compared and
+partitioned by their bytes), refuses what it cannot encode with
+:class:`~kafkakv.errors.EncodeError` (a ``TypeError``) before anything is appended, and reports
+bytes it cannot read with :class:`~kafkakv.errors.DecodeError` (a ``ValueError``).
+
+============  =============================================  =======================================
+name          objects                                        byte order = object order
+============  =============================================  =======================================
+``str``       ``str`` as UTF-8                               yes (code point order)
+``bytes``     ``bytes``, ``bytearray``, ``memoryview``       yes
+``int``       ints in the signed 64-bit range                yes (8 bytes, sign bit flipped)
+``json``      JSON values; dicts written with sorted keys    no
+``msgpack``   msgpack values (dict order is kept as given)   no
+============  =============================================  =======================================
+
+Pickle is not in this table on purpose: unpickling runs code chosen by whoever wrote the bytes.
+:class:`PickleCodec` exists for logs whose every writer you trust, and must be asked for by
+constructing it with ``trusted=True``.
+
+>>> codec = codec_for("int")
+>>> codec.decode(codec.encode(-5)), codec.encode(-1) < codec.encode(0) < codec.encode(1)
+(-5, True)
+>>> codec_for("json").encode({"b": 1, "a": [1, 2]})
+b'{"a":[1,2],"b":1}'
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import struct
+from abc import ABC, abstractmethod
+from typing import Any, Generic, TypeVar
+
+import msgpack
+import orjson
+
+from kafkakv.errors import ConfigError, DecodeError, EncodeError
+
+__all__ = [
+    "BytesCodec",
+    "Codec",
+    "IntCodec",
+    "JsonCodec",
+    "MsgpackCodec",
+    "PickleCodec",
+    "StrCodec",
+    "codec_for",
+]
+
+T = TypeVar("T")
+
+
+class Codec(ABC, Generic[T]):
+    """Turns objects of one kind into bytes and back."""
+
+    #: Short name, as accepted by :func:`codec_for`.
+    name: str = ""
+    #: True when comparing encoded bytes orders like comparing the objects (sorted maps need it).
+    ordered: bool = False
+
+    @abstractmethod
+    def encode(self, obj: T) -> bytes:
+        """The bytes of ``obj``; raises :class:`~kafkakv.errors.EncodeError` when impossible."""
+
+    @abstractmethod
+    def decode(self, data: bytes) -> T:
+        """The object of ``data``; raises :class:`~kafkakv.errors.DecodeError` on bad bytes."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class StrCodec(Codec[str]):
+    name = "str"
+    ordered = True
+
+    def encode(self, obj: str) -> bytes:
+        if not isinstance(obj, str):
+            raise EncodeError(f"the str codec takes str, not {type(obj).__name__}")
+        try:
+            return obj.encode("utf-8")
+        except UnicodeEncodeError as exc:  # lone surrogates
+            raise EncodeError(f"string cannot be written as UTF-8: {exc}") from exc
+
+    def decode(self, data: bytes) -> str:
+        try:
+            return bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"not UTF-8: {exc}") from exc
+
+
+class BytesCodec(Codec[bytes]):
+    name = "bytes"
+    ordered = True
+
+    def encode(self, obj: bytes) -> bytes:
+        if isinstance(obj, bytes):
+            return obj
+        if isinstance(obj, bytearray | memoryview):
+            return bytes(obj)
+        raise EncodeError(f"the bytes codec takes bytes, not {type(obj).__name__}")
+
+    def decode(self, data: bytes) -> bytes:
+        return bytes(data)
+
+
+_INT = struct.Struct(">Q")
+_SIGN = 1 << 63
+
+
+class IntCodec(Codec[int]):
+    """Signed 64-bit integers as 8 big-endian bytes with the sign bit flipped, so that byte
+    order is numeric order."""
+
+    name = "int"
+    ordered = True
+
+    def encode(self, obj: int) -> bytes:
+        if not isinstance(obj, int) or isinstance(obj, bool):
+            raise EncodeError(f"the int codec takes int, not {type(obj).__name__}")
+        if not -_SIGN <= obj < _SIGN:
+            raise EncodeError(f"{obj} is outside the signed 64-bit range of the int codec")
+        return _INT.pack(obj + _SIGN)
+
+    def decode(self, data: bytes) -> int:
+        if len(data) != 8:
+            raise DecodeError(f"the int codec reads 8 bytes, got {len(data)}")
+        value: int = _INT.unpack(data)[0]
+        return value - _SIGN
+
+
+class JsonCodec(Codec[Any]):
+    """JSON through orjson, dict keys sorted so that equal dicts give equal bytes. Tuples come
+    back as lists; a NaN or infinity is refused at the top level (orjson writes nested ones as
+    null)."""
+
+    name = "json"
+
+    def encode(self, obj: Any) -> bytes:
+        if isinstance(obj, float) and not math.isfinite(obj):
+            raise EncodeError("JSON has no NaN or infinity")
+        try:
+            return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+        except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+            raise EncodeError(f"cannot write as JSON: {exc}") from exc
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"not JSON: {exc}") from exc
+
+
+class MsgpackCodec(Codec[Any]):
+    """msgpack: compact and fast; bytes stay bytes. Dicts keep the order they were built in, so
+    prefer another codec for keys that are dicts."""
+
+    name = "msgpack"
+
+    def encode(self, obj: Any) -> bytes:
+        try:
+            return msgpack.packb(obj, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise EncodeError(f"cannot write as msgpack: {exc}") from exc
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        except Exception as exc:  # msgpack raises several unrelated types for bad input
+            raise DecodeError(f"not msgpack: {exc}") from exc
+
+
+class PickleCodec(Codec[Any]):
+    """Any picklable object. Decoding runs code named by the bytes, so this codec exists only for
+    logs that nobody untrusted can write to; construct it with ``trusted=True`` to say so."""
+
+    name = "pickle"
+
+    def __init__(self, *, trusted: bool = False) -> None:
+        if trusted is not True:
+            raise ConfigError(
+                "PickleCodec executes code from the log when decoding; pass trusted=True if "
+                "every writer of these topics is trusted, or use the json or msgpack codec"
+            )
+
+    def encode(self, obj: Any) -> bytes:
+        try:
+            return pickle.dumps(obj, protocol=5)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise EncodeError(f"cannot pickle: {exc}") from exc
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            return pickle.loads(data)
+        except Exception as exc:
+            raise DecodeError(f"cannot unpickle: {exc}") from exc
+
+
+_BY_NAME: dict[str, type[Codec[Any]]] = {
+    c.name: c for c in (StrCodec, BytesCodec, IntCodec, JsonCodec, MsgpackCodec)
+}
+
+
+def codec_for(spec: str | Codec[Any]) -> Codec[Any]:
+    """A codec from its name (``str``, ``bytes``, ``int``, ``json``, ``msgpack``) or as given.
+
+    Raises :class:`~kafkakv.errors.ConfigError` for another name (``pickle`` included: build a
+    :class:`PickleCodec` yourself).
+    """
+    if isinstance(spec, Codec):
+        return spec
+    if isinstance(spec, str) and spec in _BY_NAME:
+        return _BY_NAME[spec]()
+    if spec == "pickle":
+        raise ConfigError("pickle is opt-in only: pass PickleCodec(trusted=True) as the codec")
+    raise ConfigError(f"unknown codec {spec!r}; choose one of {', '.join(sorted(_BY_NAME))}")

@@ -1,0 +1,226 @@
+"""``kafkakv.connect``: open a log and the maps on it.
+
+>>> import tempfile, kafkakv
+>>> with kafkakv.connect(tempfile.mkdtemp()) as db:
+...     prices = db.map("prices")
+...     prices["tea"] = 3
+...     prices.compare_and_set("tea", 3, 4), prices["tea"]
+(True, 4)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kafkakv.codecs import Codec, codec_for
+from kafkakv.errors import ClosedError, ConfigError
+from kafkakv.log.base import Log
+from kafkakv.log.embedded import EmbeddedLog
+from kafkakv.map.engine import MapState, ReplicaEngine
+from kafkakv.map.replica import ReplicaMap, SortedReplicaMap
+from kafkakv.map.settings import MapSettings
+from kafkakv.map.topics import MapTopics, ensure_topics
+from kafkakv.store import OrderedStore, Store, open_store
+
+__all__ = ["Database", "connect"]
+
+
+def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Database:
+    """Open a database on ``target``: a directory (the embedded log, created if missing) or a
+    :class:`~kafkakv.log.Log` you opened yourself (not closed by :meth:`Database.close`).
+
+    ``log_options`` go to :class:`~kafkakv.log.EmbeddedLog` (``fsync``, ...). ``kafka://``
+    targets arrive with the Kafka backend and raise :class:`~kafkakv.errors.ConfigError` now.
+    """
+    if isinstance(target, Log):
+        if log_options:
+            raise ConfigError("log options apply only when kafkakv opens the log itself")
+        return Database(target, owns_log=False)
+    text = os.fspath(target)
+    if "://" in text:
+        raise ConfigError(f"unsupported target {text!r}: give a directory for the embedded log")
+    return Database(EmbeddedLog(text, **log_options), owns_log=True)
+
+
+class Database:
+    """A log plus the map replicas opened on it. Context manager; :meth:`close` closes every
+    map (failing their pending updates) and, when it opened it, the log."""
+
+    def __init__(self, log: Log, *, owns_log: bool) -> None:
+        self.log = log
+        self._owns_log = owns_log
+        self._engines: list[ReplicaEngine] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def map(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        key_codec: str | Codec[Any] = "str",
+        value_codec: str | Codec[Any] = "json",
+        store: str | Store = "dict",
+        store_path: str | os.PathLike[str] | None = None,
+        shard: Iterable[int] | None = None,
+        consistency: str = "local",
+        flush_period: int = 1000,
+        timeout: float = 30.0,
+        max_in_flight: int = 10_000,
+        topics: str | None = None,
+    ) -> ReplicaMap[Any, Any]:
+        """Open a replica of map ``name``, creating its topics if needed, and load it.
+
+        ``partitions``: for new topics (default 1); checked against existing ones.
+        ``store``: ``"dict"``, ``"sorted"``, ``"lmdb"`` (with ``store_path``, survives
+        restarts) or a :class:`~kafkakv.store.Store`. ``shard``: the partitions this replica
+        holds (default all). ``topics``: share the topics of that base name with other maps
+        (the map's name then prefixes its record keys). Other options: see
+        :class:`~kafkakv.map.MapSettings`.
+
+        Returns a :class:`SortedReplicaMap` when the store is ordered. Costs the bootstrap:
+        reading the data topic and the ops after the last flush (or, for a persistent store,
+        only the ops it has not applied). Raises
+        :class:`~kafkakv.errors.TopicMismatchError` for existing topics with wrong settings,
+        :class:`~kafkakv.errors.ConfigError` for bad options.
+        """
+        settings = MapSettings(
+            flush_period=flush_period,
+            timeout=timeout,
+            max_in_flight=max_in_flight,
+            consistency=consistency,
+        )
+        spec = _MapSpec(name, key_codec, value_codec, store, store_path)
+        maps = self._open(topics or name, [spec], partitions, shard, settings, shared=bool(topics))
+        return maps[0]
+
+    def sorted_map(self, name: str, **options: Any) -> SortedReplicaMap[Any, Any]:
+        """:meth:`map` with a sorted store by default; needs an ordered key codec."""
+        options.setdefault("store", "sorted")
+        opened = self.map(name, **options)
+        if not isinstance(opened, SortedReplicaMap):
+            raise ConfigError("a sorted map needs an ordered store: 'sorted' or 'lmdb'")
+        return opened
+
+    def maps(
+        self,
+        topics: str,
+        names: Sequence[str],
+        *,
+        partitions: int | None = None,
+        shard: Iterable[int] | None = None,
+        **options: Any,
+    ) -> dict[str, ReplicaMap[Any, Any]]:
+        """Open several maps that share the topics ``topics`` in one replica (one follower,
+        one flusher). Key/value codec and store options apply to each map; ``store_path`` is
+        a directory holding one store per map."""
+        settings = MapSettings(**{k: options.pop(k) for k in list(options) if k in _SETTING_NAMES})
+        path = options.pop("store_path", None)
+        specs = [
+            _MapSpec(
+                n,
+                options.get("key_codec", "str"),
+                options.get("value_codec", "json"),
+                options.get("store", "dict"),
+                None if path is None else os.path.join(os.fspath(path), n),
+            )
+            for n in names
+        ]
+        unknown = set(options) - {"key_codec", "value_codec", "store"}
+        if unknown:
+            raise ConfigError(f"unknown map options: {', '.join(sorted(unknown))}")
+        opened = self._open(topics, specs, partitions, shard, settings, shared=True)
+        return {m.name: m for m in opened}
+
+    def _open(
+        self,
+        base: str,
+        specs: Sequence[_MapSpec],
+        partitions: int | None,
+        shard: Iterable[int] | None,
+        settings: MapSettings,
+        *,
+        shared: bool,
+    ) -> list[ReplicaMap[Any, Any]]:
+        if self._closed:
+            raise ClosedError("database is closed")
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"map names repeat: {names}")
+        topics = MapTopics.for_name(base)
+        count = ensure_topics(self.log, topics, partitions)
+        held = sorted(set(range(count) if shard is None else shard))
+        bad = [p for p in held if not isinstance(p, int) or not 0 <= p < count]
+        if bad or not held:
+            raise ConfigError(f"shard must name partitions of 0..{count - 1}, not {bad or held}")
+        states = [spec.state(shared) for spec in specs]
+        max_bytes = int(self.log.topic_config(topics.ops)["max.message.bytes"])
+        engine = ReplicaEngine(self.log, topics, count, held, states, settings, max_bytes)
+        try:
+            engine.start()
+        except BaseException:
+            engine.close()
+            raise
+        with self._lock:
+            self._engines.append(engine)
+        return [
+            (SortedReplicaMap if isinstance(s.store, OrderedStore) else ReplicaMap)(engine, s)
+            for s in states
+        ]
+
+    def close(self) -> None:
+        """Close every map opened here, then the log if this database opened it."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            engines, self._engines = self._engines, []
+        for engine in engines:
+            engine.close()
+        if self._owns_log:
+            self.log.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_SETTING_NAMES = {"flush_period", "timeout", "max_in_flight", "consistency"}
+
+
+class _MapSpec:
+    def __init__(
+        self,
+        name: str,
+        key_codec: str | Codec[Any],
+        value_codec: str | Codec[Any],
+        store: str | Store,
+        store_path: str | os.PathLike[str] | None,
+    ) -> None:
+        if not isinstance(name, str) or not name or len(name.encode()) > 255:
+            raise ConfigError(f"a map name is a non-empty str of at most 255 bytes: {name!r}")
+        self.name = name
+        self.keys = codec_for(key_codec)
+        self.values = codec_for(value_codec)
+        self.store = store
+        self.store_path = store_path
+
+    def state(self, shared: bool) -> MapState:
+        if isinstance(self.store, Store):
+            store = self.store
+        else:
+            path = None if self.store_path is None else os.fspath(self.store_path)
+            store = open_store(self.store, path=path)
+        if self.store == "sorted" and not self.keys.ordered:
+            # Range queries follow the bytes: with an unordered codec they would surprise.
+            raise ConfigError(
+                f"a sorted map needs an ordered key codec (str, bytes, int), not {self.keys!r}"
+            )
+        name = self.name.encode()
+        prefix = bytes([len(name)]) + name if shared else b""
+        return MapState(self.name, prefix, self.keys, self.values, store)

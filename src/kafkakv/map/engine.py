@@ -1,0 +1,655 @@
+"""The replica engine: the threads and I/O around :mod:`kafkakv.map.ops`.
+
+One engine follows one set of map topics for the partitions it holds, on behalf of one or more
+maps that share those topics. It
+
+* **bootstraps** each partition: the data topic up to its end (taking the flush point recorded
+  there), then the ops after that point; a persistent store resumes at its own offset instead;
+* **applies** ops in log order under one lock. Any thread may do it: a writer waiting for its
+  own record applies up to it itself (no hand-off to another thread on the hot path), and a
+  background thread follows the partitions for updates made elsewhere;
+* **sends** async updates in batches from a sender thread, with at most ``max_in_flight``
+  unapplied;
+* **shares barriers**: a reader joins the next barrier of a partition; one reader per group
+  appends it and applies up to it, the others wait on the same group;
+* **flushes**: every ``flush_period`` ops of a partition, the replica whose op crossed the mark
+  writes the latest value of each changed key, a flush point for the data topic and a
+  ``FLUSHED`` mark for the ops topic, in one fenced atomic batch.
+
+Locks: ``_lock`` (re-entrant) guards the stores, positions and dirty sets, and is held while
+listeners and future callbacks run, so they see changes in log order; ``_barrier_cond`` guards
+the barrier groups. Nothing blocks on I/O while holding ``_barrier_cond``.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from kafkakv.codecs import Codec
+from kafkakv.errors import (
+    ClosedError,
+    DataLossError,
+    DecodeError,
+    FencedError,
+    KafkaKVError,
+    OperationFailedError,
+    OperationTimeoutError,
+    RecordTooLargeError,
+)
+from kafkakv.log.base import Log, LogWriter, Record
+from kafkakv.log.partitioner import partition_for
+from kafkakv.map.ops import Keep, OpCode, decide, decode_op, encode_op
+from kafkakv.map.settings import MapSettings
+from kafkakv.map.topics import MapTopics
+from kafkakv.store.base import Positions, Store
+
+__all__ = ["FLUSH_POINT_KEY", "ApplyError", "MapState", "OpFuture", "ReplicaEngine"]
+
+log = logging.getLogger("kafkakv.map")
+
+#: Key of the record that each flush adds to the data topic: its value is msgpack ``[X]``, the
+#: last ops offset the flush covers. Compaction keeps the newest one per partition.
+FLUSH_POINT_KEY = b"\x00kafkakv:flush-point"
+
+_READ_BATCH = 2000
+_WAIT_SLICE = 0.5  # the follower thread re-checks its state this often
+
+
+class OpFuture(Future[Any]):
+    """A :class:`concurrent.futures.Future` that asyncio code can also ``await``."""
+
+    def __await__(self) -> Any:
+        import asyncio
+
+        return asyncio.wrap_future(self).__await__()
+
+
+Listener = Callable[[Any, Any, Any, bool], None]
+
+
+@dataclass
+class MapState:
+    """One map held by an engine: how its keys look in records, its codecs, store, listeners."""
+
+    name: str
+    prefix: bytes
+    keys: Codec[Any]
+    values: Codec[Any]
+    store: Store
+    listeners: list[Listener] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ApplyError:
+    """An op that failed when applied (or did not decode), as every replica saw it."""
+
+    partition: int
+    offset: int
+    error: str
+
+
+@dataclass
+class _Pending:
+    future: OpFuture
+    state: MapState
+    code: OpCode
+
+
+class _BarrierGroup:
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.error: BaseException | None = None
+
+
+class ReplicaEngine:
+    """See the module docstring. Built and started by :class:`~kafkakv.db.Database`."""
+
+    def __init__(
+        self,
+        log: Log,
+        topics: MapTopics,
+        partition_count: int,
+        held: Sequence[int],
+        maps: Sequence[MapState],
+        settings: MapSettings,
+        max_record_bytes: int,
+    ) -> None:
+        self.log = log
+        self.topics = topics
+        self.partition_count = partition_count
+        self.held = tuple(sorted(held))
+        self.settings = settings
+        self.max_record_bytes = max_record_bytes
+        self.maps = list(maps)
+        self._plain = len(maps) == 1 and maps[0].prefix == b""
+        self._by_prefix = {m.prefix: m for m in maps}
+        self.origin = os.urandom(8)
+        self._seq = itertools.count()
+        self._lock = threading.RLock()
+        self._applied = dict.fromkeys(self.held, 0)  # next ops offset to apply
+        self._flushed = dict.fromkeys(self.held, -1)  # last ops offset a flush covered
+        self._dirty: dict[int, dict[bytes, int]] = {p: {} for p in self.held}
+        self._flush_asked: set[int] = set()
+        self._next_flush = dict.fromkeys(self.held, settings.flush_period - 1)
+        self._pending: dict[int, _Pending] = {}
+        self._events: collections.deque[Callable[[], None]] = collections.deque()
+        self.errors: collections.deque[ApplyError] = collections.deque(maxlen=1000)
+        self._in_flight = threading.BoundedSemaphore(settings.max_in_flight)
+        self._outbox: collections.deque[tuple[int, Record, int]] = collections.deque()
+        self._outbox_ready = threading.Condition()
+        self._flush_queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._writers: dict[int, LogWriter] = {}
+        self._barrier_cond = threading.Condition()
+        self._barrier_next: dict[int, _BarrierGroup | None] = dict.fromkeys(self.held)
+        self._barrier_busy: dict[int, bool] = dict.fromkeys(self.held, False)
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Bootstrap every held partition, then start the follower, sender and flusher."""
+        deadline = time.monotonic() + self.settings.timeout * max(1, len(self.held))
+        for p in self.held:
+            self._bootstrap(p, deadline)
+        for target, name in (
+            (self._follow, "follower"),
+            (self._send_loop, "sender"),
+            (self._flush_loop, "flusher"),
+        ):
+            thread = threading.Thread(
+                target=target, name=f"kafkakv-{self.topics.data}-{name}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def close(self) -> None:
+        """Stop the threads, fail whatever is pending with ClosedError, close the stores."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._outbox_ready:
+            self._outbox_ready.notify_all()
+        self._flush_queue.put(None)
+        # The follower needs no join: it checks _closed under the lock before applying.
+        for thread in self._threads[1:]:
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
+        closed = ClosedError(f"map {self.maps[0].name!r} was closed before the operation ended")
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            for item in pending.values():
+                if not item.future.done():
+                    item.future.set_exception(closed)
+            for writer in self._writers.values():
+                writer.close()
+            for state in self.maps:
+                state.store.close()
+        with self._barrier_cond:
+            self._barrier_cond.notify_all()
+
+    def check_usable(self) -> None:
+        if self._closed:
+            raise ClosedError(f"map {self.maps[0].name!r} is closed")
+        if self._failure is not None:
+            raise self._failure
+
+    # -- keys and partitions ------------------------------------------------------------
+    def partition_of(self, record_key: bytes) -> int:
+        return partition_for(record_key, self.partition_count)
+
+    def positions(self) -> dict[int, Positions]:
+        with self._lock:
+            return {p: Positions(self._applied[p], self._flushed[p]) for p in self.held}
+
+    # -- updates ------------------------------------------------------------------------
+    def submit(
+        self, state: MapState, code: OpCode, record_key: bytes, args: Sequence[Any], wait: bool
+    ) -> OpFuture:
+        """Append one update and return its future; with ``wait`` apply up to it first.
+
+        Raises OperationTimeoutError when ``max_in_flight`` updates stay unapplied for the whole
+        timeout, and ClosedError after close.
+        """
+        self.check_usable()
+        seq = next(self._seq)
+        value = encode_op(code, self.origin, seq, args)
+        if len(record_key) + len(value) > self.max_record_bytes:
+            raise RecordTooLargeError(
+                f"an update of {len(record_key) + len(value)} bytes is over the ops topic's "
+                f"max.message.bytes={self.max_record_bytes}"
+            )
+        p = self.partition_of(record_key)
+        timeout = self.settings.timeout
+        if not self._in_flight.acquire(timeout=timeout):
+            raise OperationTimeoutError(
+                f"{self.settings.max_in_flight} updates are still unapplied after {timeout} s"
+            )
+        future = OpFuture()
+        future.add_done_callback(lambda _f: self._in_flight.release())
+        with self._lock:
+            self._pending[seq] = _Pending(future, state, code)
+        record = Record(record_key, value)
+        if not wait:
+            with self._outbox_ready:
+                self._outbox.append((p, record, seq))
+                self._outbox_ready.notify()
+            return future
+        try:
+            offset = self.log.append(self.topics.ops, p, [record])
+        except BaseException as exc:
+            self._fail_pending([seq], exc)
+            raise
+        self.apply_until(p, offset, time.monotonic() + timeout)
+        return future
+
+    def _fail_pending(self, seqs: Iterable[int], exc: BaseException) -> None:
+        with self._lock:
+            for seq in seqs:
+                item = self._pending.pop(seq, None)
+                if item is not None and not item.future.done():
+                    item.future.set_exception(exc)
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._outbox_ready:
+                while not self._outbox and not self._closed:
+                    self._outbox_ready.wait()
+                if self._closed:
+                    return
+                items = list(self._outbox)
+                self._outbox.clear()
+            by_partition: dict[int, list[tuple[Record, int]]] = {}
+            for p, record, seq in items:
+                by_partition.setdefault(p, []).append((record, seq))
+            for p, batch in by_partition.items():
+                try:
+                    self.log.append(self.topics.ops, p, [r for r, _ in batch])
+                except Exception as exc:  # fail these updates; keep sending others
+                    self._fail_pending([seq for _, seq in batch], exc)
+
+    # -- applying -----------------------------------------------------------------------
+    def apply_until(self, p: int, offset: int, deadline: float) -> None:
+        """Return once ``offset`` of partition ``p`` is applied, applying it here if need be.
+
+        Raises OperationTimeoutError at ``deadline``; the update may still apply later.
+        """
+        while self._applied[p] <= offset:
+            self.check_usable()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._lock.acquire(timeout=remaining):
+                raise OperationTimeoutError(
+                    f"ops offset {offset} of {self.topics.ops}[{p}] was not applied in time; "
+                    "the update may still be applied later"
+                )
+            try:
+                progressed = self._apply_available(p)
+            finally:
+                self._lock.release()
+            if not progressed and self._applied[p] <= offset:
+                self.log.wait(self.topics.ops, p, self._applied[p], max(0.0, remaining))
+
+    def _apply_available(self, p: int, limit: int = 50_000) -> bool:
+        """Read and apply what partition ``p`` has (up to ``limit`` records). Lock held."""
+        applied = 0
+        while applied < limit:
+            records = self.log.read(self.topics.ops, p, self._applied[p], max_records=_READ_BATCH)
+            if not records:
+                break
+            self._apply_records(p, records)
+            applied += len(records)
+        return applied > 0
+
+    def _apply_records(self, p: int, records: Sequence[Record]) -> None:
+        """The state machine step for a batch of ops records of partition ``p``. Lock held."""
+        changes: dict[int, dict[bytes, bytes | None]] = {}
+        dirty = self._dirty[p]
+        period = self.settings.flush_period
+        events = self._events
+        last = self._applied[p] - 1
+        for record in records:
+            offset = record.offset
+            assert offset is not None
+            last = offset
+            try:
+                op = decode_op(record.value)
+            except DecodeError as exc:
+                self.errors.append(ApplyError(p, offset, str(exc)))
+                continue
+            if op.code.control:
+                if op.code is OpCode.FLUSHED:
+                    self._mark_flushed(p, op.args[0])
+                continue
+            key = record.key
+            state = self._state_for(key)
+            mine = op.origin == self.origin
+            pending = self._pending.pop(op.seq, None) if mine else None
+            if key is None or state is None:
+                if key is not None:
+                    dirty[key] = offset  # another map's key: this replica cannot flush it
+                continue
+            user_key = key[len(state.prefix) :]
+            overlay = changes.setdefault(id(state), {})
+            current = overlay[user_key] if user_key in overlay else state.store.get(user_key)
+            try:
+                result, new = decide(op.code, op.args, current, user_key, state.keys, state.values)
+            except OperationFailedError as exc:
+                self.errors.append(ApplyError(p, offset, str(exc)))
+                if pending is not None:
+                    events.append(_failer(pending.future, exc))
+                continue
+            if not isinstance(new, Keep) and new != current:
+                overlay[user_key] = new
+                dirty[key] = offset
+                if state.listeners:
+                    events.append(_notifier(state, user_key, current, new, mine))
+            if pending is not None:
+                events.append(_completer(pending, result))
+            if mine and offset >= self._next_flush[p] and p not in self._flush_asked:
+                self._flush_asked.add(p)
+                self._next_flush[p] = offset + period  # at most one attempt per period
+                self._flush_queue.put(p)
+        self._applied[p] = last + 1
+        position = {p: Positions(last + 1, self._flushed[p])}
+        for state in self.maps:
+            state.store.write(changes.get(id(state), {}), position)
+        while events:  # shared deque: a listener that updates the map keeps the order
+            events.popleft()()
+
+    def _state_for(self, key: bytes | None) -> MapState | None:
+        if key is None:
+            return None
+        if self._plain:
+            return self.maps[0]
+        n = key[0] if key else 0
+        return self._by_prefix.get(key[: n + 1])
+
+    def _mark_flushed(self, p: int, covered: Any) -> None:
+        if not isinstance(covered, int) or covered <= self._flushed[p]:
+            return
+        self._flushed[p] = covered
+        self._next_flush[p] = max(self._next_flush[p], covered + self.settings.flush_period)
+        dirty = self._dirty[p]
+        for key in [k for k, o in dirty.items() if o <= covered]:
+            del dirty[key]
+
+    def _follow(self) -> None:
+        """Background: apply what other processes append, for every held partition."""
+        ops = self.topics.ops
+        while not self._closed:
+            try:
+                waiting = {(ops, p): self._applied[p] for p in self.held}
+                if not self.log.wait_any(waiting, _WAIT_SLICE):
+                    continue
+                for p in self.held:
+                    if self.log.end_offset(ops, p) > self._applied[p]:
+                        with self._lock:
+                            if not self._closed:
+                                self._apply_available(p)
+            except ClosedError:
+                return
+            except Exception as exc:  # the log failed under us: say so to every caller
+                if self._closed:
+                    return
+                log.error("replica of %s stopped following: %s", self.topics.data, exc)
+                self._failure = exc
+                with self._lock:
+                    self._fail_pending(list(self._pending), exc)
+                return
+
+    # -- barriers -----------------------------------------------------------------------
+    def sync(self, partitions: Iterable[int], timeout: float | None) -> None:
+        """Make this replica reflect every update completed anywhere before the call."""
+        limit = self.settings.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        for p in partitions:
+            if self.settings.shared_barriers:
+                self._shared_barrier(p, deadline)
+            else:
+                self._barrier(p, deadline)
+
+    def _barrier(self, p: int, deadline: float) -> None:
+        offset = self.log.append(self.topics.ops, p, [Record(None, _BARRIER)])
+        self.apply_until(p, offset, deadline)
+
+    def _shared_barrier(self, p: int, deadline: float) -> None:
+        """Join the next barrier group of ``p``; the first member free to lead runs it."""
+        cond = self._barrier_cond
+        with cond:
+            group = self._barrier_next[p]
+            if group is None:
+                group = self._barrier_next[p] = _BarrierGroup()
+            while not group.done:
+                self.check_usable()
+                if not self._barrier_busy[p] and self._barrier_next[p] is group:
+                    self._barrier_busy[p] = True
+                    self._barrier_next[p] = None
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise OperationTimeoutError(f"no barrier of {self.topics.ops}[{p}] in time")
+                cond.wait(remaining)
+            else:
+                if group.error is not None:
+                    raise group.error
+                return
+        try:  # this thread leads the group
+            self._barrier(p, deadline)
+        except BaseException as exc:
+            group.error = exc
+            raise
+        finally:
+            with cond:
+                group.done = True
+                self._barrier_busy[p] = False
+                cond.notify_all()
+
+    # -- flushing -----------------------------------------------------------------------
+    def _flush_loop(self) -> None:
+        while True:
+            p = self._flush_queue.get()
+            if p is None or self._closed:
+                return
+            try:
+                self.flush(p)
+            except FencedError:
+                log.info("flush of %s[%d] fenced by another replica", self.topics.data, p)
+                self._writers.pop(p, None)
+            except Exception as exc:  # a failed flush loses nothing: ops stay; retry later
+                if self._closed:
+                    return
+                log.warning("flush of %s[%d] failed: %s", self.topics.data, p, exc)
+            finally:
+                with self._lock:
+                    self._flush_asked.discard(p)
+
+    def flush(self, p: int) -> int | None:
+        """Flush partition ``p`` now; return the ops offset covered, or None when there was
+        nothing to do, the request was stale, or keys of a map not open here are dirty.
+
+        Opens (fencing any other flusher of ``p``) then catches up with the ops topic, so the
+        last flush point is known before deciding; collects values under the lock; appends
+        data, flush point and ``FLUSHED`` mark in one atomic batch. Raises FencedError when a
+        newer flusher took over meanwhile.
+        """
+        self.check_usable()
+        ops, data = self.topics.ops, self.topics.data
+        request = msgpack.packb([self.origin, self._applied[p]])  # who asked, and how far
+        self.log.append(self.topics.flush, p, [Record(None, request)])
+        writer = self._writers.get(p)
+        if writer is None:
+            writer = self._writers[p] = self.log.writer(f"{ops}.flush.{p}")
+        end = self.log.end_offset(ops, p)
+        self.apply_until(p, end - 1, time.monotonic() + self.settings.timeout)
+        with self._lock:
+            covered = self._applied[p] - 1
+            if covered <= self._flushed[p]:
+                return None  # stale: someone flushed this far already
+            records: list[Record] = []
+            for key in self._dirty[p]:
+                state = self._state_for(key)
+                if state is None:
+                    log.debug("not flushing %s[%d]: keys of another map", data, p)
+                    return None
+                records.append(Record(key, state.store.get(key[len(state.prefix) :])))
+            if not records:
+                return None
+        records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
+        mark = Record(None, encode_op(OpCode.FLUSHED, self.origin, -1, [covered]))
+        writer.append({(data, p): records, (ops, p): [mark]})
+        log.debug("flushed %d keys of %s[%d] up to ops offset %d", len(records), data, p, covered)
+        return covered
+
+    # -- bootstrap ----------------------------------------------------------------------
+    def _bootstrap(self, p: int, deadline: float) -> None:
+        """Load partition ``p``: resume a persistent store, or data topic then ops."""
+        ops = self.topics.ops
+        start = self.log.start_offset(ops, p)
+        resumed = self._resume_point(p)
+        if resumed is not None and resumed.applied >= start:
+            self._applied[p], self._flushed[p] = resumed.applied, resumed.flushed
+            self._collect_dirty(p, max(resumed.flushed + 1, start), resumed.applied)
+        else:
+            flushed = self._load_data(p)
+            if start > flushed + 1:
+                raise DataLossError(
+                    f"{ops}[{p}] starts at offset {start} but the data topic covers ops only "
+                    f"up to {flushed}: retention removed unflushed updates"
+                )
+            self._applied[p], self._flushed[p] = flushed + 1, flushed
+        self._next_flush[p] = self._flushed[p] + self.settings.flush_period
+        with self._lock:
+            self._applied_to_end(p, deadline)
+
+    def _applied_to_end(self, p: int, deadline: float) -> None:
+        end = self.log.end_offset(self.topics.ops, p)
+        if end > self._applied[p]:
+            self.apply_until(p, end - 1, deadline)
+        else:  # persist the positions even when there is nothing to apply
+            for state in self.maps:
+                state.store.write({}, {p: Positions(self._applied[p], self._flushed[p])})
+
+    def _resume_point(self, p: int) -> Positions | None:
+        if not all(state.store.persistent for state in self.maps):
+            return None
+        seen = [state.store.positions().get(p) for state in self.maps]
+        first = seen[0]
+        if first is None or any(s != first for s in seen):
+            return None
+        return first
+
+    def _collect_dirty(self, p: int, start: int, stop: int) -> None:
+        """A resumed replica does not know which keys changed since the last flush: every key
+        of an op in ``[start, stop)`` is treated as changed (a superset is safe to flush)."""
+        dirty, position = self._dirty[p], start
+        while position < stop:
+            records = self.log.read(self.topics.ops, p, position, max_records=_READ_BATCH)
+            if not records:
+                break
+            for record in records:
+                assert record.offset is not None
+                if record.offset >= stop:
+                    return
+                if record.key is not None:
+                    dirty[record.key] = record.offset
+            position = (records[-1].offset or 0) + 1
+
+    def _load_data(self, p: int) -> int:
+        """Read the data topic of ``p`` to its end into the stores; return the flush point."""
+        data = self.topics.data
+        for state in self.maps:
+            if state.store.persistent:
+                state.store.drop_partition(p, iter(self._keys_of(state, p)))
+        flushed = -1
+        position = self.log.start_offset(data, p)
+        while True:
+            records = self.log.read(data, p, position, max_records=_READ_BATCH * 5)
+            if not records:  # stop on an empty read, not at an offset: gaps cannot stall it
+                return flushed
+            changes: dict[int, dict[bytes, bytes | None]] = {}
+            for record in records:
+                key = record.key
+                if key == FLUSH_POINT_KEY:
+                    flushed = max(flushed, _flush_point(record.value))
+                    continue
+                owner = self._state_for(key)
+                if owner is None or key is None:
+                    continue
+                changes.setdefault(id(owner), {})[key[len(owner.prefix) :]] = record.value
+            for state in self.maps:
+                if id(state) in changes:
+                    state.store.write(changes[id(state)], {})
+            position = (records[-1].offset or 0) + 1
+
+    def _keys_of(self, state: MapState, p: int) -> Iterable[bytes]:
+        prefix = state.prefix
+        return [k for k in state.store if self.partition_of(prefix + k) == p]
+
+
+_BARRIER = encode_op(OpCode.BARRIER, b"", 0)
+
+
+def _flush_point(value: bytes | None) -> int:
+    try:
+        (covered,) = msgpack.unpackb(value or b"", raw=False)
+        return int(covered)
+    except Exception as exc:
+        raise DecodeError(f"a flush point record that does not decode: {exc}") from exc
+
+
+def _failer(future: OpFuture, exc: BaseException) -> Callable[[], None]:
+    def fail() -> None:
+        if not future.done():
+            future.set_exception(exc)
+
+    return fail
+
+
+def _completer(pending: _Pending, result: Any) -> Callable[[], None]:
+    def complete() -> None:
+        future = pending.future
+        if future.done():
+            return
+        try:
+            if isinstance(result, bytes):
+                future.set_result(pending.state.values.decode(result))
+            else:
+                future.set_result(result)
+        except KafkaKVError as exc:
+            future.set_exception(exc)
+
+    return complete
+
+
+def _notifier(
+    state: MapState, key: bytes, old: bytes | None, new: bytes | None, mine: bool
+) -> Callable[[], None]:
+    def notify() -> None:
+        try:
+            k = state.keys.decode(key)
+            o = None if old is None else state.values.decode(old)
+            n = None if new is None else state.values.decode(new)
+        except KafkaKVError as exc:
+            log.warning("listener of %s skipped a change it cannot decode: %s", state.name, exc)
+            return
+        for listener in list(state.listeners):
+            try:
+                listener(k, o, n, mine)
+            except Exception:
+                log.exception("a listener of map %s raised", state.name)
+
+    return notify

@@ -1,0 +1,236 @@
+"""The ops protocol, without I/O: what an ops record holds, and how a replica decides it.
+
+An ops record is one update attempt. Its key is the map's record key (the map prefix, if any,
+then the encoded key); its value is a msgpack array ``[code, origin, seq, *args]`` where
+``origin`` identifies the replica that appended it and ``seq`` that replica's request, so the
+writer recognises its own record when it applies it. Control records (barriers, flush marks)
+have no key.
+
+:func:`decide` is the state machine: given an op and the key's current value it returns the
+result for the caller and the new value. It is a pure function of its inputs, so every replica,
+applying the same records in the same order, decides the same; a failure (a function that
+raises, bytes that do not decode) is an :class:`~kafkakv.errors.OperationFailedError` raised the
+same way everywhere, and the caller leaves the state unchanged.
+
+>>> from kafkakv.codecs import codec_for
+>>> json = codec_for("json")
+>>> decide(OpCode.CAS, (json.encode(1), json.encode(2)), json.encode(1), b"k", json, json)
+(True, b'2')
+>>> decide(OpCode.PUT_IF_ABSENT, (b'"x"',), b'"y"', b"k", json, json)
+(b'"y"', <Keep.KEEP: 0>)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import msgpack
+
+from kafkakv import functions
+from kafkakv.codecs import Codec
+from kafkakv.errors import DecodeError, FunctionError, KafkaKVError, OperationFailedError
+
+__all__ = [
+    "KEEP",
+    "Keep",
+    "Op",
+    "OpCode",
+    "decide",
+    "decode_op",
+    "encode_op",
+]
+
+
+class OpCode(enum.IntEnum):
+    """What an ops record asks for. Values are part of the on-log format: never renumber."""
+
+    PUT = 1
+    PUT_IF_ABSENT = 2
+    REPLACE = 3
+    COMPARE_AND_SET = 4
+    REMOVE = 5
+    REMOVE_IF = 6
+    COMPUTE = 7
+    MERGE = 8
+    BARRIER = 16  # no key, no args: "how far does the log reach now"
+    FLUSHED = 17  # no key, args (covered ops offset,): a flush covering it landed
+
+    @property
+    def control(self) -> bool:
+        return self >= OpCode.BARRIER
+
+
+CAS = OpCode.COMPARE_AND_SET
+
+
+class Keep(enum.Enum):
+    """The state is left as it is (distinct from ``None``, which removes the key)."""
+
+    KEEP = 0
+
+
+KEEP = Keep.KEEP
+
+
+class Op(NamedTuple):
+    code: OpCode
+    origin: bytes
+    seq: int
+    args: tuple[Any, ...]
+
+
+def encode_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any] = ()) -> bytes:
+    """The value bytes of an ops record."""
+    return msgpack.packb([int(code), origin, seq, *args], use_bin_type=True)
+
+
+def decode_op(data: bytes | None) -> Op:
+    """Parse an ops record value; raises :class:`~kafkakv.errors.DecodeError` for anything that
+    is not a well-formed op (a record another program wrote, a newer format)."""
+    if data is None:
+        raise DecodeError("an ops record without a value")
+    try:
+        items = msgpack.unpackb(data, raw=False, use_list=False)
+    except Exception as exc:
+        raise DecodeError(f"an ops record that is not msgpack: {exc}") from exc
+    if not isinstance(items, tuple) or len(items) < 3:
+        raise DecodeError("an ops record that is not [code, origin, seq, ...]")
+    code, origin, seq, *args = items
+    try:
+        opcode = OpCode(code)
+    except ValueError:
+        raise DecodeError(f"unknown op code {code!r}") from None
+    if not isinstance(origin, bytes) or not isinstance(seq, int):
+        raise DecodeError("an ops record with a malformed origin or sequence number")
+    want = _ARITY[opcode]
+    if len(args) != want:
+        raise DecodeError(f"{opcode.name} takes {want} arguments, the record has {len(args)}")
+    return Op(opcode, origin, seq, tuple(args))
+
+
+_ARITY = {
+    OpCode.PUT: 1,
+    OpCode.PUT_IF_ABSENT: 1,
+    OpCode.REPLACE: 1,
+    OpCode.COMPARE_AND_SET: 2,
+    OpCode.REMOVE: 0,
+    OpCode.REMOVE_IF: 1,
+    OpCode.COMPUTE: 2,
+    OpCode.MERGE: 2,
+    OpCode.BARRIER: 0,
+    OpCode.FLUSHED: 1,
+}
+
+
+def _bytes_arg(value: Any, what: str) -> bytes:
+    if not isinstance(value, bytes):
+        raise DecodeError(f"{what} must be bytes in the record, not {type(value).__name__}")
+    return value
+
+
+def _equal(a: bytes, b: bytes, values: Codec[Any]) -> bool:
+    """Value equality: equal bytes, or equal objects after decoding (msgpack dicts, for
+    instance, may encode equal dicts in two orders)."""
+    return a == b or values.decode(a) == values.decode(b)
+
+
+def decide(
+    code: OpCode,
+    args: tuple[Any, ...],
+    current: bytes | None,
+    key: bytes,
+    keys: Codec[Any],
+    values: Codec[Any],
+) -> tuple[Any, bytes | Keep | None]:
+    """Decide one update against ``current``; return ``(result, new)``.
+
+    ``new`` is the key's next value, ``None`` to remove it or :data:`KEEP`. ``result`` is what
+    the writer's call returns, still encoded: the previous value's bytes (or ``None``) for put,
+    put-if-absent, replace and remove; a bool for compare-and-set and remove-if; the new value's
+    bytes (or ``None``) for compute and merge. Raises
+    :class:`~kafkakv.errors.OperationFailedError`, identically on every replica.
+    """
+    try:
+        if code is OpCode.PUT:
+            return current, _bytes_arg(args[0], "the value")
+        if code is OpCode.PUT_IF_ABSENT:
+            return current, (_bytes_arg(args[0], "the value") if current is None else KEEP)
+        if code is OpCode.REPLACE:
+            return current, (KEEP if current is None else _bytes_arg(args[0], "the value"))
+        if code is OpCode.REMOVE:
+            return current, (KEEP if current is None else None)
+        if code is OpCode.COMPARE_AND_SET:
+            expected, new = args
+            new = _bytes_arg(new, "the new value")
+            if expected is None:
+                ok = current is None
+            else:
+                ok = current is not None and _equal(
+                    current, _bytes_arg(expected, "the expected value"), values
+                )
+            return ok, (new if ok else KEEP)
+        if code is OpCode.REMOVE_IF:
+            expected = _bytes_arg(args[0], "the expected value")
+            ok = current is not None and _equal(current, expected, values)
+            return ok, (None if ok else KEEP)
+        if code is OpCode.COMPUTE:
+            return _compute(args, current, key, keys, values)
+        if code is OpCode.MERGE:
+            return _merge(args, current, values)
+    except OperationFailedError:
+        raise
+    except DecodeError as exc:
+        raise OperationFailedError(f"{code.name} failed: {exc}") from exc
+    raise OperationFailedError(f"{code.name} is not an update")
+
+
+def _call(name: Any, *call_args: Any) -> Any:
+    if not isinstance(name, str):
+        raise DecodeError("a function name must be a str")
+    fn = functions.lookup(name)  # UnknownFunctionError is an OperationFailedError
+    try:
+        return fn(*call_args)
+    except KafkaKVError:
+        raise
+    except Exception as exc:
+        raise FunctionError(name, exc) from exc
+
+
+def _compute(
+    args: tuple[Any, ...], current: bytes | None, key: bytes, keys: Codec[Any], values: Codec[Any]
+) -> tuple[Any, bytes | Keep | None]:
+    name, packed = args
+    try:
+        extra = msgpack.unpackb(_bytes_arg(packed, "the arguments"), raw=False)
+    except DecodeError:
+        raise
+    except Exception as exc:
+        raise DecodeError(f"compute arguments that are not msgpack: {exc}") from exc
+    old = None if current is None else values.decode(current)
+    result = _call(name, keys.decode(key), old, *extra)
+    return _settle(result, current, values, name)
+
+
+def _merge(
+    args: tuple[Any, ...], current: bytes | None, values: Codec[Any]
+) -> tuple[Any, bytes | Keep | None]:
+    name, given = args
+    given = _bytes_arg(given, "the value")
+    if current is None:
+        return given, given
+    result = _call(name, values.decode(current), values.decode(given))
+    return _settle(result, current, values, name)
+
+
+def _settle(
+    result: Any, current: bytes | None, values: Codec[Any], name: str
+) -> tuple[Any, bytes | Keep | None]:
+    if result is None:
+        return None, (KEEP if current is None else None)
+    try:
+        encoded = values.encode(result)
+    except KafkaKVError as exc:
+        raise FunctionError(name, exc) from exc
+    return encoded, encoded

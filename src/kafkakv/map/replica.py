@@ -1,0 +1,443 @@
+"""The replicated map as Python sees it: a ``MutableMapping`` plus atomic operations.
+
+Reads are local (a dict or store lookup, no I/O) unless the map was opened with
+``consistency="linearizable"``, which first waits for a barrier shared with concurrent readers.
+Every update is one ops record appended to the log and applied by every replica in log order;
+the calling thread returns once its own record is applied here (one append plus one read).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import (
+    Callable,
+    ItemsView,
+    Iterable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    ValuesView,
+)
+from typing import Any, Generic, TypeVar, cast
+
+import msgpack
+
+from kafkakv import functions
+from kafkakv.errors import (
+    EncodeError,
+    OperationTimeoutError,
+    UnknownFunctionError,
+    WrongPartitionError,
+)
+from kafkakv.map.engine import ApplyError, Listener, MapState, OpFuture, ReplicaEngine
+from kafkakv.map.ops import OpCode
+from kafkakv.store.base import OrderedStore
+
+__all__ = ["ReplicaMap", "SortedReplicaMap"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+_MISSING: Any = object()
+
+
+class ReplicaMap(MutableMapping[K, V], Generic[K, V]):
+    """One replica of a replicated map; open it with :meth:`kafkakv.Database.map`.
+
+    Dict behaviour: ``m[k]``, ``get``, ``in``, ``len``, iteration, ``keys/items/values``,
+    ``pop``, ``popitem``, ``setdefault``, ``update``, ``clear`` and ``==`` work as on a dict;
+    each update is decided in log order, so ``pop`` and ``setdefault`` are atomic. ``None`` is
+    not a value (it means "absent" in results and in compute functions).
+
+    Raises :class:`~kafkakv.errors.EncodeError` (a ``TypeError``) for a key or value its codec
+    cannot encode, before anything is appended; :class:`~kafkakv.errors.WrongPartitionError`
+    for a key outside a sharded replica's partitions;
+    :class:`~kafkakv.errors.OperationTimeoutError` when an update or barrier does not finish
+    within the map's timeout; :class:`~kafkakv.errors.ClosedError` after :meth:`close`.
+    """
+
+    def __init__(self, engine: ReplicaEngine, state: MapState) -> None:
+        self._engine = engine
+        self._state = state
+        self._store = state.store
+        self._keys = state.keys
+        self._values = state.values
+        self._prefix = state.prefix
+        self._linearizable = engine.settings.consistency == "linearizable"
+
+    # -- identity -----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._state.name
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """The partitions this replica holds (all of them unless sharded)."""
+        return self._engine.held
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} on {self._engine.topics.data!r}>"
+
+    # -- keys ---------------------------------------------------------------------------
+    def _locate(self, key: K) -> tuple[bytes, bytes, int]:
+        encoded = self._keys.encode(key)
+        record_key = self._prefix + encoded
+        p = self._engine.partition_of(record_key)
+        if p not in self._engine._applied:
+            raise WrongPartitionError(
+                f"key {key!r} is in partition {p}; this replica holds {list(self.partitions)}"
+            )
+        return encoded, record_key, p
+
+    def partition_of(self, key: K) -> int:
+        """The log partition of ``key`` (murmur2 of its record key, as Kafka's producer)."""
+        return self._engine.partition_of(self._prefix + self._keys.encode(key))
+
+    def _value(self, value: V) -> bytes:
+        if value is None:
+            raise EncodeError("None is not a value: use remove() to delete a key")
+        return self._values.encode(value)
+
+    # -- reads --------------------------------------------------------------------------
+    def _barrier(self, p: int | None = None) -> None:
+        self._engine.check_usable()
+        if self._linearizable:
+            self._engine.sync(self.partitions if p is None else (p,), None)
+
+    def __getitem__(self, key: K) -> V:
+        encoded, _, p = self._locate(key)
+        self._barrier(p)
+        data = self._store.get(encoded)
+        if data is None:
+            raise KeyError(key)
+        return cast(V, self._values.decode(data))
+
+    def get(self, key: K, default: Any = None) -> Any:
+        """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
+        encoded, _, p = self._locate(key)
+        self._barrier(p)
+        data = self._store.get(encoded)
+        return default if data is None else self._values.decode(data)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            encoded, _, p = self._locate(cast(K, key))
+        except EncodeError:
+            return False
+        self._barrier(p)
+        return encoded in self._store
+
+    def __len__(self) -> int:
+        self._barrier()
+        return len(self._store)
+
+    def __iter__(self) -> Iterator[K]:
+        self._barrier()
+        decode = self._keys.decode
+        for encoded in self._store:
+            yield decode(encoded)
+
+    def items(self) -> ItemsView[K, V]:
+        """A view whose iteration reads the store once (not one lookup per key)."""
+        return _Items(self)
+
+    def values(self) -> ValuesView[V]:
+        return _Values(self)
+
+    def _pairs(self) -> Iterator[tuple[K, V]]:
+        self._barrier()
+        kd, vd = self._keys.decode, self._values.decode
+        for k, v in self._store.items():
+            yield kd(k), vd(v)
+
+    # -- updates (sync) -----------------------------------------------------------------
+    def _submit(self, code: OpCode, key: K, args: Iterable[Any], wait: bool) -> OpFuture:
+        _, record_key, _ = self._locate(key)
+        return self._engine.submit(self._state, code, record_key, list(args), wait)
+
+    def _call(self, code: OpCode, key: K, *args: Any) -> Any:
+        future = self._submit(code, key, args, True)
+        try:
+            return future.result(timeout=self._engine.settings.timeout)
+        except concurrent.futures.TimeoutError:
+            raise OperationTimeoutError(f"{code.name} on {key!r} did not complete") from None
+
+    def put(self, key: K, value: V) -> V | None:
+        """Set ``key``; return the previous value or None. One append, one read."""
+        return cast(V | None, self._call(OpCode.PUT, key, self._value(value)))
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._call(OpCode.PUT, key, self._value(value))
+
+    def put_if_absent(self, key: K, value: V) -> V | None:
+        """Set ``key`` only if absent; return the value it already had (None: it was set).
+
+        With local consistency a key already present here answers without an append."""
+        encoded = self._value(value)
+        if not self._linearizable:
+            local = self._store.get(self._locate(key)[0])
+            if local is not None:
+                return cast(V, self._values.decode(local))
+        return cast(V | None, self._call(OpCode.PUT_IF_ABSENT, key, encoded))
+
+    def replace(self, key: K, value: V) -> V | None:
+        """Set ``key`` only if present; return the previous value (None: nothing changed)."""
+        return cast(V | None, self._call(OpCode.REPLACE, key, self._value(value)))
+
+    def compare_and_set(self, key: K, expected: V | None, new: V) -> bool:
+        """Set ``key`` to ``new`` if its value equals ``expected`` (None: if absent)."""
+        old = None if expected is None else self._values.encode(expected)
+        return bool(self._call(OpCode.COMPARE_AND_SET, key, old, self._value(new)))
+
+    def remove(self, key: K) -> V | None:
+        """Delete ``key``; return the value it had or None."""
+        return cast(V | None, self._call(OpCode.REMOVE, key))
+
+    def remove_if(self, key: K, expected: V) -> bool:
+        """Delete ``key`` if its value equals ``expected``."""
+        return bool(self._call(OpCode.REMOVE_IF, key, self._value(expected)))
+
+    def compute(self, key: K, fn: str | Callable[..., Any], *args: Any) -> V | None:
+        """Run the registered function ``fn(key, old, *args)`` on every replica, once, in log
+        order; its result becomes the value (None removes the key). Returns the new value.
+
+        Only the name and ``args`` (msgpack-encodable) travel. Raises
+        :class:`~kafkakv.errors.UnknownFunctionError` before appending when ``fn`` is not
+        registered here, and :class:`~kafkakv.errors.FunctionError` when it raised.
+        """
+        name = _function_name(fn)
+        try:
+            packed = msgpack.packb(list(args), use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise EncodeError(f"compute arguments must be msgpack values: {exc}") from exc
+        return cast(V | None, self._call(OpCode.COMPUTE, key, name, packed))
+
+    def merge(self, key: K, value: V, fn: str | Callable[..., Any]) -> V | None:
+        """Set ``value`` if ``key`` is absent, else ``fn(old, value)`` (None removes)."""
+        name = _function_name(fn)
+        return cast(V | None, self._call(OpCode.MERGE, key, name, self._value(value)))
+
+    def __delitem__(self, key: K) -> None:
+        if self.remove(key) is None:
+            raise KeyError(key)
+
+    def pop(self, key: K, default: Any = _MISSING) -> Any:
+        previous = self.remove(key)
+        if previous is None:
+            if default is _MISSING:
+                raise KeyError(key)
+            return default
+        return previous
+
+    def popitem(self) -> tuple[K, V]:
+        """Remove and return some (key, value); KeyError when empty. Retries if another
+        replica removes the chosen key first."""
+        while True:
+            key = next(iter(self), _MISSING)
+            if key is _MISSING:
+                raise KeyError("popitem(): map is empty")
+            previous = self.remove(key)
+            if previous is not None:
+                return key, previous
+
+    def setdefault(self, key: K, default: Any = None) -> Any:
+        previous = self.put_if_absent(key, default)
+        return default if previous is None else previous
+
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:
+        """Put every pair, as async updates, and wait for all (much faster than one by one)."""
+        pairs: Iterable[tuple[Any, Any]]
+        if isinstance(other, Mapping):
+            pairs = other.items()
+        elif hasattr(other, "keys"):
+            pairs = ((k, other[k]) for k in other)
+        else:
+            pairs = other
+        futures = [self.put_async(k, v) for k, v in pairs]
+        futures += [self.put_async(cast(K, k), v) for k, v in kwargs.items()]
+        _wait_all(futures, self._engine.settings.timeout)
+
+    def clear(self) -> None:
+        """Remove every key this replica holds (one remove per key, sent async)."""
+        futures = [self.remove_async(k) for k in list(self)]
+        _wait_all(futures, self._engine.settings.timeout)
+
+    # -- updates (async) ----------------------------------------------------------------
+    def put_async(self, key: K, value: V) -> OpFuture:
+        """Like :meth:`put`, returning at once a future of the previous value. At most
+        ``max_in_flight`` are unapplied; beyond that the call waits (back-pressure)."""
+        return self._submit(OpCode.PUT, key, (self._value(value),), False)
+
+    def put_if_absent_async(self, key: K, value: V) -> OpFuture:
+        return self._submit(OpCode.PUT_IF_ABSENT, key, (self._value(value),), False)
+
+    def replace_async(self, key: K, value: V) -> OpFuture:
+        return self._submit(OpCode.REPLACE, key, (self._value(value),), False)
+
+    def compare_and_set_async(self, key: K, expected: V | None, new: V) -> OpFuture:
+        old = None if expected is None else self._values.encode(expected)
+        return self._submit(OpCode.COMPARE_AND_SET, key, (old, self._value(new)), False)
+
+    def remove_async(self, key: K) -> OpFuture:
+        return self._submit(OpCode.REMOVE, key, (), False)
+
+    def remove_if_async(self, key: K, expected: V) -> OpFuture:
+        return self._submit(OpCode.REMOVE_IF, key, (self._value(expected),), False)
+
+    def compute_async(self, key: K, fn: str | Callable[..., Any], *args: Any) -> OpFuture:
+        name = _function_name(fn)
+        packed = msgpack.packb(list(args), use_bin_type=True)
+        return self._submit(OpCode.COMPUTE, key, (name, packed), False)
+
+    def merge_async(self, key: K, value: V, fn: str | Callable[..., Any]) -> OpFuture:
+        name = _function_name(fn)
+        return self._submit(OpCode.MERGE, key, (name, self._value(value)), False)
+
+    # -- replica control ----------------------------------------------------------------
+    def sync(self, timeout: float | None = None) -> None:
+        """Afterwards this replica reflects every update completed anywhere before the call.
+
+        One barrier per held partition, shared with concurrent callers. Raises
+        :class:`~kafkakv.errors.OperationTimeoutError` after ``timeout`` (default: the map's).
+        """
+        self._engine.check_usable()
+        self._engine.sync(self.partitions, timeout)
+
+    def flush(self) -> None:
+        """Flush every held partition to the data topic now (normally automatic)."""
+        for p in self.partitions:
+            self._engine.flush(p)
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(key, old, new, mine)`` once per real change, in log order per
+        partition, on the thread that applied it; ``old``/``new`` are None when absent and
+        ``mine`` is True for this replica's own updates. Keep listeners quick: updates of
+        the map wait while one runs. An exception is logged and does not stop the replica."""
+        self._state.listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._state.listeners.remove(listener)
+
+    def errors(self) -> list[ApplyError]:
+        """Ops that failed when applied or did not decode (the latest 1000), oldest first."""
+        return list(self._engine.errors)
+
+    def check(self) -> list[str]:
+        """Problems found by the store's self-check (empty: sound)."""
+        return self._store.check()
+
+    def close(self) -> None:
+        """Close this replica (and the other maps sharing its engine); pending updates fail
+        with :class:`~kafkakv.errors.ClosedError`. Idempotent."""
+        self._engine.close()
+
+    def __enter__(self) -> ReplicaMap[K, V]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SortedReplicaMap(ReplicaMap[K, V]):
+    """A replicated map kept in key order (by the key codec's bytes, which for ``str``,
+    ``bytes`` and ``int`` keys is their natural order), with range queries. O(log n) each."""
+
+    _store: OrderedStore
+
+    def _one(self, found: bytes | None) -> K | None:
+        return None if found is None else cast(K, self._keys.decode(found))
+
+    def first_key(self) -> K | None:
+        self._barrier()
+        return self._one(self._store.first())
+
+    def last_key(self) -> K | None:
+        self._barrier()
+        return self._one(self._store.last())
+
+    def floor_key(self, key: K) -> K | None:
+        """The largest key ``<= key``, or None."""
+        self._barrier()
+        return self._one(self._store.floor(self._keys.encode(key)))
+
+    def ceiling_key(self, key: K) -> K | None:
+        """The smallest key ``>= key``, or None."""
+        self._barrier()
+        return self._one(self._store.ceiling(self._keys.encode(key)))
+
+    def lower_key(self, key: K) -> K | None:
+        self._barrier()
+        return self._one(self._store.lower(self._keys.encode(key)))
+
+    def higher_key(self, key: K) -> K | None:
+        self._barrier()
+        return self._one(self._store.higher(self._keys.encode(key)))
+
+    def range(
+        self,
+        start: K | None = None,
+        stop: K | None = None,
+        *,
+        inclusive: tuple[bool, bool] = (True, False),
+        reverse: bool = False,
+    ) -> Iterator[tuple[K, V]]:
+        """(key, value) pairs from ``start`` to ``stop`` (None: unbounded), in key order or
+        reversed; ``inclusive`` says whether each bound is included."""
+        self._barrier()
+        lo = None if start is None else self._keys.encode(start)
+        hi = None if stop is None else self._keys.encode(stop)
+        kd, vd = self._keys.decode, self._values.decode
+        for k, v in self._store.range(lo, hi, inclusive=inclusive, reverse=reverse):
+            yield kd(k), vd(v)
+
+    def _pop_end(self, last: bool) -> tuple[K, V]:
+        while True:
+            self._barrier()
+            found = self._store.last() if last else self._store.first()
+            if found is None:
+                raise KeyError("map is empty")
+            key = cast(K, self._keys.decode(found))
+            previous = self.remove(key)
+            if previous is not None:  # else another replica removed it first: next one
+                return key, previous
+
+    def pop_first(self) -> tuple[K, V]:
+        """Remove and return the smallest (key, value); KeyError when empty."""
+        return self._pop_end(last=False)
+
+    def pop_last(self) -> tuple[K, V]:
+        """Remove and return the largest (key, value); KeyError when empty."""
+        return self._pop_end(last=True)
+
+
+class _Items(ItemsView[K, V]):
+    _mapping: ReplicaMap[K, V]
+
+    def __iter__(self) -> Iterator[tuple[K, V]]:
+        return self._mapping._pairs()
+
+
+class _Values(ValuesView[V]):
+    _mapping: ReplicaMap[Any, V]
+
+    def __iter__(self) -> Iterator[V]:
+        for _, v in self._mapping._pairs():
+            yield v
+
+
+def _function_name(fn: str | Callable[..., Any]) -> str:
+    """The registered name of ``fn``; UnknownFunctionError (nothing appended) if it has none."""
+    if isinstance(fn, str):
+        functions.lookup(fn)
+        return fn
+    for name in functions.registered():
+        if functions.lookup(name) is fn:
+            return name
+    raise UnknownFunctionError(getattr(fn, "__qualname__", repr(fn)))
+
+
+def _wait_all(futures: list[OpFuture], timeout: float) -> None:
+    done, not_done = concurrent.futures.wait(futures, timeout=timeout)
+    if not_done:
+        raise OperationTimeoutError(f"{len(not_done)} of {len(futures)} updates did not complete")
+    for future in done:
+        future.result()

@@ -1,0 +1,44 @@
+"""Settings of a map replica, validated once when the map opens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafkakv.errors import ConfigError
+
+__all__ = ["CONSISTENCY", "MapSettings"]
+
+CONSISTENCY = ("local", "linearizable")
+
+
+@dataclass(frozen=True)
+class MapSettings:
+    """How a replica behaves. Every time is in seconds.
+
+    ``flush_period``: ops of one partition between two flushes to the data topic.
+    ``timeout``: the longest any update, ``sync`` or bootstrap step waits before raising
+    :class:`~kafkakv.errors.OperationTimeoutError`.
+    ``max_in_flight``: async updates appended but not yet applied, per replica; the next
+    ``*_async`` call blocks (up to ``timeout``) until one completes.
+    ``consistency``: ``"local"`` reads the replica as it is; ``"linearizable"`` makes every read
+    wait for a barrier first (shared by concurrent readers).
+    ``shared_barriers``: turn off only to measure what sharing buys (one barrier per read).
+    """
+
+    flush_period: int = 1000
+    timeout: float = 30.0
+    max_in_flight: int = 10_000
+    consistency: str = "local"
+    shared_barriers: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.flush_period, int) or self.flush_period < 1:
+            raise ConfigError(f"flush_period must be an int >= 1, not {self.flush_period!r}")
+        if not isinstance(self.timeout, int | float) or not self.timeout > 0:
+            raise ConfigError(f"timeout must be a positive number of seconds, not {self.timeout!r}")
+        if not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
+            raise ConfigError(f"max_in_flight must be an int >= 1, not {self.max_in_flight!r}")
+        if self.consistency not in CONSISTENCY:
+            raise ConfigError(
+                f"consistency must be one of {', '.join(CONSISTENCY)}, not {self.consistency!r}"
+            )

@@ -1,0 +1,159 @@
+"""Where a replica keeps its state: the :class:`Store` interface.
+
+A store maps encoded keys to encoded values (both ``bytes``) and remembers, per log partition,
+the next ops offset it has to apply and the ops offset covered by the last flush it saw. The
+map layer decides; the store only keeps. Every change arrives through :meth:`Store.write`, which
+applies a batch of changes *and* the new positions as one atomic step: a store that survives a
+restart (:class:`~kafkakv.store.lmdb.LmdbStore`) never holds data without the offset that
+produced it, so a restarted replica replays exactly what it has not applied.
+
+Threads: one writer at a time (the map's applier holds a lock around :meth:`write`); reads may
+run concurrently with a write from other threads and see the state before or after it, never a
+torn batch. Iteration works on a snapshot or raises nothing when the store changes meanwhile.
+
+Ordered stores (:class:`OrderedStore`) order keys by their bytes (unsigned, lexicographic), which is
+the natural order of the str, bytes and int key codecs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import Self
+
+__all__ = ["OrderedStore", "Positions", "Store"]
+
+
+class Positions:
+    """Per-partition progress of a store: ``applied`` is the next ops offset to apply (0 when
+    nothing was applied), ``flushed`` the last ops offset covered by a flush (-1: none)."""
+
+    __slots__ = ("applied", "flushed")
+
+    def __init__(self, applied: int = 0, flushed: int = -1) -> None:
+        self.applied = applied
+        self.flushed = flushed
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Positions)
+            and other.applied == self.applied
+            and other.flushed == self.flushed
+        )
+
+    def __repr__(self) -> str:
+        return f"Positions(applied={self.applied}, flushed={self.flushed})"
+
+
+class Store(ABC):
+    """Key → value bytes plus per-partition positions. See the module docstring."""
+
+    #: True when the state survives close() and a reopen with the same settings.
+    persistent: bool = False
+
+    # -- reads ------------------------------------------------------------------------
+    @abstractmethod
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or ``None``. O(1) for dict, O(log n) for sorted stores."""
+
+    @abstractmethod
+    def __contains__(self, key: object) -> bool: ...
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of keys, O(1)."""
+
+    @abstractmethod
+    def keys(self) -> Iterator[bytes]:
+        """Every key (sorted stores: in order). Safe while the store changes."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.keys()
+
+    @abstractmethod
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) pair (sorted stores: in key order). Safe while the store changes."""
+
+    @abstractmethod
+    def positions(self) -> dict[int, Positions]:
+        """A copy of the positions of every partition written so far."""
+
+    # -- the one write path -----------------------------------------------------------
+    @abstractmethod
+    def write(
+        self,
+        changes: Mapping[bytes, bytes | None],
+        positions: Mapping[int, Positions],
+    ) -> None:
+        """Atomically set or delete (``None``) keys and record new ``positions``.
+
+        Either all of it is visible (and, for a persistent store, durable on a clean close) or,
+        after a crash, none of it. Positions of partitions not named are left as they are.
+        Raises :class:`~kafkakv.errors.ClosedError` after :meth:`close`.
+        """
+
+    @abstractmethod
+    def drop_partition(self, partition: int, keys: Iterator[bytes] | None = None) -> None:
+        """Forget a partition's positions and delete ``keys`` (all keys the caller says
+        belong to it); used before a full reload of that partition."""
+
+    # -- lifecycle --------------------------------------------------------------------
+    @abstractmethod
+    def check(self) -> list[str]:
+        """Verify internal invariants; return a description of each problem (empty: sound)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release resources. Idempotent."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class OrderedStore(Store):
+    """A store whose keys are kept in byte order, with range queries."""
+
+    @abstractmethod
+    def first(self) -> bytes | None:
+        """The smallest key, or ``None`` when empty. O(log n)."""
+
+    @abstractmethod
+    def last(self) -> bytes | None:
+        """The largest key, or ``None`` when empty. O(log n)."""
+
+    @abstractmethod
+    def floor(self, key: bytes) -> bytes | None:
+        """The largest key ``<= key``, or ``None``."""
+
+    @abstractmethod
+    def ceiling(self, key: bytes) -> bytes | None:
+        """The smallest key ``>= key``, or ``None``."""
+
+    @abstractmethod
+    def lower(self, key: bytes) -> bytes | None:
+        """The largest key ``< key``, or ``None``."""
+
+    @abstractmethod
+    def higher(self, key: bytes) -> bytes | None:
+        """The smallest key ``> key``, or ``None``."""
+
+    @abstractmethod
+    def range(
+        self,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        *,
+        inclusive: tuple[bool, bool] = (True, False),
+        reverse: bool = False,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs with ``start <= key < stop`` (bounds per ``inclusive``; ``None``
+        is unbounded), in key order or reversed. Lazy; safe while the store changes."""

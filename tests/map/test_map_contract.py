@@ -1,0 +1,240 @@
+"""The map contract: dict behaviour, atomic operations, replicas, failure, timeouts.
+
+Runs on every log backend and every store (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from kafkakv import functions
+from kafkakv.errors import (
+    ClosedError,
+    EncodeError,
+    FunctionError,
+    OperationTimeoutError,
+    UnknownFunctionError,
+)
+from tests.map.conftest import OpenMap
+
+
+@pytest.fixture(autouse=True)
+def _functions() -> Any:
+    def add(key: Any, old: Any, n: int) -> int:
+        return (old or 0) + n
+
+    def boom(key: Any, old: Any) -> None:
+        raise ValueError("boom")
+
+    def concat(old: Any, new: Any) -> Any:
+        return old + new
+
+    def drop(key: Any, old: Any) -> None:
+        return None
+
+    for name, fn in (("add", add), ("boom", boom), ("concat", concat), ("drop", drop)):
+        functions.register(name)(fn)
+    yield
+    for name in ("add", "boom", "concat", "drop"):
+        functions.unregister(name)
+
+
+def test_dict_behaviour(open_map: OpenMap) -> None:
+    m = open_map()
+    model: dict[str, Any] = {}
+    assert len(m) == 0 and list(m) == [] and m == {}
+    m["a"] = 1
+    m["b"] = {"x": [1, 2]}
+    model.update(a=1, b={"x": [1, 2]})
+    assert m["a"] == 1 and m["b"] == {"x": [1, 2]}
+    assert "a" in m and "zz" not in m and 5 not in m  # a key of another type is just absent
+    assert m.get("zz") is None and m.get("zz", 7) == 7
+    with pytest.raises(KeyError):
+        m["zz"]
+    m.update({"c": 3}, d=4)
+    m.update([("e", 5)])
+    model.update(c=3, d=4, e=5)
+    assert m == model and dict(m.items()) == model
+    assert sorted(m.keys()) == sorted(model) and sorted(map(str, m.values())) == sorted(
+        map(str, model.values())
+    )
+    assert m.pop("c") == 3 and m.pop("c", "gone") == "gone"
+    with pytest.raises(KeyError):
+        m.pop("c")
+    del m["d"]
+    with pytest.raises(KeyError):
+        del m["d"]
+    assert m.setdefault("a", 100) == 1 and m.setdefault("f", 6) == 6 and m["f"] == 6
+    key, _value = m.popitem()
+    assert key in ("a", "b", "e", "f") and key not in m
+    m.clear()
+    assert len(m) == 0 and m == {}
+    with pytest.raises(KeyError):
+        m.popitem()
+
+
+def test_atomic_operations_return_what_they_decided(open_map: OpenMap) -> None:
+    m = open_map()
+    assert m.put("k", 1) is None and m.put("k", 2) == 1
+    assert m.put_if_absent("k", 9) == 2 and m["k"] == 2
+    assert m.put_if_absent("n", 9) is None and m["n"] == 9
+    assert m.replace("absent", 1) is None and "absent" not in m
+    assert m.replace("k", 3) == 2 and m["k"] == 3
+    assert m.compare_and_set("k", 2, 4) is False and m["k"] == 3
+    assert m.compare_and_set("k", 3, 4) is True and m["k"] == 4
+    assert m.compare_and_set("new", None, 1) is True and m["new"] == 1
+    assert m.compare_and_set("new", None, 2) is False
+    assert m.remove_if("k", 5) is False and m.remove_if("k", 4) is True and "k" not in m
+    assert m.remove("k") is None and m.remove("n") == 9
+    assert m.compute("c", "add", 5) == 5 and m.compute("c", "add", 2) == 7
+    assert m.compute("c", "drop") is None and "c" not in m
+    assert m.merge("s", "ab", "concat") == "ab" and m.merge("s", "cd", "concat") == "abcd"
+
+
+def test_compare_and_set_compares_values_not_bytes(open_map: OpenMap) -> None:
+    m = open_map(value_codec="msgpack")
+    m["k"] = {"a": 1, "b": 2}
+    assert m.compare_and_set("k", {"b": 2, "a": 1}, {"a": 3}) is True
+    assert m["k"] == {"a": 3}
+
+
+def test_replicas_converge_and_see_each_others_updates(open_map: OpenMap) -> None:
+    a, b = open_map(partitions=3), open_map()
+    for i in range(50):
+        (a if i % 2 else b)[f"k{i}"] = i
+    a.sync()
+    b.sync()
+    assert a == b == {f"k{i}": i for i in range(50)}
+    assert b.compute("k1", "add", 10) == 11
+    a.sync()
+    assert a["k1"] == 11
+
+
+def test_failing_function_fails_everywhere_and_changes_nothing(open_map: OpenMap) -> None:
+    a, b = open_map(), open_map()
+    a["k"] = 1
+    with pytest.raises(FunctionError, match="boom"):
+        a.compute("k", "boom")
+    a["after"] = 2  # the replica keeps applying
+    b.sync()
+    assert a == b == {"k": 1, "after": 2}
+    assert any("boom" in e.error for e in b.errors()) and any("boom" in e.error for e in a.errors())
+
+
+def test_bad_input_raises_before_anything_is_appended(open_map: OpenMap) -> None:
+    m = open_map()
+    m["k"] = 1
+    with pytest.raises(EncodeError):
+        m[3] = 1  # str keys
+    with pytest.raises(TypeError):
+        m["x"] = object()
+    with pytest.raises(EncodeError):
+        m["x"] = None
+    with pytest.raises(UnknownFunctionError):
+        m.compute("k", "not-registered")
+    with pytest.raises(EncodeError):
+        m.compute("k", "add", object())
+    assert m == {"k": 1}
+
+
+def test_async_updates_resolve_and_can_be_awaited(open_map: OpenMap) -> None:
+    m = open_map(max_in_flight=8)
+    futures = [m.put_async(f"k{i}", i) for i in range(200)]
+    assert [f.result(timeout=10) for f in futures] == [None] * 200
+    assert len(m) == 200
+    assert m.compare_and_set_async("k1", 1, 10).result(timeout=10) is True
+    assert m.compute_async("k2", "add", 1).result(timeout=10) == 3
+
+    async def main() -> Any:
+        return await m.put_async("k3", 30), await m.remove_async("k4")
+
+    assert asyncio.run(main()) == (3, 4)
+    with pytest.raises(FunctionError):
+        m.compute_async("k5", "boom").result(timeout=10)
+
+
+def test_listeners_see_each_real_change_once_in_order(open_map: OpenMap) -> None:
+    a, b = open_map(), open_map()
+    seen_a: list[tuple[Any, ...]] = []
+    seen_b: list[tuple[Any, ...]] = []
+    a.add_listener(lambda *e: seen_a.append(e))
+    b.add_listener(lambda *e: seen_b.append(e))
+    a["k"] = 1
+    a["k"] = 1  # no real change
+    a.put_if_absent("k", 5)  # neither
+    b["k"] = 2
+    a.remove("k")
+    a.remove("k")  # nothing to remove
+    a.sync()
+    b.sync()
+    expected = [("k", None, 1), ("k", 1, 2), ("k", 2, None)]
+    assert [e[:3] for e in seen_a] == expected == [e[:3] for e in seen_b]
+    assert [e[3] for e in seen_a] == [True, False, True]
+    assert [e[3] for e in seen_b] == [False, True, False]
+
+
+def test_sync_sees_an_update_made_elsewhere(open_map: OpenMap) -> None:
+    a, b = open_map(), open_map()
+    for i in range(20):
+        a[f"k{i}"] = i
+        b.sync(timeout=10)
+        assert b[f"k{i}"] == i
+
+
+def test_linearizable_reads_see_completed_writes(open_map: OpenMap) -> None:
+    writer, reader = open_map(partitions=2), open_map(consistency="linearizable")
+    for i in range(30):
+        writer[f"k{i}"] = i
+        assert reader[f"k{i}"] == i and len(reader) == i + 1
+
+
+def test_flush_then_a_fresh_replica_loads_data_and_ops(open_map: OpenMap) -> None:
+    a = open_map(partitions=2, flush_period=10)
+    for i in range(100):
+        a[f"k{i}"] = i
+    for i in range(0, 100, 3):
+        del a[f"k{i}"]
+    a.flush()
+    a["late"] = 1  # after the last flush: comes from the ops topic
+    fresh = open_map()
+    assert fresh == a
+    assert fresh.check() == [] and a.check() == []
+
+
+def test_close_fails_calls_and_pending_updates(open_map: OpenMap) -> None:
+    m = open_map()
+    m["k"] = 1
+    m.close()
+    with pytest.raises(ClosedError):
+        m["k"]
+    with pytest.raises(ClosedError):
+        m["k"] = 2
+    with pytest.raises(ClosedError):
+        m.put_async("k", 2)
+    m.close()  # idempotent
+
+
+def test_timeouts_raise_a_clear_error(open_map: OpenMap) -> None:
+    m = open_map(timeout=0.3, max_in_flight=1)
+    release = threading.Event()
+
+    def slow(key: Any, old: Any) -> int:
+        release.wait(5)
+        return 1
+
+    functions.register("slow")(slow)
+    try:
+        first = m.compute_async("k", "slow")
+        start = time.monotonic()
+        with pytest.raises(OperationTimeoutError):
+            m.put_async("j", 1)  # no room in flight while "slow" runs
+        assert time.monotonic() - start < 3
+        release.set()
+        assert first.result(timeout=10) == 1
+    finally:
+        functions.unregister("slow")
