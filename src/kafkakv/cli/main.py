@@ -1,4 +1,5 @@
-"""``kafkakv``: the command line. ``kafkakv log ...`` inspects and maintains an embedded log.
+"""``kafkakv``: the command line. ``kafkakv log ...`` inspects and maintains an embedded log;
+``kafkakv map ...`` (in :mod:`kafkakv.cli.map_commands`) reads, writes and watches a map.
 
 Every command parses its arguments, calls the public :class:`~kafkakv.log.EmbeddedLog` API and
 prints the answer; nothing here knows more about the log than that API tells it (the one
@@ -30,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kafkakv import __version__
+from kafkakv.cli.map_commands import map_group
 from kafkakv.errors import KafkaKVError, LogError
 from kafkakv.log import CleanResult, EmbeddedLog, Record
 
@@ -194,6 +196,9 @@ pass_target = click.make_pass_decorator(LogTarget)
 @click.version_option(__version__, "--version", prog_name="kafkakv")
 def main() -> None:
     """kafkakv: a replicated key-value database on a partitioned log."""
+
+
+main.add_command(map_group)
 
 
 @main.group("log")

@@ -14,7 +14,7 @@ same way everywhere, and the caller leaves the state unchanged.
 
 >>> from kafkakv.codecs import codec_for
 >>> json = codec_for("json")
->>> decide(OpCode.CAS, (json.encode(1), json.encode(2)), json.encode(1), b"k", json, json)
+>>> decide(OpCode.COMPARE_AND_SET, (b"1", b"2"), b"1", b"k", json, json)
 (True, b'2')
 >>> decide(OpCode.PUT_IF_ABSENT, (b'"x"',), b'"y"', b"k", json, json)
 (b'"y"', <Keep.KEEP: 0>)
@@ -61,8 +61,6 @@ class OpCode(enum.IntEnum):
     def control(self) -> bool:
         return self >= OpCode.BARRIER
 
-
-CAS = OpCode.COMPARE_AND_SET
 
 
 class Keep(enum.Enum):

@@ -148,6 +148,9 @@ class Partition:
         self._bases: list[int] = []
         self._read_fds: dict[str, int] = {}
         self._index: dict[str, _IndexCache] = {}
+        # (segment, next offset, byte position) where the last read stopped: a tailing reader
+        # starts there instead of scanning forward from the last sparse-index entry.
+        self._read_cursor: tuple[str, int, int] | None = None
         self._wname: str | None = None
         self._wfd = -1
         self._ifd = -1
@@ -295,6 +298,14 @@ class Partition:
             if end is None:
                 break
             pos = self._position_for(seg, offset, end)
+            cursor = self._read_cursor
+            if (
+                cursor is not None
+                and cursor[0] == seg.name
+                and pos <= cursor[2]
+                and cursor[1] <= offset
+            ):
+                pos = cursor[2]  # a sequential reader: start where the last read stopped
             budget = self._read_segment(seg, pos, end, offset, out, max_records, budget)
             i += 1
         if len(out) > max_records:
@@ -340,8 +351,10 @@ class Partition:
                     out.extend(decode_records(buf, p, h, part, offset))
                     budget -= h.size
                     if len(out) >= max_records or budget <= 0:
+                        self._read_cursor = (seg.name, h.last_offset + 1, pos + p + h.size)
                         return budget
                 p += h.size
+                self._read_cursor = (seg.name, h.last_offset + 1, pos + p)
             if p == 0:
                 raise self._corrupt(seg, pos, "segment shorter than published")
             pos += p

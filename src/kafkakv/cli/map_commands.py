@@ -1,0 +1,354 @@
+"""``kafkakv map ...``: read, write and watch a replicated map from the shell.
+
+Every command parses its arguments, opens the map through :func:`kafkakv.connect` and
+:meth:`kafkakv.Database.map`, calls the :class:`~kafkakv.ReplicaMap` API and prints the answer.
+Opening a map that does not exist yet creates its topics (one partition), as ``db.map`` does;
+a log directory that does not exist is created only by ``put``.
+
+KEY and VALUE arguments become objects of their codec: ``str`` keeps the text, ``bytes`` takes
+its UTF-8 bytes, ``int`` reads an integer, ``json`` and ``msgpack`` read a JSON document
+(``42``, ``"text"``, ``{"a": 1}``). Text that does not parse is an error (exit code 2). An
+argument that starts with ``-`` (``-1``) goes after ``--``, as usual for click commands.
+
+Values are printed as JSON when they can be, else as their Python ``repr`` (bytes, for
+instance); ``dump`` and ``watch`` print one JSON object per line, with such values as the
+string of their ``repr``.
+
+Exit codes: 0 success; 1 ``get`` or ``del`` of an absent key; 2 a usage error or an error kafkakv
+raised (``error: <message>``, never a traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO, Any, TypeVar
+
+import click
+
+from kafkakv import ReplicaMap, connect
+from kafkakv.codecs import JsonCodec
+from kafkakv.errors import DecodeError
+
+__all__ = ["MapCommandError", "map_group", "parse_arg", "to_json", "to_json_ready"]
+
+EXIT_ABSENT = 1
+EXIT_ERROR = 2
+
+_WAIT_SLICE_S = 0.5
+"""``watch`` wakes up this often to check its deadline (and Ctrl-C)."""
+
+CODEC_NAMES = ("str", "bytes", "int", "json", "msgpack")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class MapCommandError(click.ClickException):
+    """A map command failed; shown as ``error: <message>`` on stderr, exit code 2.
+
+    The twin of :class:`kafkakv.cli.main.CommandError`, which this module cannot import
+    (``main`` imports it to register the group)."""
+
+    exit_code = EXIT_ERROR
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", file=file, err=file is None)
+
+
+# -- pure conversions ---------------------------------------------------------------------
+
+
+def parse_arg(text: str, codec: str, what: str) -> Any:
+    """The object that command-line ``text`` stands for under ``codec`` (see the module doc).
+
+    Raises ``ValueError`` naming ``what`` when the text does not parse.
+
+    >>> parse_arg("7", "int", "KEY"), parse_arg('{"a": [1]}', "json", "VALUE")
+    (7, {'a': [1]})
+    >>> parse_arg("7", "str", "KEY"), parse_arg("é", "bytes", "KEY")
+    ('7', b'\\xc3\\xa9')
+    """
+    if codec == "str":
+        return text
+    if codec == "bytes":
+        return text.encode("utf-8", errors="surrogateescape")
+    if codec == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{what} {text!r} is not an integer (the int codec)") from None
+    try:
+        return JsonCodec().decode(text.encode("utf-8", errors="surrogateescape"))
+    except DecodeError as exc:
+        raise ValueError(f"{what} {text!r} is not JSON (the {codec} codec): {exc}") from exc
+
+
+def _parse(text: str, codec: str, what: str) -> Any:
+    try:
+        return parse_arg(text, codec, what)
+    except ValueError as exc:
+        raise MapCommandError(str(exc)) from exc
+
+
+def to_json(obj: object) -> str:
+    """``obj`` as JSON text, or its ``repr`` when JSON cannot hold it.
+
+    >>> print(to_json({"a": [1, "x"]}), to_json(b"\\x00"))
+    {"a": [1, "x"]} b'\\x00'
+    """
+    try:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(obj)
+
+
+def to_json_ready(obj: object) -> object:
+    """``obj`` when JSON can hold it, else the string of its ``repr`` (for JSON lines).
+
+    >>> to_json_ready([1, 2]), to_json_ready(b"hi")
+    ([1, 2], "b'hi'")
+    """
+    try:
+        json.dumps(obj, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(obj)
+    return obj
+
+
+def _line(doc: dict[str, object]) -> str:
+    return json.dumps({k: to_json_ready(v) for k, v in doc.items()}, ensure_ascii=False)
+
+
+# -- the map group ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MapTarget:
+    """Where the ``map`` commands find their log."""
+
+    path: str | None
+
+    @contextmanager
+    def open(
+        self, name: str, key_codec: str, value_codec: str, *, create: bool = False
+    ) -> Iterator[ReplicaMap[Any, Any]]:
+        """Connect, open map ``name`` (creating its topics if missing) and close both after.
+
+        A missing log directory is an error unless ``create``."""
+        if self.path is None:
+            raise click.UsageError(
+                "no log directory: pass --path/-p or set KAFKAKV_LOG",
+                ctx=click.get_current_context(silent=True),
+            )
+        if not create and not os.path.isdir(self.path):
+            raise MapCommandError(f"no log at {self.path}: the directory does not exist")
+        with connect(self.path, background_cleaner=False) as db:
+            yield db.map(name, key_codec=key_codec, value_codec=value_codec)
+
+
+pass_target = click.make_pass_decorator(MapTarget)
+
+
+@click.group("map")
+@click.option(
+    "--path",
+    "-p",
+    envvar="KAFKAKV_LOG",
+    show_envvar=True,
+    type=click.Path(file_okay=False, dir_okay=True),
+    help="Directory of the embedded log.",
+)
+@click.pass_context
+def map_group(ctx: click.Context, path: str | None) -> None:
+    """Read, write and watch a replicated map.
+
+    Every command opens the map NAME, creating its topics if it does not exist yet.
+    """
+    ctx.obj = MapTarget(path)
+
+
+def _codec_options(fn: _F) -> _F:
+    fn = click.option(
+        "--value-codec",
+        type=click.Choice(CODEC_NAMES),
+        default="json",
+        show_default=True,
+        help="Codec of the map's values; json and msgpack values are given as JSON.",
+    )(fn)
+    fn = click.option(
+        "--key-codec",
+        type=click.Choice(CODEC_NAMES),
+        default="str",
+        show_default=True,
+        help="Codec of the map's keys; json and msgpack keys are given as JSON.",
+    )(fn)
+    return fn
+
+
+def _absent(name: str, key: object) -> click.exceptions.Exit:
+    click.echo(f"key {key!r} is not in map {name!r}", err=True)
+    return click.exceptions.Exit(EXIT_ABSENT)
+
+
+@map_group.command("get")
+@click.argument("name")
+@click.argument("key")
+@_codec_options
+@click.option(
+    "--linearizable",
+    is_flag=True,
+    help="Sync first: see every update completed anywhere before the call.",
+)
+@pass_target
+def get_command(
+    target: MapTarget, name: str, key: str, key_codec: str, value_codec: str, linearizable: bool
+) -> None:
+    """Print KEY's value as JSON; exit code 1 when absent.
+
+    A map that does not exist yet is created (empty) by opening it.
+    """
+    k = _parse(key, key_codec, "KEY")
+    with target.open(name, key_codec, value_codec) as m:
+        if linearizable:
+            m.sync()
+        value = m.get(k)
+    if value is None:
+        raise _absent(name, k)
+    click.echo(to_json(value))
+
+
+@map_group.command("put")
+@click.argument("name")
+@click.argument("key")
+@click.argument("value")
+@_codec_options
+@click.option(
+    "--if-absent",
+    is_flag=True,
+    help="Set only if KEY is absent; prints the value it already had (nothing: it was set).",
+)
+@pass_target
+def put_command(
+    target: MapTarget,
+    name: str,
+    key: str,
+    value: str,
+    key_codec: str,
+    value_codec: str,
+    if_absent: bool,
+) -> None:
+    """Set KEY to VALUE and print the previous value (nothing when there was none).
+
+    Creates the log directory and the map when they do not exist.
+    """
+    k = _parse(key, key_codec, "KEY")
+    v = _parse(value, value_codec, "VALUE")
+    with target.open(name, key_codec, value_codec, create=True) as m:
+        previous = m.put_if_absent(k, v) if if_absent else m.put(k, v)
+    if previous is not None:
+        click.echo(to_json(previous))
+
+
+@map_group.command("del")
+@click.argument("name")
+@click.argument("key")
+@_codec_options
+@pass_target
+def del_command(target: MapTarget, name: str, key: str, key_codec: str, value_codec: str) -> None:
+    """Remove KEY and print the value it had; exit code 1 when absent.
+
+    A map that does not exist yet is created (empty) by opening it.
+    """
+    k = _parse(key, key_codec, "KEY")
+    with target.open(name, key_codec, value_codec) as m:
+        previous = m.remove(k)
+    if previous is None:
+        raise _absent(name, k)
+    click.echo(to_json(previous))
+
+
+def _key_order(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    try:
+        return sorted(pairs, key=lambda pair: pair[0])
+    except TypeError:  # keys that do not compare (mixed JSON types): the store's order
+        return pairs
+
+
+@map_group.command("dump")
+@click.argument("name")
+@_codec_options
+@click.option("--count", is_flag=True, help="Print only the number of keys.")
+@pass_target
+def dump_command(
+    target: MapTarget, name: str, key_codec: str, value_codec: str, count: bool
+) -> None:
+    """Print every key and value, one {"key": ..., "value": ...} JSON object per line, in key
+    order when the keys compare.
+
+    Syncs first, so the dump holds every update completed before the command started. A map
+    that does not exist yet is created (empty) by opening it.
+    """
+    with target.open(name, key_codec, value_codec) as m:
+        m.sync()
+        if count:
+            click.echo(str(len(m)))
+            return
+        pairs = list(m.items())
+    for k, v in _key_order(pairs):
+        click.echo(_line({"key": k, "value": v}))
+
+
+@map_group.command("watch")
+@click.argument("name")
+@_codec_options
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after N changes.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Stop after SECONDS (default: never).",
+)
+@pass_target
+def watch_command(
+    target: MapTarget,
+    name: str,
+    key_codec: str,
+    value_codec: str,
+    limit: int | None,
+    timeout: float | None,
+) -> None:
+    """Print each change of the map as it is applied here, one
+    {"key", "old", "new", "mine"} JSON object per line (old/new null when absent).
+
+    Runs until Ctrl-C, --limit or --timeout (exit code 0 for each). A map that does not
+    exist yet is created (empty) by opening it.
+    """
+    changes: queue.SimpleQueue[dict[str, object]] = queue.SimpleQueue()
+
+    def listener(key: Any, old: Any, new: Any, mine: bool) -> None:
+        changes.put({"key": key, "old": old, "new": new, "mine": mine})
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    printed = 0
+    try:
+        with target.open(name, key_codec, value_codec) as m:
+            m.add_listener(listener)
+            while limit is None or printed < limit:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                try:  # in slices, so that Ctrl-C is seen promptly on every platform
+                    change = changes.get(
+                        timeout=_WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)
+                    )
+                except queue.Empty:
+                    continue
+                click.echo(_line(change))  # click.echo flushes every line
+                printed += 1
+    except KeyboardInterrupt:
+        return
