@@ -64,7 +64,10 @@ log = logging.getLogger("kafkakv.map")
 FLUSH_POINT_KEY = b"\x00kafkakv:flush-point"
 
 _READ_BATCH = 2000
+_SEND_BATCH = 5000  # async updates appended in one batch at most
 _WAIT_SLICE = 0.5  # the follower thread re-checks its state this often
+_FOLLOW_PAUSE = 0.0002  # what the follower waits after a wake-up before taking the lock
+_LOCAL_GRACE = 0.005  # the follower idles this long after a local writer applied
 
 
 class OpFuture(Future[Any]):
@@ -100,11 +103,43 @@ class ApplyError:
     error: str
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     future: OpFuture
     state: MapState
     code: OpCode
+    slot: bool  # holds one of the max_in_flight slots (async updates)
+
+
+class _Slots:
+    """At most ``limit`` async updates unapplied: taken per update, given back per batch."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._cond = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    def take(self, timeout: float) -> bool:
+        with self._cond:
+            if self.used < self.limit:
+                self.used += 1
+                return True
+            self._waiting += 1
+            try:
+                if not self._cond.wait_for(lambda: self.used < self.limit, timeout):
+                    return False
+                self.used += 1
+                return True
+            finally:
+                self._waiting -= 1
+
+    def give(self, n: int) -> None:
+        if n:
+            with self._cond:
+                self.used -= n
+                if self._waiting:
+                    self._cond.notify(n)
 
 
 class _BarrierGroup:
@@ -148,7 +183,8 @@ class ReplicaEngine:
         self._pending: dict[int, _Pending] = {}
         self._events: collections.deque[Callable[[], None]] = collections.deque()
         self.errors: collections.deque[ApplyError] = collections.deque(maxlen=1000)
-        self._in_flight = threading.BoundedSemaphore(settings.max_in_flight)
+        self._slots = _Slots(settings.max_in_flight)
+        self._sender_idle = False
         self._outbox: collections.deque[tuple[int, Record, int]] = collections.deque()
         self._outbox_ready = threading.Condition()
         self._flush_queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
@@ -156,6 +192,9 @@ class ReplicaEngine:
         self._barrier_cond = threading.Condition()
         self._barrier_next: dict[int, _BarrierGroup | None] = dict.fromkeys(self.held)
         self._barrier_busy: dict[int, bool] = dict.fromkeys(self.held, False)
+        self._local = dict.fromkeys(self.held, 0)  # threads applying their own update, per p
+        self._local_lock = threading.Lock()
+        self._last_local = 0.0  # monotonic time a local writer last finished
         self._closed = False
         self._failure: BaseException | None = None
         self._threads: list[threading.Thread] = []
@@ -210,6 +249,8 @@ class ReplicaEngine:
 
     # -- keys and partitions ------------------------------------------------------------
     def partition_of(self, record_key: bytes) -> int:
+        if self.partition_count == 1:
+            return 0
         return partition_for(record_key, self.partition_count)
 
     def positions(self) -> dict[int, Positions]:
@@ -218,7 +259,13 @@ class ReplicaEngine:
 
     # -- updates ------------------------------------------------------------------------
     def submit(
-        self, state: MapState, code: OpCode, record_key: bytes, args: Sequence[Any], wait: bool
+        self,
+        state: MapState,
+        code: OpCode,
+        record_key: bytes,
+        p: int,
+        args: Sequence[Any],
+        wait: bool,
     ) -> OpFuture:
         """Append one update and return its future; with ``wait`` apply up to it first.
 
@@ -233,46 +280,74 @@ class ReplicaEngine:
                 f"an update of {len(record_key) + len(value)} bytes is over the ops topic's "
                 f"max.message.bytes={self.max_record_bytes}"
             )
-        p = self.partition_of(record_key)
         timeout = self.settings.timeout
-        if not self._in_flight.acquire(timeout=timeout):
+        future = OpFuture()
+        # A caller that waits is its own bound; async updates take a slot.
+        if not wait and not self._slots.take(timeout):
             raise OperationTimeoutError(
                 f"{self.settings.max_in_flight} updates are still unapplied after {timeout} s"
             )
-        future = OpFuture()
-        future.add_done_callback(lambda _f: self._in_flight.release())
-        with self._lock:
-            self._pending[seq] = _Pending(future, state, code)
+        self._pending[seq] = _Pending(future, state, code, not wait)  # one dict store: atomic
         record = Record(record_key, value)
         if not wait:
-            with self._outbox_ready:
-                self._outbox.append((p, record, seq))
-                self._outbox_ready.notify()
+            self._outbox.append((p, record, seq))
+            if self._sender_idle:
+                with self._outbox_ready:
+                    self._outbox_ready.notify()
             return future
+        self._enter_local(p)
         try:
-            offset = self.log.append(self.topics.ops, p, [record])
-        except BaseException as exc:
-            self._fail_pending([seq], exc)
-            raise
-        self.apply_until(p, offset, time.monotonic() + timeout)
+            try:
+                offset = self.log.append(self.topics.ops, p, [record])
+            except BaseException as exc:
+                self._fail_pending([seq], exc)
+                raise
+            self.apply_until(p, offset, time.monotonic() + timeout)
+        finally:
+            self._leave_local(p)
         return future
 
+    # A thread that appended and waits for its record applies the log itself. While any does,
+    # the follower leaves that partition alone (competing for the lock would only slow both);
+    # the last one to leave applies whatever arrived meanwhile, so nothing is left behind.
+    def _enter_local(self, p: int) -> None:
+        with self._local_lock:
+            self._local[p] += 1
+
+    def _leave_local(self, p: int) -> None:
+        with self._local_lock:
+            self._local[p] -= 1
+            last = self._local[p] == 0
+        self._last_local = time.monotonic()
+        if last and not self._closed and self.log.end_offset(self.topics.ops, p) > self._applied[p]:
+            with self._lock:
+                if not self._closed:
+                    self._apply_available(p)
+
     def _fail_pending(self, seqs: Iterable[int], exc: BaseException) -> None:
+        freed = 0
         with self._lock:
             for seq in seqs:
                 item = self._pending.pop(seq, None)
-                if item is not None and not item.future.done():
-                    item.future.set_exception(exc)
+                if item is not None:
+                    freed += item.slot
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+        self._slots.give(freed)
 
     def _send_loop(self) -> None:
+        outbox, ready = self._outbox, self._outbox_ready
         while True:
-            with self._outbox_ready:
-                while not self._outbox and not self._closed:
-                    self._outbox_ready.wait()
-                if self._closed:
-                    return
-                items = list(self._outbox)
-                self._outbox.clear()
+            with ready:
+                self._sender_idle = True  # set before looking, so no append goes unnoticed
+                while not outbox and not self._closed:
+                    ready.wait(_WAIT_SLICE)
+                self._sender_idle = False
+            if self._closed:
+                return
+            items: list[tuple[int, Record, int]] = []
+            while outbox and len(items) < _SEND_BATCH:
+                items.append(outbox.popleft())
             by_partition: dict[int, list[tuple[Record, int]]] = {}
             for p, record, seq in items:
                 by_partition.setdefault(p, []).append((record, seq))
@@ -297,14 +372,15 @@ class ReplicaEngine:
                     "the update may still be applied later"
                 )
             try:
-                progressed = self._apply_available(p)
+                progressed = self._apply_available(p, until=offset)
             finally:
                 self._lock.release()
             if not progressed and self._applied[p] <= offset:
                 self.log.wait(self.topics.ops, p, self._applied[p], max(0.0, remaining))
 
-    def _apply_available(self, p: int, limit: int = 50_000) -> bool:
-        """Read and apply what partition ``p`` has (up to ``limit`` records). Lock held."""
+    def _apply_available(self, p: int, limit: int = 50_000, until: int | None = None) -> bool:
+        """Read and apply what partition ``p`` has: up to ``limit`` records, or only until
+        offset ``until`` is applied. Lock held."""
         applied = 0
         while applied < limit:
             records = self.log.read(self.topics.ops, p, self._applied[p], max_records=_READ_BATCH)
@@ -312,6 +388,8 @@ class ReplicaEngine:
                 break
             self._apply_records(p, records)
             applied += len(records)
+            if until is not None and self._applied[p] > until:
+                break
         return applied > 0
 
     def _apply_records(self, p: int, records: Sequence[Record]) -> None:
@@ -321,6 +399,7 @@ class ReplicaEngine:
         period = self.settings.flush_period
         events = self._events
         last = self._applied[p] - 1
+        freed = 0
         for record in records:
             offset = record.offset
             assert offset is not None
@@ -350,6 +429,7 @@ class ReplicaEngine:
             except OperationFailedError as exc:
                 self.errors.append(ApplyError(p, offset, str(exc)))
                 if pending is not None:
+                    freed += pending.slot
                     events.append(_failer(pending.future, exc))
                 continue
             if not isinstance(new, Keep) and new != current:
@@ -358,17 +438,20 @@ class ReplicaEngine:
                 if state.listeners:
                     events.append(_notifier(state, user_key, current, new, mine))
             if pending is not None:
+                freed += pending.slot
                 events.append(_completer(pending, result))
             if mine and offset >= self._next_flush[p] and p not in self._flush_asked:
                 self._flush_asked.add(p)
                 self._next_flush[p] = offset + period  # at most one attempt per period
                 self._flush_queue.put(p)
-        self._applied[p] = last + 1
         position = {p: Positions(last + 1, self._flushed[p])}
         for state in self.maps:
             state.store.write(changes.get(id(state), {}), position)
+        # Only now: threads that check _applied without the lock must find the data there.
+        self._applied[p] = last + 1
         while events:  # shared deque: a listener that updates the map keeps the order
             events.popleft()()
+        self._slots.give(freed)
 
     def _state_for(self, key: bytes | None) -> MapState | None:
         if key is None:
@@ -390,16 +473,35 @@ class ReplicaEngine:
     def _follow(self) -> None:
         """Background: apply what other processes append, for every held partition."""
         ops = self.topics.ops
+        # Per partition, an end offset left to a local writer: do not wake again before the
+        # log grows past it (the last local writer applies everything up to it on leaving).
+        left = dict.fromkeys(self.held, 0)
         while not self._closed:
             try:
-                waiting = {(ops, p): self._applied[p] for p in self.held}
+                quiet = time.monotonic() - self._last_local
+                if quiet < _LOCAL_GRACE:
+                    # Threads of this process are appending and applying as they go: they see
+                    # other processes' records too. Stay out of their way (no inotify wait, so
+                    # no wake-up per append) and look again shortly.
+                    time.sleep(_LOCAL_GRACE - quiet)
+                    continue
+                waiting = {(ops, p): max(self._applied[p], left[p]) for p in self.held}
                 if not self.log.wait_any(waiting, _WAIT_SLICE):
                     continue
+                # Most wake-ups in a busy process come from its own appends, which the writing
+                # threads apply themselves within microseconds: let them, rather than compete
+                # for the lock (and the GIL) only to find nothing left to do.
+                time.sleep(_FOLLOW_PAUSE)
                 for p in self.held:
-                    if self.log.end_offset(ops, p) > self._applied[p]:
-                        with self._lock:
-                            if not self._closed:
-                                self._apply_available(p)
+                    end = self.log.end_offset(ops, p)
+                    if end <= self._applied[p]:
+                        continue
+                    if self._local[p]:
+                        left[p] = end
+                        continue
+                    with self._lock:
+                        if not self._closed and self.log.end_offset(ops, p) > self._applied[p]:
+                            self._apply_available(p)
             except ClosedError:
                 return
             except Exception as exc:  # the log failed under us: say so to every caller

@@ -62,7 +62,6 @@ class OpCode(enum.IntEnum):
         return self >= OpCode.BARRIER
 
 
-
 class Keep(enum.Enum):
     """The state is left as it is (distinct from ``None``, which removes the key)."""
 

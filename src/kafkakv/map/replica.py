@@ -151,8 +151,8 @@ class ReplicaMap(MutableMapping[K, V], Generic[K, V]):
 
     # -- updates (sync) -----------------------------------------------------------------
     def _submit(self, code: OpCode, key: K, args: Iterable[Any], wait: bool) -> OpFuture:
-        _, record_key, _ = self._locate(key)
-        return self._engine.submit(self._state, code, record_key, list(args), wait)
+        _, record_key, p = self._locate(key)
+        return self._engine.submit(self._state, code, record_key, p, list(args), wait)
 
     def _call(self, code: OpCode, key: K, *args: Any) -> Any:
         future = self._submit(code, key, args, True)

@@ -25,6 +25,7 @@ _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _EVENT = struct.Struct("iIII")
 _POLL_S = 0.001
+_COALESCE_S = 0.0005
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -45,6 +46,7 @@ class ChangeNotifier:
         self._cond = threading.Condition()
         self._counters: dict[str, int] = {}
         self._total = 0  # moves on every batch of events; what waiters compare
+        self._waiters = 0  # threads inside wait_for_any; the reader thread parks at zero
         self._by_wd: dict[int, str] = {}
         self._watched: dict[str, int] = {}
         self._fd = -1
@@ -84,6 +86,11 @@ class ChangeNotifier:
         poller.register(self._fd, select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
         while not self._closed:
+            with self._cond:
+                # Nobody waiting: leave events in the kernel queue, which merges repeats of
+                # one head into a single event, instead of waking for each append.
+                while self._waiters == 0 and not self._closed:
+                    self._cond.wait()
             poller.poll()
             if self._closed:
                 return
@@ -107,6 +114,10 @@ class ChangeNotifier:
                         self._counters[path] += 1
                     self._total += 1
                     self._cond.notify_all()
+                # Coalesce: under a stream of appends, wake waiters at most once per pause
+                # instead of once per append (each wake-up costs the writers GIL time). The
+                # first event after a quiet spell is still delivered at once.
+                time.sleep(_COALESCE_S)
 
     def wait_for(self, head_path: str, ready: Callable[[], bool], timeout: float | None) -> bool:
         """Return True once ``ready()`` holds, False when ``timeout`` seconds pass first."""
@@ -119,6 +130,16 @@ class ChangeNotifier:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             watching = all([self._watch(path) for path in head_paths])
+            self._waiters += 1
+            if self._waiters == 1:
+                self._cond.notify_all()  # the reader thread may be parked: resume reading
+        try:
+            return self._wait(watching, ready, deadline)
+        finally:
+            with self._cond:
+                self._waiters -= 1
+
+    def _wait(self, watching: bool, ready: Callable[[], bool], deadline: float | None) -> bool:
         while True:
             with self._cond:
                 seen = self._total
@@ -138,6 +159,8 @@ class ChangeNotifier:
 
     def close(self) -> None:
         self._closed = True
+        with self._cond:
+            self._cond.notify_all()
         if self._wake_w >= 0:
             os.write(self._wake_w, b"x")
         if self._thread is not None:
