@@ -67,6 +67,7 @@ class Database:
         store_path: str | os.PathLike[str] | None = None,
         shard: Iterable[int] | None = None,
         consistency: str = "local",
+        barriers: str = "auto",
         flush_period: int = 1000,
         timeout: float = 30.0,
         max_in_flight: int = 10_000,
@@ -92,6 +93,7 @@ class Database:
             timeout=timeout,
             max_in_flight=max_in_flight,
             consistency=consistency,
+            barriers=barriers,
         )
         spec = _MapSpec(name, key_codec, value_codec, store, store_path)
         maps = self._open(topics or name, [spec], partitions, shard, settings, shared=bool(topics))
@@ -190,7 +192,7 @@ class Database:
         self.close()
 
 
-_SETTING_NAMES = {"flush_period", "timeout", "max_in_flight", "consistency"}
+_SETTING_NAMES = {"flush_period", "timeout", "max_in_flight", "consistency", "barriers"}
 
 
 class _MapSpec:

@@ -186,11 +186,45 @@ def test_sync_sees_an_update_made_elsewhere(open_map: OpenMap) -> None:
         assert b[f"k{i}"] == i
 
 
-def test_linearizable_reads_see_completed_writes(open_map: OpenMap) -> None:
-    writer, reader = open_map(partitions=2), open_map(consistency="linearizable")
+@pytest.mark.parametrize("barriers", ["auto", "offset", "shared", "per-read"])
+def test_linearizable_reads_see_completed_writes(open_map: OpenMap, barriers: str) -> None:
+    writer = open_map(partitions=2)
+    reader = open_map(consistency="linearizable", barriers=barriers)
     for i in range(30):
         writer[f"k{i}"] = i
         assert reader[f"k{i}"] == i and len(reader) == i + 1
+
+
+@pytest.mark.parametrize("barriers", ["offset", "shared"])
+def test_concurrent_readers_share_barriers(open_map: OpenMap, barriers: str) -> None:
+    writer = open_map()
+    reader = open_map(consistency="linearizable", barriers=barriers)
+    ops_topic = f"{reader.name}_ops"
+    log = reader._engine.log
+    start = log.end_offset(ops_topic, 0)
+    failures: list[BaseException] = []
+    reads = [0] * 16
+
+    def read(i: int) -> None:
+        try:
+            for _ in range(50):
+                reader.get("k")
+                reads[i] += 1
+        except BaseException as exc:  # pragma: no cover - reported below
+            failures.append(exc)
+
+    writer["k"] = 1
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures and sum(reads) == 800
+    appended = log.end_offset(ops_topic, 0) - start - 1  # minus the writer's put
+    if barriers == "offset":
+        assert appended == 0  # the end offset is the barrier: nothing appended
+    else:
+        assert 1 <= appended < 800  # shared: far fewer barrier records than reads
 
 
 def test_flush_then_a_fresh_replica_loads_data_and_ops(open_map: OpenMap) -> None:

@@ -168,6 +168,12 @@ class Log(ABC):
     def end_offset(self, topic: str, partition: int) -> int:
         """The offset the next appended record will get (one past the last record)."""
 
+    #: True when :meth:`end_offset` is at or past every append that completed anywhere before
+    #: the call (one authoritative copy, as the embedded log's head file). A map can then use
+    #: it as a read barrier without appending anything. False where an answer may come from a
+    #: stale copy (a deposed Kafka leader): barriers are then appended records.
+    end_offset_is_linearizable: bool = False
+
     @abstractmethod
     def wait(self, topic: str, partition: int, offset: int, timeout: float | None) -> bool:
         """Block until a record at or after ``offset`` exists, whoever appended it.

@@ -518,8 +518,15 @@ class ReplicaEngine:
         """Make this replica reflect every update completed anywhere before the call."""
         limit = self.settings.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
+        mode = self.settings.barriers
+        if mode == "auto":
+            mode = "offset" if self.log.end_offset_is_linearizable else "shared"
         for p in partitions:
-            if self.settings.shared_barriers:
+            if mode == "offset":  # no record at all: the end offset is authoritative
+                target = self.log.end_offset(self.topics.ops, p) - 1
+                if target >= self._applied[p]:
+                    self.apply_until(p, target, deadline)
+            elif mode == "shared":
                 self._shared_barrier(p, deadline)
             else:
                 self._barrier(p, deadline)

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from kafkakv.errors import ConfigError
 
-__all__ = ["CONSISTENCY", "MapSettings"]
+__all__ = ["BARRIERS", "CONSISTENCY", "MapSettings"]
 
 CONSISTENCY = ("local", "linearizable")
+BARRIERS = ("auto", "offset", "shared", "per-read")
 
 
 @dataclass(frozen=True)
@@ -22,14 +23,18 @@ class MapSettings:
     ``*_async`` call blocks (up to ``timeout``) until one completes.
     ``consistency``: ``"local"`` reads the replica as it is; ``"linearizable"`` makes every read
     wait for a barrier first (shared by concurrent readers).
-    ``shared_barriers``: turn off only to measure what sharing buys (one barrier per read).
+    ``barriers``: how ``sync`` learns how far the log reaches. ``"auto"`` (the default) reads
+    the end offset where the log guarantees it is authoritative (the embedded log) and appends
+    shared barrier records otherwise; ``"offset"`` and ``"shared"`` force one of the two;
+    ``"per-read"`` appends one barrier record per call and exists only to measure what the
+    others save.
     """
 
     flush_period: int = 1000
     timeout: float = 30.0
     max_in_flight: int = 10_000
     consistency: str = "local"
-    shared_barriers: bool = True
+    barriers: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.flush_period, int) or self.flush_period < 1:
@@ -38,6 +43,10 @@ class MapSettings:
             raise ConfigError(f"timeout must be a positive number of seconds, not {self.timeout!r}")
         if not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
             raise ConfigError(f"max_in_flight must be an int >= 1, not {self.max_in_flight!r}")
+        if self.barriers not in BARRIERS:
+            raise ConfigError(
+                f"barriers must be one of {', '.join(BARRIERS)}, not {self.barriers!r}"
+            )
         if self.consistency not in CONSISTENCY:
             raise ConfigError(
                 f"consistency must be one of {', '.join(CONSISTENCY)}, not {self.consistency!r}"

@@ -71,6 +71,8 @@ class EmbeddedLog(Log):
     [b'hello']
     """
 
+    end_offset_is_linearizable = True  # the head file is the one copy every process publishes to
+
     def __init__(
         self,
         path: str | os.PathLike[str],
