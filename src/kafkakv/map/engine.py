@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,15 +63,75 @@ log = logging.getLogger("kafkakv.map")
 #: last ops offset the flush covers. Compaction keeps the newest one per partition.
 FLUSH_POINT_KEY = b"\x00kafkakv:flush-point"
 
-_READ_BATCH = 2000
+_READ_BATCH = 5000  # at least _SEND_BATCH: a read never splits a batch the sender wrote
 _SEND_BATCH = 5000  # async updates appended in one batch at most
 _WAIT_SLICE = 0.5  # the follower thread re-checks its state this often
 _FOLLOW_PAUSE = 0.0002  # what the follower waits after a wake-up before taking the lock
 _LOCAL_GRACE = 0.005  # the follower idles this long after a local writer applied
 
 
+_FUTURE_GUARD = threading.Lock()
+
+
 class OpFuture(Future[Any]):
-    """A :class:`concurrent.futures.Future` that asyncio code can also ``await``."""
+    """A :class:`concurrent.futures.Future` that asyncio code can also ``await``.
+
+    Most update futures are completed before anyone waits on them, and the condition variable
+    a Future creates up front is most of its cost (an async put makes one per update). Here it
+    is created when first needed: a waiter, a callback, ``concurrent.futures.wait``. Creating
+    it and completing without it share one lock, so a waiter that arrives during completion
+    finds the future finished.
+    """
+
+    def __init__(self) -> None:  # no Future.__init__: that would build the Condition now
+        self._cond: threading.Condition | None = None
+        self._state = "PENDING"
+        self._result = None
+        self._exception = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Callable[[Future[Any]], object]] = []
+
+    @property
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _FUTURE_GUARD:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition()
+        return cond
+
+    @_condition.setter
+    def _condition(self, cond: threading.Condition) -> None:
+        self._cond = cond
+
+    def _complete_unobserved(self, result: Any, exception: BaseException | None) -> bool:
+        """Finish without a Condition when nothing could be waiting; False otherwise."""
+        with _FUTURE_GUARD:
+            if self._cond is not None:
+                return False
+            if self._state != "PENDING":
+                raise InvalidStateError(f"{self._state}: {self!r}")
+            self._result, self._exception, self._state = result, exception, "FINISHED"
+            return True
+
+    def set_result(self, result: Any) -> None:
+        if not self._complete_unobserved(result, None):
+            super().set_result(result)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        if not self._complete_unobserved(None, exception):
+            super().set_exception(exception)
+
+    def resolve(self, result: Any = None, exception: BaseException | None = None) -> None:
+        """Complete with ``result`` or ``exception`` unless the owner cancelled it already."""
+        try:
+            if exception is None:
+                self.set_result(result)
+            else:
+                self.set_exception(exception)
+        except InvalidStateError:
+            pass  # cancelled: the owner stopped caring
 
     def __await__(self) -> Any:
         import asyncio
@@ -112,34 +172,37 @@ class _Pending:
 
 
 class _Slots:
-    """At most ``limit`` async updates unapplied: taken per update, given back per batch."""
+    """At most ``limit`` async updates unapplied. Taking and giving are counters (``next`` on
+    an itertools.count is atomic under the GIL); only a caller over the limit takes a lock and
+    sleeps, and givers wake it."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.used = 0
+        self._taken = itertools.count(1)
+        self._given = 0  # written by appliers only, under the replica lock or _cond
         self._cond = threading.Condition(threading.Lock())
-        self._waiting = 0
+        self._sleepers = 0
 
     def take(self, timeout: float) -> bool:
+        ticket = next(self._taken)
+        if ticket - self._given <= self.limit:
+            return True
         with self._cond:
-            if self.used < self.limit:
-                self.used += 1
-                return True
-            self._waiting += 1
+            self._sleepers += 1
             try:
-                if not self._cond.wait_for(lambda: self.used < self.limit, timeout):
-                    return False
-                self.used += 1
-                return True
+                if self._cond.wait_for(lambda: ticket - self._given <= self.limit, timeout):
+                    return True
+                self._given += 1  # give the unused ticket back
+                return False
             finally:
-                self._waiting -= 1
+                self._sleepers -= 1
 
     def give(self, n: int) -> None:
         if n:
             with self._cond:
-                self.used -= n
-                if self._waiting:
-                    self._cond.notify(n)
+                self._given += n
+                if self._sleepers:
+                    self._cond.notify_all()
 
 
 class _BarrierGroup:
@@ -232,8 +295,7 @@ class ReplicaEngine:
         with self._lock:
             pending, self._pending = self._pending, {}
             for item in pending.values():
-                if not item.future.done():
-                    item.future.set_exception(closed)
+                item.future.resolve(exception=closed)
             for writer in self._writers.values():
                 writer.close()
             for state in self.maps:
@@ -331,8 +393,7 @@ class ReplicaEngine:
                 item = self._pending.pop(seq, None)
                 if item is not None:
                     freed += item.slot
-                    if not item.future.done():
-                        item.future.set_exception(exc)
+                    item.future.resolve(exception=exc)
         self._slots.give(freed)
 
     def _send_loop(self) -> None:
@@ -721,25 +782,20 @@ def _flush_point(value: bytes | None) -> int:
 
 
 def _failer(future: OpFuture, exc: BaseException) -> Callable[[], None]:
-    def fail() -> None:
-        if not future.done():
-            future.set_exception(exc)
-
-    return fail
+    return lambda: future.resolve(exception=exc)
 
 
 def _completer(pending: _Pending, result: Any) -> Callable[[], None]:
     def complete() -> None:
-        future = pending.future
-        if future.done():
-            return
-        try:
-            if isinstance(result, bytes):
-                future.set_result(pending.state.values.decode(result))
-            else:
-                future.set_result(result)
-        except KafkaKVError as exc:
-            future.set_exception(exc)
+        if isinstance(result, bytes):
+            try:
+                value = pending.state.values.decode(result)
+            except KafkaKVError as exc:
+                pending.future.resolve(exception=exc)
+                return
+            pending.future.resolve(value)
+        else:
+            pending.future.resolve(result)
 
     return complete
 

@@ -95,10 +95,9 @@ def decode_op(data: bytes | None) -> Op:
     if not isinstance(items, tuple) or len(items) < 3:
         raise DecodeError("an ops record that is not [code, origin, seq, ...]")
     code, origin, seq, *args = items
-    try:
-        opcode = OpCode(code)
-    except ValueError:
-        raise DecodeError(f"unknown op code {code!r}") from None
+    opcode = _CODES.get(code)
+    if opcode is None:
+        raise DecodeError(f"unknown op code {code!r}")
     if not isinstance(origin, bytes) or not isinstance(seq, int):
         raise DecodeError("an ops record with a malformed origin or sequence number")
     want = _ARITY[opcode]
@@ -107,6 +106,7 @@ def decode_op(data: bytes | None) -> Op:
     return Op(opcode, origin, seq, tuple(args))
 
 
+_CODES = {int(c): c for c in OpCode}
 _ARITY = {
     OpCode.PUT: 1,
     OpCode.PUT_IF_ABSENT: 1,

@@ -212,9 +212,15 @@ def verify_crc(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
 
 
 def decode_records(
-    buf: bytes | memoryview, pos: int, header: BatchHeader, partition: int, min_offset: int = 0
+    buf: bytes | memoryview,
+    pos: int,
+    header: BatchHeader,
+    partition: int,
+    min_offset: int = 0,
+    limit: int | None = None,
 ) -> list[Record]:
-    """Decode the records of the batch at ``pos`` (CRC already verified) from ``min_offset``."""
+    """Decode the records of the batch at ``pos`` (CRC already verified) from ``min_offset``,
+    at most ``limit`` of them."""
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     try:
         rows = msgpack.unpackb(body, use_list=False, raw=False)
@@ -222,15 +228,13 @@ def decode_records(
         raise CorruptLogError(f"undecodable records: {exc}", position=pos) from exc
     base = header.base_offset
     bts = header.base_timestamp
-    if min_offset <= base:
-        return [
-            _tuple_new(Record, (k, v, h or (), bts + td, partition, base + od))
-            for od, td, k, v, h in rows
-        ]
+    if min_offset > base:
+        rows = [row for row in rows if base + row[0] >= min_offset]
+    if limit is not None and len(rows) > limit:
+        rows = rows[:limit]
     return [
         _tuple_new(Record, (k, v, h or (), bts + td, partition, base + od))
         for od, td, k, v, h in rows
-        if base + od >= min_offset
     ]
 
 

@@ -348,7 +348,7 @@ class Partition:
                 if h.last_offset >= offset:
                     if not verify_crc(buf, p, h):
                         raise self._corrupt(seg, pos + p, "batch checksum mismatch")
-                    out.extend(decode_records(buf, p, h, part, offset))
+                    out.extend(decode_records(buf, p, h, part, offset, max_records - len(out)))
                     budget -= h.size
                     if len(out) >= max_records or budget <= 0:
                         self._read_cursor = (seg.name, h.last_offset + 1, pos + p + h.size)
