@@ -101,10 +101,20 @@ class Database:
 
     def sorted_map(self, name: str, **options: Any) -> SortedReplicaMap[Any, Any]:
         """:meth:`map` with a sorted store by default; needs an ordered key codec."""
-        options.setdefault("store", "sorted")
+        store = options.setdefault("store", "sorted")
+        ordered = store in ("sorted", "lmdb") or isinstance(store, OrderedStore)
+        if not ordered:
+            raise ConfigError(
+                f"a sorted map needs an ordered store ('sorted' or 'lmdb'), not {store!r}"
+            )
+        keys = codec_for(options.get("key_codec", "str"))
+        if not keys.ordered:
+            raise ConfigError(
+                f"a sorted map needs an ordered key codec, whose bytes sort like its keys (str, "
+                f"bytes, int), not {keys!r}"
+            )
         opened = self.map(name, **options)
-        if not isinstance(opened, SortedReplicaMap):
-            raise ConfigError("a sorted map needs an ordered store: 'sorted' or 'lmdb'")
+        assert isinstance(opened, SortedReplicaMap)
         return opened
 
     def maps(

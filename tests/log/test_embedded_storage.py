@@ -313,3 +313,31 @@ def test_a_cleaned_log_without_due_tombstones_is_left_alone(tmp_path: Path) -> N
 
         # Nothing dirty, no tombstone due: the background cleaner has nothing to do.
         assert clean_partition(part, force=False) is None
+
+
+def test_compaction_by_two_log_objects_on_one_directory_keeps_every_segment(
+    tmp_path: Path,
+) -> None:
+    """Regression: the leftover sweep used a cached manifest and deleted segments that another
+    log object's swap had just created."""
+    a = EmbeddedLog(tmp_path, background_cleaner=False)
+    b = EmbeddedLog(tmp_path, background_cleaner=False)
+    try:
+        a.create_topic("c", 1, {"cleanup.policy": "compact", "segment.bytes": 1024})
+        for i in range(300):
+            (a if i % 2 else b).append("c", 0, [Record(b"k%d" % (i % 20), b"v%d" % i)])
+        a.compact("c")
+        for i in range(300, 400):
+            b.append("c", 0, [Record(b"k%d" % (i % 20), b"v%d" % i)])
+        b.compact("c")
+        a.compact("c")
+        assert a.check() == [] and b.check() == []
+        latest: dict[bytes, bytes | None] = {}
+        pos = 0
+        while got := b.read("c", 0, pos):
+            latest.update((r.key or b"", r.value) for r in got)
+            pos = (got[-1].offset or 0) + 1
+        assert latest == {b"k%d" % k: b"v%d" % (380 + k) for k in range(20)}
+    finally:
+        a.close()
+        b.close()

@@ -90,20 +90,15 @@ def decode_op(data: bytes | None) -> Op:
         raise DecodeError("an ops record without a value")
     try:
         items = msgpack.unpackb(data, raw=False, use_list=False)
-    except Exception as exc:
-        raise DecodeError(f"an ops record that is not msgpack: {exc}") from exc
-    if not isinstance(items, tuple) or len(items) < 3:
-        raise DecodeError("an ops record that is not [code, origin, seq, ...]")
-    code, origin, seq, *args = items
-    opcode = _CODES.get(code)
-    if opcode is None:
-        raise DecodeError(f"unknown op code {code!r}")
-    if not isinstance(origin, bytes) or not isinstance(seq, int):
+        opcode = _CODES[items[0]]
+        origin, seq, args = items[1], items[2], items[3:]
+    except Exception as exc:  # not msgpack, not an array, too short, unknown code...
+        raise DecodeError(f"not an ops record ([code, origin, seq, ...]): {exc!r}") from None
+    if type(origin) is not bytes or type(seq) is not int:
         raise DecodeError("an ops record with a malformed origin or sequence number")
-    want = _ARITY[opcode]
-    if len(args) != want:
-        raise DecodeError(f"{opcode.name} takes {want} arguments, the record has {len(args)}")
-    return Op(opcode, origin, seq, tuple(args))
+    if len(args) != _ARITY[opcode]:
+        raise DecodeError(f"{opcode.name} takes {_ARITY[opcode]} arguments, not {len(args)}")
+    return Op(opcode, origin, seq, args)
 
 
 _CODES = {int(c): c for c in OpCode}

@@ -702,8 +702,12 @@ class Partition:
         return True
 
     def remove_leftovers_locked(self) -> list[str]:
-        """Delete segment files the manifest does not list (an interrupted swap's output)."""
-        live = {s.name for s in self.manifest().segments}
+        """Delete segment files the manifest does not list (an interrupted swap's output).
+
+        The live set comes from the manifest on disk, never a cached copy: another process or
+        another log object on the same directory may have swapped segments since."""
+        with self._cache_lock:
+            live = {s.name for s in self._reload_manifest_locked().segments}
         removed = []
         for entry in os.listdir(self.dir):
             stem, dot, ext = entry.rpartition(".")
