@@ -48,9 +48,10 @@ from kafkakv.errors import (
     OperationTimeoutError,
     RecordTooLargeError,
 )
+from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Log, LogWriter, Record
 from kafkakv.log.partitioner import partition_for
-from kafkakv.map.ops import Keep, OpCode, decide, decode_op, encode_op
+from kafkakv.map.ops import KEEP, Keep, OpCode, decide, decode_op, encode_op
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics
 from kafkakv.store.base import Positions, Store
@@ -264,11 +265,13 @@ class ReplicaEngine:
         self._flush_asked: set[int] = set()
         self._next_flush = dict.fromkeys(self.held, settings.flush_period - 1)
         self._pending: dict[int, _Pending] = {}
-        self._events: collections.deque[Callable[[], None]] = collections.deque()
+        self._events: collections.deque[tuple[Callable[[Any, Any], None], Any, Any]] = (
+            collections.deque()
+        )
         self.errors: collections.deque[ApplyError] = collections.deque(maxlen=1000)
         self._slots = _Slots(settings.max_in_flight)
         self._sender_idle = False
-        self._outbox: collections.deque[tuple[int, Record, int]] = collections.deque()
+        self._outbox: collections.deque[tuple[int, bytes, bytes, int]] = collections.deque()
         self._outbox_ready = threading.Condition()
         self._flush_queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._writers: dict[int, LogWriter] = {}
@@ -371,9 +374,8 @@ class ReplicaEngine:
                 f"{self.settings.max_in_flight} updates are still unapplied after {timeout} s"
             )
         self._pending[seq] = _Pending(future, state, code, not wait)  # one dict store: atomic
-        record = Record(record_key, value)
         if not wait:
-            self._outbox.append((p, record, seq))
+            self._outbox.append((p, record_key, value, seq))
             if self._sender_idle:
                 with self._outbox_ready:
                     self._outbox_ready.notify()
@@ -381,7 +383,7 @@ class ReplicaEngine:
         self._enter_local(p)
         try:
             try:
-                offset = self.log.append(self.topics.ops, p, [record])
+                offset = self.log.append(self.topics.ops, p, [Record(record_key, value)])
             except BaseException as exc:
                 self._fail_pending([seq], exc)
                 raise
@@ -429,17 +431,18 @@ class ReplicaEngine:
                 return
             if len(outbox) < _SEND_BATCH // 4:
                 time.sleep(_LINGER)  # let a batch gather: one append per batch, not per update
-            items: list[tuple[int, Record, int]] = []
-            while outbox and len(items) < _SEND_BATCH:
-                items.append(outbox.popleft())
-            by_partition: dict[int, list[tuple[Record, int]]] = {}
-            for p, record, seq in items:
-                by_partition.setdefault(p, []).append((record, seq))
-            for p, batch in by_partition.items():
-                try:
-                    self.log.append(self.topics.ops, p, [r for r, _ in batch])
-                except Exception as exc:  # fail these updates; keep sending others
-                    self._fail_pending([seq for _, seq in batch], exc)
+            with gc_paused():
+                items: list[tuple[int, bytes, bytes, int]] = []
+                while outbox and len(items) < _SEND_BATCH:
+                    items.append(outbox.popleft())
+                by_partition: dict[int, list[tuple[bytes, bytes, int]]] = {}
+                for p, key, value, seq in items:
+                    by_partition.setdefault(p, []).append((key, value, seq))
+                for p, batch in by_partition.items():
+                    try:
+                        self.log.append(self.topics.ops, p, [Record(k, v) for k, v, _ in batch])
+                    except Exception as exc:  # fail these updates; keep sending others
+                        self._fail_pending([seq for _, _, seq in batch], exc)
 
     # -- applying -----------------------------------------------------------------------
     def apply_until(self, p: int, offset: int, deadline: float) -> None:
@@ -467,10 +470,13 @@ class ReplicaEngine:
         offset ``until`` is applied. Lock held."""
         applied = 0
         while applied < limit:
-            records = self.log.read(self.topics.ops, p, self._applied[p], max_records=_READ_BATCH)
-            if not records:
-                break
-            self._apply_records(p, records)
+            with gc_paused():  # thousands of short-lived objects per batch: see gcpause
+                records = self.log.read(
+                    self.topics.ops, p, self._applied[p], max_records=_READ_BATCH
+                )
+                if not records:
+                    break
+                self._apply_records(p, records)
             applied += len(records)
             if until is not None and self._applied[p] > until:
                 break
@@ -482,48 +488,57 @@ class ReplicaEngine:
         dirty = self._dirty[p]
         period = self.settings.flush_period
         events = self._events
+        pending_ops = self._pending
+        origin = self.origin
         last = self._applied[p] - 1
         freed = 0
+        plain = self.maps[0] if self._plain else None
         for record in records:
             offset = record.offset
             assert offset is not None
             last = offset
             try:
-                op = decode_op(record.value)
+                code, op_origin, seq, args = decode_op(record.value)
             except DecodeError as exc:
                 self.errors.append(ApplyError(p, offset, str(exc)))
                 continue
-            if op.code.control:
-                if op.code is OpCode.FLUSHED:
-                    self._mark_flushed(p, op.args[0])
+            if code >= OpCode.BARRIER:  # control records
+                if code is OpCode.FLUSHED:
+                    self._mark_flushed(p, args[0])
                 continue
             key = record.key
-            state = self._state_for(key)
-            mine = op.origin == self.origin
-            pending = self._pending.pop(op.seq, None) if mine else None
+            state = plain or self._state_for(key)
+            mine = op_origin == origin
+            pending = pending_ops.pop(seq, None) if mine else None
             if key is None or state is None:
                 if key is not None:
                     dirty[key] = offset  # another map's key: this replica cannot flush it
                 continue
-            user_key = key[len(state.prefix) :]
-            overlay = changes.setdefault(id(state), {})
+            user_key = key[len(state.prefix) :] if state.prefix else key
+            overlay = changes.get(id(state))
+            if overlay is None:
+                overlay = changes[id(state)] = {}
             current = overlay[user_key] if user_key in overlay else state.store.get(user_key)
-            try:
-                result, new = decide(op.code, op.args, current, user_key, state.keys, state.values)
-            except OperationFailedError as exc:
-                self.errors.append(ApplyError(p, offset, str(exc)))
-                if pending is not None:
-                    freed += pending.slot
-                    events.append(_failer(pending.future, exc))
-                continue
-            if not isinstance(new, Keep) and new != current:
+            new: bytes | None | Keep
+            if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
+                result, new = current, args[0]
+            else:
+                try:
+                    result, new = decide(code, args, current, user_key, state.keys, state.values)
+                except OperationFailedError as exc:
+                    self.errors.append(ApplyError(p, offset, str(exc)))
+                    if pending is not None:
+                        freed += pending.slot
+                        events.append((_fail, pending, exc))
+                    continue
+            if new is not KEEP and new != current:
                 overlay[user_key] = new
                 dirty[key] = offset
                 if state.listeners:
-                    events.append(_notifier(state, user_key, current, new, mine))
+                    events.append((_notify, state, (user_key, current, new, mine)))
             if pending is not None:
                 freed += pending.slot
-                events.append(_completer(pending, result))
+                events.append((_complete, pending, result))
             if mine and offset >= self._next_flush[p] and p not in self._flush_asked:
                 self._flush_asked.add(p)
                 self._next_flush[p] = offset + period  # at most one attempt per period
@@ -534,7 +549,8 @@ class ReplicaEngine:
         # Only now: threads that check _applied without the lock must find the data there.
         self._applied[p] = last + 1
         while events:  # shared deque: a listener that updates the map keeps the order
-            events.popleft()()
+            fn, target, arg = events.popleft()
+            fn(target, arg)
         self._slots.give(freed)
 
     def _state_for(self, key: bytes | None) -> MapState | None:
@@ -823,40 +839,33 @@ def _flush_point(value: bytes | None) -> int:
         raise DecodeError(f"a flush point record that does not decode: {exc}") from exc
 
 
-def _failer(future: OpFuture, exc: BaseException) -> Callable[[], None]:
-    return lambda: future.resolve(exception=exc)
+def _fail(pending: _Pending, exc: BaseException) -> None:
+    pending.future.resolve(exception=exc)
 
 
-def _completer(pending: _Pending, result: Any) -> Callable[[], None]:
-    def complete() -> None:
-        if isinstance(result, bytes):
-            try:
-                value = pending.state.values.decode(result)
-            except KafkaKVError as exc:
-                pending.future.resolve(exception=exc)
-                return
-            pending.future.resolve(value)
-        else:
-            pending.future.resolve(result)
-
-    return complete
-
-
-def _notifier(
-    state: MapState, key: bytes, old: bytes | None, new: bytes | None, mine: bool
-) -> Callable[[], None]:
-    def notify() -> None:
+def _complete(pending: _Pending, result: Any) -> None:
+    if type(result) is bytes:
         try:
-            k = state.keys.decode(key)
-            o = None if old is None else state.values.decode(old)
-            n = None if new is None else state.values.decode(new)
+            value = pending.state.values.decode(result)
         except KafkaKVError as exc:
-            log.warning("listener of %s skipped a change it cannot decode: %s", state.name, exc)
+            pending.future.resolve(exception=exc)
             return
-        for listener in list(state.listeners):
-            try:
-                listener(k, o, n, mine)
-            except Exception:
-                log.exception("a listener of map %s raised", state.name)
+        pending.future.resolve(value)
+    else:
+        pending.future.resolve(result)
 
-    return notify
+
+def _notify(state: MapState, change: tuple[bytes, bytes | None, bytes | None, bool]) -> None:
+    key, old, new, mine = change
+    try:
+        k = state.keys.decode(key)
+        o = None if old is None else state.values.decode(old)
+        n = None if new is None else state.values.decode(new)
+    except KafkaKVError as exc:
+        log.warning("listener of %s skipped a change it cannot decode: %s", state.name, exc)
+        return
+    for listener in list(state.listeners):
+        try:
+            listener(k, o, n, mine)
+        except Exception:
+            log.exception("a listener of map %s raised", state.name)

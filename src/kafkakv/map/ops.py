@@ -98,10 +98,11 @@ def decode_op(data: bytes | None) -> Op:
         raise DecodeError("an ops record with a malformed origin or sequence number")
     if len(args) != _ARITY[opcode]:
         raise DecodeError(f"{opcode.name} takes {_ARITY[opcode]} arguments, not {len(args)}")
-    return Op(opcode, origin, seq, args)
+    return _new_op(Op, (opcode, origin, seq, args))
 
 
 _CODES = {int(c): c for c in OpCode}
+_new_op = tuple.__new__  # Op(...) without the NamedTuple constructor's Python-level call
 _ARITY = {
     OpCode.PUT: 1,
     OpCode.PUT_IF_ABSENT: 1,

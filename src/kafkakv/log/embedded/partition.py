@@ -19,7 +19,6 @@ import array
 import contextlib
 import errno
 import fcntl
-import gc
 import mmap
 import os
 import threading
@@ -29,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
+from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Record
 from kafkakv.log.config import TopicConfig
 from kafkakv.log.embedded.format import (
@@ -56,26 +56,6 @@ _MAX_SEGMENT_SPAN = 2**31 - 1  # relative offsets in the index are u32; stay wel
 
 CommittedCheck = Callable[[int, str, int, int, int], bool]
 """``(producer, topic, partition, segment_base, batch_end) -> committed``; see txn.py."""
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a read builds thousands of records.
-
-    Decoded records are tuples of bytes that cannot form cycles, but every one of them counts
-    towards the collector's allocation threshold: a large read would otherwise trigger dozens
-    of collections, each scanning every live object of the process (measured: a third of read
-    time, and ~120 ms pauses in a process holding a million objects). Reference counting still
-    frees everything at once; collection resumes when the read returns.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def now_ms() -> int:
@@ -272,7 +252,7 @@ class Partition:
             )
         for attempt in range(5):
             try:
-                with self._cache_lock, _gc_paused():
+                with self._cache_lock, gc_paused():
                     m = self._manifest
                     if m is None or m.version < head.layout_version or attempt:
                         m = self._reload_manifest_locked()
