@@ -519,7 +519,7 @@ class ReplicaEngine:
             if overlay is None:
                 overlay = changes[id(state)] = {}
             current = overlay[user_key] if user_key in overlay else state.store.get(user_key)
-            new: bytes | None | Keep
+            new: bytes | Keep | None
             if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
                 result, new = current, args[0]
             else:

@@ -464,12 +464,15 @@ class Partition:
             with contextlib.suppress(OSError):
                 self._truncate_locked(pos)
             raise _io("cannot append to", os.path.join(self.dir, self._wname or "?"), exc) from exc
-        new = replace(
-            head,
-            seq=head.seq + 1,
-            next_offset=first + count,
-            active_pos=pos + len(batch),
-            last_index_pos=last_index,
+        new = HeadState(  # spelled out: dataclasses.replace costs more than the write above
+            head.seq + 1,
+            first + count,
+            head.start_offset,
+            head.active_base,
+            pos + len(batch),
+            head.layout_version,
+            last_index,
+            head.boot_id,
         )
         return PreparedBatch(first, new, pos, len(batch))
 
