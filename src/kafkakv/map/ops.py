@@ -23,7 +23,8 @@ same way everywhere, and the caller leaves the state unchanged.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import msgpack
@@ -78,9 +79,16 @@ class Op(NamedTuple):
     args: tuple[Any, ...]
 
 
+_packers = threading.local()  # a Packer is not thread-safe; reusing one halves the cost
+
+
 def encode_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any] = ()) -> bytes:
     """The value bytes of an ops record."""
-    return msgpack.packb([int(code), origin, seq, *args], use_bin_type=True)
+    try:
+        pack: Callable[[Any], bytes] = _packers.pack
+    except AttributeError:
+        pack = _packers.pack = msgpack.Packer(use_bin_type=True).pack
+    return pack([code, origin, seq, *args])  # an IntEnum packs as its int
 
 
 def decode_op(data: bytes | None) -> Op:
