@@ -32,6 +32,7 @@ from rich.table import Table
 
 from kafkakv import __version__
 from kafkakv.cli.map_commands import map_group
+from kafkakv.cli.options import log_path_option
 from kafkakv.errors import KafkaKVError, LogError
 from kafkakv.log import CleanResult, EmbeddedLog, Record
 
@@ -202,14 +203,7 @@ main.add_command(map_group)
 
 
 @main.group("log")
-@click.option(
-    "--path",
-    "-p",
-    envvar="KAFKAKV_LOG",
-    show_envvar=True,
-    type=click.Path(file_okay=False, dir_okay=True),
-    help="Directory of the embedded log.",
-)
+@log_path_option
 @click.pass_context
 def log_group(ctx: click.Context, path: str | None) -> None:
     """Inspect and maintain an embedded log."""

@@ -32,6 +32,7 @@ from typing import IO, Any, TypeVar
 import click
 
 from kafkakv import ReplicaMap, connect
+from kafkakv.cli.options import log_path_option
 from kafkakv.codecs import JsonCodec
 from kafkakv.errors import DecodeError
 
@@ -155,14 +156,7 @@ pass_target = click.make_pass_decorator(MapTarget)
 
 
 @click.group("map")
-@click.option(
-    "--path",
-    "-p",
-    envvar="KAFKAKV_LOG",
-    show_envvar=True,
-    type=click.Path(file_okay=False, dir_okay=True),
-    help="Directory of the embedded log.",
-)
+@log_path_option
 @click.pass_context
 def map_group(ctx: click.Context, path: str | None) -> None:
     """Read, write and watch a replicated map.
