@@ -123,28 +123,35 @@ class OrderedStore(Store):
     """A store whose keys are kept in byte order, with range queries."""
 
     @abstractmethod
+    def _edge(
+        self, lo: bytes | None, hi: bytes | None, inclusive: tuple[bool, bool], reverse: bool
+    ) -> bytes | None:
+        """The smallest key within the bounds (the largest with ``reverse``), or ``None``.
+        O(log n). Every navigation method below is this with other bounds."""
+
     def first(self) -> bytes | None:
         """The smallest key, or ``None`` when empty. O(log n)."""
+        return self._edge(None, None, (True, True), False)
 
-    @abstractmethod
     def last(self) -> bytes | None:
         """The largest key, or ``None`` when empty. O(log n)."""
+        return self._edge(None, None, (True, True), True)
 
-    @abstractmethod
     def floor(self, key: bytes) -> bytes | None:
         """The largest key ``<= key``, or ``None``."""
+        return self._edge(None, key, (True, True), True)
 
-    @abstractmethod
     def ceiling(self, key: bytes) -> bytes | None:
         """The smallest key ``>= key``, or ``None``."""
+        return self._edge(key, None, (True, True), False)
 
-    @abstractmethod
     def lower(self, key: bytes) -> bytes | None:
         """The largest key ``< key``, or ``None``."""
+        return self._edge(None, key, (True, False), True)
 
-    @abstractmethod
     def higher(self, key: bytes) -> bytes | None:
         """The smallest key ``> key``, or ``None``."""
+        return self._edge(key, None, (False, True), False)
 
     @abstractmethod
     def range(

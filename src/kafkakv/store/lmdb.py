@@ -203,27 +203,9 @@ class LmdbStore(OrderedStore):
                     ok = cur.prev()
         return out
 
-    def _one(self, lo: Bound, hi: Bound, inc: Inclusive, reverse: bool) -> bytes | None:
+    def _edge(self, lo: Bound, hi: Bound, inc: Inclusive, reverse: bool) -> bytes | None:
         found = self._read(lo, hi, inc, reverse, 1, values=False)
         return found[0][0] if found else None
-
-    def first(self) -> bytes | None:
-        return self._one(None, None, (True, True), False)
-
-    def last(self) -> bytes | None:
-        return self._one(None, None, (True, True), True)
-
-    def floor(self, key: bytes) -> bytes | None:
-        return self._one(None, key, (True, True), True)
-
-    def ceiling(self, key: bytes) -> bytes | None:
-        return self._one(key, None, (True, True), False)
-
-    def lower(self, key: bytes) -> bytes | None:
-        return self._one(None, key, (True, False), True)
-
-    def higher(self, key: bytes) -> bytes | None:
-        return self._one(key, None, (False, True), False)
 
     @_guarded
     def positions(self) -> dict[int, Positions]:

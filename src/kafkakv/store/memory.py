@@ -191,7 +191,7 @@ class SortedStore(_MemoryStore, OrderedStore):
             data = self._sorted
             return [(k, data[k]) for k in islice(data.irange(lo, hi, inc, reverse), limit)]
 
-    def _one(self, lo: Bound, hi: Bound, inc: Inclusive, reverse: bool) -> bytes | None:
+    def _edge(self, lo: Bound, hi: Bound, inc: Inclusive, reverse: bool) -> bytes | None:
         found = self._read(lo, hi, inc, reverse, 1)
         return found[0][0] if found else None
 
@@ -215,24 +215,6 @@ class SortedStore(_MemoryStore, OrderedStore):
         plus its size. Raises ClosedError after close() (also from a running iteration)."""
         self._live()
         return iter_chunks(self._read, start, stop, inclusive, reverse)
-
-    def first(self) -> bytes | None:
-        return self._one(None, None, (True, True), False)
-
-    def last(self) -> bytes | None:
-        return self._one(None, None, (True, True), True)
-
-    def floor(self, key: bytes) -> bytes | None:
-        return self._one(None, key, (True, True), True)
-
-    def ceiling(self, key: bytes) -> bytes | None:
-        return self._one(key, None, (True, True), False)
-
-    def lower(self, key: bytes) -> bytes | None:
-        return self._one(None, key, (True, False), True)
-
-    def higher(self, key: bytes) -> bytes | None:
-        return self._one(key, None, (False, True), False)
 
     def check(self) -> list[str]:
         """Also verifies the sorted index matches the dict. O(n log n)."""
