@@ -311,7 +311,9 @@ class ReplicaMap(MutableMapping[K, V], Generic[K, V]):
         """Call ``listener(key, old, new, mine)`` once per real change, in log order per
         partition, on the thread that applied it; ``old``/``new`` are None when absent and
         ``mine`` is True for this replica's own updates. Keep listeners quick: updates of
-        the map wait while one runs. An exception is logged and does not stop the replica."""
+        the map wait while one runs. An exception is logged and does not stop the replica.
+        ``sync()`` promises the state, not that listeners running on another thread have
+        returned."""
         self._state.listeners.append(listener)
 
     def remove_listener(self, listener: Listener) -> None:

@@ -1,9 +1,10 @@
 """Wake-ups when another process publishes to a partition.
 
 Every publish is a ``pwrite`` of the partition's head file, which Linux reports through
-inotify. One thread per open log reads the inotify descriptor and bumps a counter per watched
-head; :meth:`ChangeNotifier.wait_for` sleeps on a condition until the counter moves or the
-timeout passes. Where inotify is unavailable (not Linux, or the per-user instance limit is
+inotify. One thread per open log reads the inotify descriptor and bumps one counter;
+:meth:`ChangeNotifier.wait_for_any` sleeps on a condition until the counter moves (then
+re-checks the caller's condition) or the timeout passes. The reader thread parks while nobody
+waits and coalesces bursts; see docs/embedded-log.md. Where inotify is unavailable (not Linux, or the per-user instance limit is
 reached) waiting falls back to polling every millisecond.
 """
 
@@ -44,10 +45,8 @@ class ChangeNotifier:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._counters: dict[str, int] = {}
         self._total = 0  # moves on every batch of events; what waiters compare
         self._waiters = 0  # threads inside wait_for_any; the reader thread parks at zero
-        self._by_wd: dict[int, str] = {}
         self._watched: dict[str, int] = {}
         self._fd = -1
         self._wake_r, self._wake_w = -1, -1
@@ -74,8 +73,6 @@ class ChangeNotifier:
         if wd < 0:
             return False
         self._watched[head_path] = wd
-        self._by_wd[wd] = head_path
-        self._counters.setdefault(head_path, 0)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="kafkakv-notify", daemon=True)
             self._thread.start()
@@ -100,18 +97,9 @@ class ChangeNotifier:
                 continue
             except OSError:
                 return
-            touched = set()
-            pos = 0
-            while pos + _EVENT.size <= len(data):
-                wd, _mask, _cookie, length = _EVENT.unpack_from(data, pos)
-                pos += _EVENT.size + length
-                path = self._by_wd.get(wd)
-                if path is not None:
-                    touched.add(path)
-            if touched:
+            if len(data) >= _EVENT.size:
+                # Waiters re-check their own condition, so which head moved does not matter.
                 with self._cond:
-                    for path in touched:
-                        self._counters[path] += 1
                     self._total += 1
                     self._cond.notify_all()
                 # Coalesce: under a stream of appends, wake waiters at most once per pause
