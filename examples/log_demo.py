@@ -24,20 +24,15 @@ Run it from the project root::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import itertools
 import json
 import multiprocessing as mp
-import os
 import queue
 import random
-import shutil
 import signal
 import sys
-import tempfile
 import time
-import traceback
 from collections import Counter
 from collections.abc import Iterable
 from multiprocessing.connection import Connection
@@ -45,7 +40,17 @@ from multiprocessing.context import SpawnProcess
 from multiprocessing.synchronize import Event
 from typing import Any
 
-from rich.console import Console
+from _tour import (
+    DemoFailure,
+    Inbox,
+    Verdicts,
+    console,
+    kill_mid_stream,
+    plural,
+    report_child_error,
+    run_tour,
+    tour_main,
+)
 from rich.table import Table
 
 from kafkakv import EmbeddedLog, Record, partition_for
@@ -68,8 +73,6 @@ ROUND = 12  # records generated per round; each round becomes one batch per part
 KILL_AFTER_ACKS = 300  # acknowledged batches to wait for before the SIGKILL
 CHILD_TIMEOUT_S = 20.0
 
-console = Console(highlight=False)
-
 # Shapes of the data passed around (plain tuples: they cross process boundaries by pickle).
 Entry = tuple[int, bytes | None, bytes | None]
 """``(offset, key, value)`` of one record as read back."""
@@ -77,26 +80,6 @@ AppendedBatch = tuple[int, int, list[tuple[bytes, bytes]]]
 """``(partition, first offset, [(key, value), ...])`` as acknowledged by ``append()``."""
 Expected = dict[int, dict[int, tuple[bytes, bytes]]]
 """partition -> offset -> ``(key, value)``: everything the writers were told they appended."""
-
-
-class DemoFailure(Exception):
-    """Something the demo cannot go on without did not happen."""
-
-
-class Verdicts:
-    """Prints each claim with a tick or a cross and remembers the crosses."""
-
-    def __init__(self) -> None:
-        self.failures: list[str] = []
-
-    def expect(self, ok: bool, claim: str, problem: str | None = None) -> bool:
-        if ok:
-            console.print(f"  [green]✓[/] {claim}")
-        else:
-            text = problem or f"NOT TRUE: {claim}"
-            console.print(f"  [bold red]✗ {text}[/]")
-            self.failures.append(text)
-        return ok
 
 
 # -- small helpers ------------------------------------------------------------------------
@@ -125,15 +108,6 @@ def read_all(log: EmbeddedLog, topic: str, partition: int) -> list[Entry]:
 
 def account_key(rng: random.Random) -> bytes:
     return f"acct-{rng.randrange(KEYS)}".encode()
-
-
-def plural(n: int, word: str, words: str | None = None) -> str:
-    return f"{n:,} {word}" if n == 1 else f"{n:,} {words or word + 's'}"
-
-
-def report_child_error(events: Any, who: str) -> None:
-    """Send the current exception to the parent, so it can fail with the child's traceback."""
-    events.put(("error", who, traceback.format_exc()))
 
 
 # -- child processes (module level so that the 'spawn' start method can find them) ----------
@@ -230,44 +204,6 @@ def journal_value(batch: int, index: int, size: int) -> bytes:
 # -- the parent's side of the child processes -------------------------------------------------
 
 
-class Inbox:
-    """Messages from child processes, taken by kind; fails fast when a child reports an error
-    or dies without a word."""
-
-    def __init__(self, events: Any, processes: list[SpawnProcess]) -> None:
-        self.events = events
-        self.processes = processes
-        self.stash: dict[str, list[tuple[Any, ...]]] = {}
-
-    def take(
-        self, kind: str, count: int, timeout: float = CHILD_TIMEOUT_S
-    ) -> list[tuple[Any, ...]]:
-        deadline = time.monotonic() + timeout
-        while len(self.stash.get(kind, [])) < count:
-            if time.monotonic() > deadline:
-                raise DemoFailure(f"timed out waiting for {count} '{kind}' messages from children")
-            try:
-                message = self.events.get(timeout=0.2)
-            except queue.Empty:
-                dead = [p.name for p in self.processes if p.exitcode not in (None, 0)]
-                if dead:
-                    raise DemoFailure(f"child process(es) died: {', '.join(dead)}") from None
-                continue
-            if message[0] == "error":
-                raise DemoFailure(f"{message[1]} failed:\n{message[2]}")
-            self.stash.setdefault(message[0], []).append(message)
-        taken, self.stash[kind] = self.stash[kind][:count], self.stash[kind][count:]
-        return taken
-
-
-def stop_all(processes: Iterable[SpawnProcess]) -> None:
-    """Kill (by its own pid) every child this demo started that is still running."""
-    for p in processes:
-        if p.is_alive():
-            p.kill()
-        p.join(timeout=5)
-
-
 # -- step 1 -----------------------------------------------------------------------------------
 
 
@@ -313,7 +249,7 @@ def step_concurrent(v: Verdicts, log: EmbeddedLog, children: list[SpawnProcess])
     children.extend(tailers + writers)
     for proc in tailers + writers:
         proc.start()
-    inbox = Inbox(events, tailers + writers)
+    inbox = Inbox(events, tailers + writers, CHILD_TIMEOUT_S)
     inbox.take("ready", TAILERS + WRITERS)
     console.print(
         f"{TAILERS} tailers are following all partitions and {WRITERS} writers are ready; "
@@ -550,20 +486,9 @@ def step_crash(
             acks[message[1]] = (message[2], message[3])
         return True
 
-    deadline = time.monotonic() + CHILD_TIMEOUT_S
-    while len(acks) < KILL_AFTER_ACKS:
-        if time.monotonic() > deadline or not receive(1.0):
-            raise DemoFailure(f"the crash writer stalled after {len(acks)} acknowledgements")
-    # Let it run on for a random few milliseconds (still draining the pipe), so that the kill
-    # lands at an arbitrary point of an append rather than right after an acknowledgement.
-    until = time.monotonic() + random.uniform(0.0, 0.03)
-    while time.monotonic() < until:
-        receive(0.001)
-    os.kill(writer.pid or 0, signal.SIGKILL)
-    writer.join(timeout=10)
-    while receive(0.5):  # acknowledgements still in the pipe
-        pass
-    receiver.close()
+    kill_mid_stream(
+        writer, receiver, receive, acks, KILL_AFTER_ACKS, CHILD_TIMEOUT_S, "the crash writer"
+    )
     acked_records = sum(size for _, size in acks.values())
     console.print(
         f"Sent SIGKILL a few milliseconds after the {KILL_AFTER_ACKS}th acknowledgement; the "
@@ -656,64 +581,36 @@ def split_batches(entries: list[Entry]) -> tuple[dict[int, tuple[int, int]], lis
 
 def run(path: str) -> list[str]:
     """Run every step against the log in ``path``; return the failures (empty when all hold)."""
-    v = Verdicts()
-    children: list[SpawnProcess] = []
-    started = time.monotonic()
-    try:
+
+    def steps(v: Verdicts, children: list[SpawnProcess]) -> tuple[dict[int, list[Entry]], int, int]:
         with EmbeddedLog(path, background_cleaner=False) as log:
             step_create(v, log)
             expected = step_concurrent(v, log, children)
             compacted = step_compaction(v, log, expected)
         acked, present = step_crash(v, path, compacted, children)
-    except DemoFailure as exc:
-        v.expect(False, "", f"the demo could not go on: {exc}")
-        return v.failures
-    except Exception as exc:
-        console.print_exception()
-        v.expect(False, "", f"unexpected {type(exc).__name__}: {exc}")
-        return v.failures
-    finally:
-        stop_all(children)
-    console.rule()
-    if not v.failures:
+        return compacted, acked, present
+
+    def summary(result: tuple[dict[int, list[Entry]], int, int], seconds: float) -> str:
+        compacted, acked, present = result
         kept = sum(len(e) for e in compacted.values())
-        console.print(
-            f"[bold green]demo ok:[/] {WRITERS * RECORDS_PER_WRITER:,} records from {WRITERS} "
+        return (
+            f"{WRITERS * RECORDS_PER_WRITER:,} records from {WRITERS} "
             f"writer processes seen exactly by {TAILERS} tailers; compaction kept {kept:,} "
             f"records; all {acked} acknowledged batches survived a SIGKILL (the log holds "
-            f"{present}), and check() found nothing wrong; {time.monotonic() - started:.1f} s"
+            f"{present}), and check() found nothing wrong; {seconds:.1f} s"
         )
-    return v.failures
+
+    return run_tour(steps, summary)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--dir", help="log directory to use (must be empty or not exist yet)")
-    parser.add_argument(
-        "--keep", action="store_true", help="keep the temporary log directory at the end"
+    return tour_main(
+        argv,
+        __doc__,
+        lambda path, keep: run(path),
+        what="log directory",
+        prefix="kafkakv-demo-",
     )
-    args = parser.parse_args(argv)
-    if args.dir:
-        path = os.path.abspath(args.dir)
-        if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
-            console.print(f"[red]{path} must be an empty directory or not exist yet.[/]")
-            return 2
-        temporary = False
-    else:
-        path = tempfile.mkdtemp(prefix="kafkakv-demo-")
-        temporary = True
-    failures = run(path)
-    if failures:
-        console.print(f"[bold red]demo FAILED: {plural(len(failures), 'claim')} did not hold[/]")
-        for failure in failures:
-            console.print(f"  - {failure.splitlines()[0]}")
-        console.print(f"The log directory is kept for inspection: {path}")
-        return 1
-    if temporary and not args.keep:
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        console.print(f"The log directory is kept: {path}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -33,19 +33,14 @@ store of step 3 in ``stores/``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
-import queue
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
@@ -53,7 +48,17 @@ from multiprocessing.synchronize import Event
 from typing import Any
 
 import msgpack
-from rich.console import Console
+from _tour import (
+    DemoFailure,
+    Inbox,
+    Verdicts,
+    console,
+    kill_mid_stream,
+    plural,
+    report_child_error,
+    run_tour,
+    tour_main,
+)
 from rich.table import Table
 
 import kafkakv
@@ -95,34 +100,12 @@ PRICE_LIST = {
     "mango": 220,
 }
 
-console = Console(highlight=False)
-
 
 @functions.register("incr")
 def incr(key: Any, old: Any, n: int) -> int:
     """``old + n``: registered when this module is imported, so in every process (the spawned
     children import it again). Only the name "incr" and ``n`` travel through the log."""
     return (old or 0) + n
-
-
-class DemoFailure(Exception):
-    """Something the demo cannot go on without did not happen."""
-
-
-class Verdicts:
-    """Prints each claim with a tick or a cross and remembers the crosses."""
-
-    def __init__(self) -> None:
-        self.failures: list[str] = []
-
-    def expect(self, ok: bool, claim: str, problem: str | None = None) -> bool:
-        if ok:
-            console.print(f"  [green]✓[/] {claim}")
-        else:
-            text = problem or f"NOT TRUE: {claim}"
-            console.print(f"  [bold red]✗ {text}[/]")
-            self.failures.append(text)
-        return ok
 
 
 # -- small helpers ------------------------------------------------------------------------
@@ -143,20 +126,11 @@ def balance_total(state: dict[str, Any]) -> int:
     return sum(state.get(a, 0) for a in ACCOUNTS)
 
 
-def plural(n: int, word: str, words: str | None = None) -> str:
-    return f"{n:,} {word}" if n == 1 else f"{n:,} {words or word + 's'}"
-
-
 def differences(a: dict[str, Any], b: dict[str, Any], limit: int = 5) -> str:
     """A short description of how two map contents differ."""
     keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     shown = ", ".join(f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys[:limit])
     return f"{len(keys)} keys differ ({shown}{', …' if len(keys) > limit else ''})"
-
-
-def report_child_error(events: Any, who: str) -> None:
-    """Send the current exception to the parent, so it can fail with the child's traceback."""
-    events.put(("error", who, traceback.format_exc()))
 
 
 def wait_event(event: Event, what: str) -> None:
@@ -333,53 +307,6 @@ def price_viewer_main(log_path: str, events: Any) -> None:
 # -- the parent's side of the child processes -------------------------------------------------
 
 
-class Inbox:
-    """Messages from child processes, taken by kind; fails fast when a child reports an error
-    or dies without a word."""
-
-    def __init__(self, events: Any, processes: list[SpawnProcess]) -> None:
-        self.events = events
-        self.processes = processes
-        self.stash: dict[str, list[tuple[Any, ...]]] = {}
-
-    def count(self, kind: str) -> int:
-        return len(self.stash.get(kind, []))
-
-    def pump(self, seconds: float) -> None:
-        """Receive messages for up to ``seconds``."""
-        until = time.monotonic() + seconds
-        while (left := until - time.monotonic()) > 0:
-            try:
-                message = self.events.get(timeout=min(left, 0.2))
-            except queue.Empty:
-                dead = [p.name for p in self.processes if p.exitcode not in (None, 0)]
-                if dead:
-                    raise DemoFailure(f"child process(es) died: {', '.join(dead)}") from None
-                continue
-            if message[0] == "error":
-                raise DemoFailure(f"{message[1]} failed:\n{message[2]}")
-            self.stash.setdefault(message[0], []).append(message)
-
-    def take(
-        self, kind: str, count: int, timeout: float = CHILD_TIMEOUT_S
-    ) -> list[tuple[Any, ...]]:
-        deadline = time.monotonic() + timeout
-        while self.count(kind) < count:
-            if time.monotonic() > deadline:
-                raise DemoFailure(f"timed out waiting for {count} '{kind}' messages from children")
-            self.pump(0.2)
-        taken, self.stash[kind] = self.stash[kind][:count], self.stash[kind][count:]
-        return taken
-
-
-def stop_all(processes: Iterable[SpawnProcess]) -> None:
-    """Kill (by its own pid) every child this demo started that is still running."""
-    for p in processes:
-        if p.is_alive():
-            p.kill()
-        p.join(timeout=5)
-
-
 def join_all(processes: Iterable[SpawnProcess]) -> None:
     for p in processes:
         p.join(timeout=CHILD_TIMEOUT_S)
@@ -438,7 +365,7 @@ def step_concurrent(
     children.extend(procs)
     for proc in procs:
         proc.start()
-    inbox = Inbox(events, procs)
+    inbox = Inbox(events, procs, CHILD_TIMEOUT_S)
     inbox.take("ready", len(procs))
     console.print(
         f"{WORKERS} worker processes and a watcher process have each opened their own replica "
@@ -632,19 +559,9 @@ def step_crash(
         f"{ledger_key(0)}, {ledger_key(1)}, … with put_if_absent as fast as it can and "
         "acknowledges each through a pipe once the call returned."
     )
-    deadline = time.monotonic() + CHILD_TIMEOUT_S
-    while len(acked) < KILL_AFTER_ACKS:
-        if time.monotonic() > deadline or not receive(1.0):
-            raise DemoFailure(f"the replica stalled after {len(acked)} acknowledgements")
-    # Let it run on for a random few milliseconds, so that the kill lands anywhere in an update.
-    until = time.monotonic() + random.uniform(0.0, 0.03)
-    while time.monotonic() < until:
-        receive(0.001)
-    os.kill(victim.pid or 0, signal.SIGKILL)
-    victim.join(timeout=10)
-    while receive(0.5):  # acknowledgements still in the pipe
-        pass
-    receiver.close()
+    kill_mid_stream(
+        victim, receiver, receive, acked, KILL_AFTER_ACKS, CHILD_TIMEOUT_S, "the replica"
+    )
     v.expect(victim.exitcode == -signal.SIGKILL, "the replica process really died of SIGKILL")
     console.print(
         f"Sent SIGKILL after {len(acked):,} acknowledged put_if_absent calls (the last "
@@ -698,7 +615,7 @@ def step_crash(
     )
     children.append(restart)
     restart.start()
-    inbox = Inbox(events, [restart])
+    inbox = Inbox(events, [restart], CHILD_TIMEOUT_S)
     _, opened_s, size, missing, missing_missed = inbox.take("opened", 1)[0]
     _, _, state, store_problems, errors = inbox.take("final", 1)[0]
     restart.join(timeout=CHILD_TIMEOUT_S)
@@ -890,7 +807,7 @@ def step_sorted(
     children.append(viewer)
     viewer.start()
     mine = price_queries(prices)
-    _, theirs, their_items = Inbox(events, [viewer]).take("answers", 1)[0]
+    _, theirs, their_items = Inbox(events, [viewer], CHILD_TIMEOUT_S).take("answers", 1)[0]
     viewer.join(timeout=CHILD_TIMEOUT_S)
 
     table = Table(title=f"{PRICES!r}: the same questions in two processes")
@@ -979,12 +896,10 @@ def step_cli(v: Verdicts, m: ReplicaMap[str, Any], log_path: str, kept: bool) ->
 
 def run(path: str, kept: bool) -> list[str]:
     """Run every step in ``path``; return the failures (empty when all hold)."""
-    v = Verdicts()
-    children: list[SpawnProcess] = []
     log_path = os.path.join(path, "log")
     store_path = os.path.join(path, "stores", "victim")
-    started = time.monotonic()
-    try:
+
+    def steps(v: Verdicts, children: list[SpawnProcess]) -> tuple[int, int, float]:
         with open_db(log_path) as db:
             m, inbox, finish, totals = step_concurrent(v, db, log_path, children)
             fresh, _ = step_converge(v, db, m, inbox, finish, totals)
@@ -992,58 +907,32 @@ def run(path: str, kept: bool) -> list[str]:
             bootstrap_s = step_compaction(v, db, m, fresh)
             step_sorted(v, db, log_path, children)
             step_cli(v, m, log_path, kept)
-    except DemoFailure as exc:
-        v.expect(False, "", f"the demo could not go on: {exc}")
-        return v.failures
-    except Exception as exc:
-        console.print_exception()
-        v.expect(False, "", f"unexpected {type(exc).__name__}: {exc}")
-        return v.failures
-    finally:
-        stop_all(children)
-    console.rule()
-    if not v.failures:
-        console.print(
-            f"[bold green]demo ok:[/] {WORKERS * TRANSFERS_PER_WORKER:,} transfers by "
+        return acked, extra, bootstrap_s
+
+    def summary(result: tuple[int, int, float], seconds: float) -> str:
+        acked, extra, bootstrap_s = result
+        return (
+            f"{WORKERS * TRANSFERS_PER_WORKER:,} transfers by "
             f"{WORKERS} processes kept the total at {TOTAL:,} and every counter exact in all "
             f"{WORKERS + 3} replicas; all {acked:,} acknowledged updates survived a SIGKILL "
             + (f"(plus {extra} in the log, unacknowledged) " if extra else "")
             + "and the restarted replica resumed from its store; a new replica bootstrapped "
             f"from the compacted topic in {bootstrap_s * 1000:.0f} ms; the sorted map and the CLI agreed; "
-            f"{time.monotonic() - started:.1f} s"
+            f"{seconds:.1f} s"
         )
-    return v.failures
+
+    return run_tour(steps, summary)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--dir", help="directory to use (must be empty or not exist yet)")
-    parser.add_argument(
-        "--keep", action="store_true", help="keep the temporary directory at the end"
+    return tour_main(
+        argv,
+        __doc__,
+        run,
+        what="directory",
+        prefix="kafkakv-map-demo-",
+        kept_note=lambda path: f" (the log is in {path}/log)",
     )
-    args = parser.parse_args(argv)
-    if args.dir:
-        path = os.path.abspath(args.dir)
-        if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
-            console.print(f"[red]{path} must be an empty directory or not exist yet.[/]")
-            return 2
-        temporary = False
-    else:
-        path = tempfile.mkdtemp(prefix="kafkakv-map-demo-")
-        temporary = True
-    keep = args.keep or not temporary
-    failures = run(path, keep)
-    if failures:
-        console.print(f"[bold red]demo FAILED: {plural(len(failures), 'claim')} did not hold[/]")
-        for failure in failures:
-            console.print(f"  - {failure.splitlines()[0]}")
-        console.print(f"The directory is kept for inspection: {path}")
-        return 1
-    if keep:
-        console.print(f"The directory is kept: {path} (the log is in {path}/log)")
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":
