@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -129,12 +129,18 @@ class OpFuture(Future[Any]):
             super().set_exception(exception)
 
     def resolve(self, result: Any = None, exception: BaseException | None = None) -> None:
-        """Complete with ``result`` or ``exception`` unless the owner cancelled it already."""
+        """Complete with ``result`` or ``exception`` unless the owner cancelled it already.
+        (The applier's path: the unobserved case inline, one lock, no nested calls.)"""
+        with _FUTURE_GUARD:
+            if self._cond is None:
+                if self._state == "PENDING":
+                    self._result, self._exception, self._state = result, exception, "FINISHED"
+                return
         try:
             if exception is None:
-                self.set_result(result)
+                super().set_result(result)
             else:
-                self.set_exception(exception)
+                super().set_exception(exception)
         except InvalidStateError:
             pass  # cancelled: the owner stopped caring
 
@@ -184,12 +190,14 @@ class ApplyError:
     error: str
 
 
-@dataclass(slots=True)
-class _Pending:
+class _Pending(NamedTuple):
     future: OpFuture
     state: MapState
     code: OpCode
     slot: bool  # holds one of the max_in_flight slots (async updates)
+
+
+_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
 
 
 class _Slots:
@@ -373,7 +381,8 @@ class ReplicaEngine:
             raise OperationTimeoutError(
                 f"{self.settings.max_in_flight} updates are still unapplied after {timeout} s"
             )
-        self._pending[seq] = _Pending(future, state, code, not wait)  # one dict store: atomic
+        # One dict store: atomic under the GIL, no lock needed.
+        self._pending[seq] = _new_tuple(_Pending, (future, state, code, not wait))
         if not wait:
             self._outbox.append((p, record_key, value, seq))
             if self._sender_idle:
@@ -440,7 +449,10 @@ class ReplicaEngine:
                     by_partition.setdefault(p, []).append((key, value, seq))
                 for p, batch in by_partition.items():
                     try:
-                        self.log.append(self.topics.ops, p, [Record(k, v) for k, v, _ in batch])
+                        records = [
+                            _new_tuple(Record, (k, v, (), None, None, None)) for k, v, _ in batch
+                        ]
+                        self.log.append(self.topics.ops, p, records)
                     except Exception as exc:  # fail these updates; keep sending others
                         self._fail_pending([seq for _, _, seq in batch], exc)
 
