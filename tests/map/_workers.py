@@ -293,3 +293,22 @@ def observe(target: str, name: str, worker: int, phase: Any, reports: Any) -> No
             reports.put(("final", worker, violations[:20], events, state, polls))
 
     _guard(reports, worker, body)
+
+
+# -- flusher killed mid-flush -----------------------------------------------------------------
+def flusher(target: str, name: str, seed: int) -> None:
+    """Increment counters and flush after every 5 updates, until killed (the parent's SIGKILL
+    lands at random moments, often inside a flush)."""
+    rnd = random.Random(seed)
+    with kafkakv.connect(target) as db:
+        m = db.map(name, flush_period=10**9)
+        i = 0
+        while True:
+            # Increments are not idempotent: a flush whose flush point lagged its data, or a
+            # replica replaying ops a flush already covered, would count some twice.
+            m.compute(f"k{rnd.randrange(50)}", "mp-incr")
+            if rnd.random() < 0.1:
+                m.remove(f"k{rnd.randrange(50)}")
+            i += 1
+            if i % 5 == 0:
+                m.flush()
