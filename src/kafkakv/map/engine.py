@@ -287,9 +287,7 @@ class ReplicaEngine:
         self._barrier_cond = threading.Condition()
         self._barrier_next: dict[int, _BarrierGroup | None] = dict.fromkeys(self.held)
         self._barrier_busy: dict[int, bool] = dict.fromkeys(self.held, False)
-        self._local = dict.fromkeys(self.held, 0)  # threads applying their own update, per p
-        self._local_lock = threading.Lock()
-        self._last_local = 0.0  # monotonic time a local writer last finished
+        self._last_local = 0.0  # monotonic time a local writer last started or finished
         self._closed = False
         self._failure: BaseException | None = None
         self._threads: list[threading.Thread] = []
@@ -389,34 +387,17 @@ class ReplicaEngine:
                 with self._outbox_ready:
                     self._outbox_ready.notify()
             return future
-        self._enter_local(p)
+        self._last_local = time.monotonic()  # keeps the follower away: see _follow
         try:
-            try:
-                offset = self.log.append(self.topics.ops, p, [Record(record_key, value)])
-            except BaseException as exc:
-                self._fail_pending([seq], exc)
-                raise
+            offset = self.log.append(self.topics.ops, p, [Record(record_key, value)])
+        except BaseException as exc:
+            self._fail_pending([seq], exc)
+            raise
+        try:
             self.apply_until(p, offset, time.monotonic() + timeout)
         finally:
-            self._leave_local(p)
+            self._last_local = time.monotonic()
         return future
-
-    # A thread that appended and waits for its record applies the log itself. While any does,
-    # the follower leaves that partition alone (competing for the lock would only slow both);
-    # the last one to leave applies whatever arrived meanwhile, so nothing is left behind.
-    def _enter_local(self, p: int) -> None:
-        with self._local_lock:
-            self._local[p] += 1
-
-    def _leave_local(self, p: int) -> None:
-        with self._local_lock:
-            self._local[p] -= 1
-            last = self._local[p] == 0
-        self._last_local = time.monotonic()
-        if last and not self._closed and self.log.end_offset(self.topics.ops, p) > self._applied[p]:
-            with self._lock:
-                if not self._closed:
-                    self._apply_available(p)
 
     def _fail_pending(self, seqs: Iterable[int], exc: BaseException) -> None:
         freed = 0
@@ -585,35 +566,28 @@ class ReplicaEngine:
     def _follow(self) -> None:
         """Background: apply what other processes append, for every held partition."""
         ops = self.topics.ops
-        # Per partition, an end offset left to a local writer: do not wake again before the
-        # log grows past it (the last local writer applies everything up to it on leaving).
-        left = dict.fromkeys(self.held, 0)
         while not self._closed:
             try:
                 quiet = time.monotonic() - self._last_local
                 if quiet < _LOCAL_GRACE:
-                    # Threads of this process are appending and applying as they go: they see
-                    # other processes' records too. Stay out of their way (no inotify wait, so
-                    # no wake-up per append) and look again shortly.
+                    # Threads of this process are appending and applying up to their own
+                    # records, which takes in every other process's record before them. Stay
+                    # out of their way (no inotify wait, so no wake-up per append); whatever
+                    # arrives after the last of them is applied once they have been quiet for
+                    # _LOCAL_GRACE.
                     time.sleep(_LOCAL_GRACE - quiet)
                     continue
-                waiting = {(ops, p): max(self._applied[p], left[p]) for p in self.held}
+                waiting = {(ops, p): self._applied[p] for p in self.held}
                 if not self.log.wait_any(waiting, _WAIT_SLICE):
                     continue
-                # Most wake-ups in a busy process come from its own appends, which the writing
-                # threads apply themselves within microseconds: let them, rather than compete
-                # for the lock (and the GIL) only to find nothing left to do.
+                # A wake-up may come from a local writer that just started: give it the
+                # moment it needs to apply its own record rather than compete for the lock.
                 time.sleep(_FOLLOW_PAUSE)
                 for p in self.held:
-                    end = self.log.end_offset(ops, p)
-                    if end <= self._applied[p]:
-                        continue
-                    if self._local[p]:
-                        left[p] = end
-                        continue
-                    with self._lock:
-                        if not self._closed and self.log.end_offset(ops, p) > self._applied[p]:
-                            self._apply_available(p)
+                    if self.log.end_offset(ops, p) > self._applied[p]:
+                        with self._lock:
+                            if not self._closed:
+                                self._apply_available(p)
             except ClosedError:
                 return
             except Exception as exc:  # the log failed under us: say so to every caller
