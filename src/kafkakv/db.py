@@ -102,17 +102,11 @@ class Database:
     def sorted_map(self, name: str, **options: Any) -> SortedReplicaMap[Any, Any]:
         """:meth:`map` with a sorted store by default; needs an ordered key codec."""
         store = options.setdefault("store", "sorted")
-        ordered = store in ("sorted", "lmdb") or isinstance(store, OrderedStore)
-        if not ordered:
+        if not (store in ("sorted", "lmdb") or isinstance(store, OrderedStore)):
             raise ConfigError(
                 f"a sorted map needs an ordered store ('sorted' or 'lmdb'), not {store!r}"
             )
-        keys = codec_for(options.get("key_codec", "str"))
-        if not keys.ordered:
-            raise ConfigError(
-                f"a sorted map needs an ordered key codec, whose bytes sort like its keys (str, "
-                f"bytes, int), not {keys!r}"
-            )
+        _require_ordered_keys(codec_for(options.get("key_codec", "str")))
         opened = self.map(name, **options)
         assert isinstance(opened, SortedReplicaMap)
         return opened
@@ -178,10 +172,7 @@ class Database:
             raise
         with self._lock:
             self._engines.append(engine)
-        return [
-            (SortedReplicaMap if isinstance(s.store, OrderedStore) else ReplicaMap)(engine, s)
-            for s in states
-        ]
+        return [(SortedReplicaMap if _sorted(s) else ReplicaMap)(engine, s) for s in states]
 
     def close(self) -> None:
         """Close every map opened here, then the log if this database opened it."""
@@ -205,6 +196,20 @@ class Database:
 _SETTING_NAMES = {"flush_period", "timeout", "max_in_flight", "consistency", "barriers"}
 
 
+def _sorted(state: MapState) -> bool:
+    """A map offers range queries when its store is ordered and its keys sort by their bytes."""
+    return isinstance(state.store, OrderedStore) and state.keys.ordered
+
+
+def _require_ordered_keys(keys: Codec[Any]) -> None:
+    """Range queries follow the encoded bytes: with an unordered codec they would surprise."""
+    if not keys.ordered:
+        raise ConfigError(
+            f"a sorted map needs an ordered key codec, whose bytes sort like its keys (str, "
+            f"bytes, int), not {keys!r}"
+        )
+
+
 class _MapSpec:
     def __init__(
         self,
@@ -221,6 +226,8 @@ class _MapSpec:
         self.values = codec_for(value_codec)
         self.store = store
         self.store_path = store_path
+        if store == "sorted":
+            _require_ordered_keys(self.keys)  # before anything is opened
 
     def state(self, shared: bool) -> MapState:
         if isinstance(self.store, Store):
@@ -228,11 +235,6 @@ class _MapSpec:
         else:
             path = None if self.store_path is None else os.fspath(self.store_path)
             store = open_store(self.store, path=path)
-        if self.store == "sorted" and not self.keys.ordered:
-            # Range queries follow the bytes: with an unordered codec they would surprise.
-            raise ConfigError(
-                f"a sorted map needs an ordered key codec (str, bytes, int), not {self.keys!r}"
-            )
         name = self.name.encode()
         prefix = bytes([len(name)]) + name if shared else b""
         return MapState(self.name, prefix, self.keys, self.values, store)

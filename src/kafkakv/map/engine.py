@@ -259,6 +259,7 @@ class ReplicaEngine:
         self.topics = topics
         self.partition_count = partition_count
         self.held = tuple(sorted(held))
+        self.holds = frozenset(self.held).__contains__  # holds(p): is partition p held here
         self.settings = settings
         self.max_record_bytes = max_record_bytes
         self.maps = list(maps)
@@ -787,7 +788,7 @@ class ReplicaEngine:
         data = self.topics.data
         for state in self.maps:
             if state.store.persistent:
-                state.store.drop_partition(p, iter(self._keys_of(state, p)))
+                state.store.drop_partition(p, self._keys_of(state, p))
         flushed = -1
         position = self.log.start_offset(data, p)
         while True:

@@ -82,7 +82,7 @@ class ReplicaMap(MutableMapping[K, V], Generic[K, V]):
         encoded = self._keys.encode(key)
         record_key = self._prefix + encoded
         p = self._engine.partition_of(record_key)
-        if p not in self._engine._applied:
+        if not self._engine.holds(p):
             raise WrongPartitionError(
                 f"key {key!r} is in partition {p}; this replica holds {list(self.partitions)}"
             )

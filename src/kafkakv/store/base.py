@@ -18,7 +18,7 @@ the natural order of the str, bytes and int key codecs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Self
 
@@ -94,7 +94,7 @@ class Store(ABC):
         """
 
     @abstractmethod
-    def drop_partition(self, partition: int, keys: Iterator[bytes] | None = None) -> None:
+    def drop_partition(self, partition: int, keys: Iterable[bytes] | None = None) -> None:
         """Forget a partition's positions and delete ``keys`` (all keys the caller says
         belong to it); used before a full reload of that partition."""
 
