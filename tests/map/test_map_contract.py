@@ -272,3 +272,31 @@ def test_timeouts_raise_a_clear_error(open_map: OpenMap) -> None:
         assert first.result(timeout=10) == 1
     finally:
         functions.unregister("slow")
+
+
+def test_every_async_form_decides_like_its_sync_form(open_map: OpenMap) -> None:
+    m = open_map()
+    m["k"] = "a"
+    assert m.put_if_absent_async("k", "x").result(timeout=10) == "a"
+    assert m.put_if_absent_async("n", "x").result(timeout=10) is None
+    assert m.replace_async("absent", "x").result(timeout=10) is None
+    assert m.replace_async("k", "b").result(timeout=10) == "a"
+    assert m.remove_if_async("k", "a").result(timeout=10) is False
+    assert m.remove_if_async("k", "b").result(timeout=10) is True
+    assert m.merge_async("s", "ab", "concat").result(timeout=10) == "ab"
+    assert m.merge_async("s", "cd", "concat").result(timeout=10) == "abcd"
+    assert m == {"n": "x", "s": "abcd"} and "absent" not in m
+
+
+def test_a_removed_listener_hears_nothing_more(open_map: OpenMap) -> None:
+    m = open_map()
+    seen: list[Any] = []
+
+    def listener(*event: Any) -> None:
+        seen.append(event)
+
+    m.add_listener(listener)
+    m["a"] = 1
+    m.remove_listener(listener)
+    m["b"] = 2
+    assert seen == [("a", None, 1, True)]
