@@ -17,6 +17,7 @@ from typing import Any
 
 from kafkakv.codecs import Codec, codec_for
 from kafkakv.errors import ClosedError, ConfigError
+from kafkakv.lifecycle import Closeable
 from kafkakv.log.base import Log
 from kafkakv.log.embedded import EmbeddedLog
 from kafkakv.map.engine import MapState, ReplicaEngine
@@ -45,7 +46,7 @@ def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Databas
     return Database(EmbeddedLog(text, **log_options), owns_log=True)
 
 
-class Database:
+class Database(Closeable):
     """A log plus the map replicas opened on it. Context manager; :meth:`close` closes every
     map (failing their pending updates) and, when it opened it, the log."""
 
@@ -185,12 +186,6 @@ class Database:
             engine.close()
         if self._owns_log:
             self.log.close()
-
-    def __enter__(self) -> Database:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 _SETTING_NAMES = {"flush_period", "timeout", "max_in_flight", "consistency", "barriers"}

@@ -7,11 +7,12 @@ one per record; compaction and retention may remove records, leaving gaps, but n
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import NamedTuple, Self
+from typing import NamedTuple
+
+from kafkakv.lifecycle import Closeable
 
 __all__ = ["CleanResult", "Log", "LogWriter", "Problem", "Record", "TopicPartition"]
 
@@ -65,7 +66,7 @@ class CleanResult:
     records_out: int = 0
 
 
-class LogWriter(ABC):
+class LogWriter(Closeable):
     """A fenced, transactional writer obtained from :meth:`Log.writer`.
 
     Each :meth:`append` is one atomic batch that may span topics and partitions: after any
@@ -92,19 +93,8 @@ class LogWriter(ABC):
     def close(self) -> None:
         """Release the writer. Idempotent."""
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class Log(ABC):
+class Log(Closeable):
     """A partitioned, keyed log. Every method raises :class:`~kafkakv.errors.ClosedError`
     after :meth:`close`, :class:`~kafkakv.errors.UnknownTopicError` for a missing topic and
     :class:`~kafkakv.errors.UnknownPartitionError` for a partition outside the topic.
@@ -212,14 +202,3 @@ class Log(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release every resource. Idempotent."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -29,6 +29,7 @@ from kafkakv.errors import (
     UnknownFunctionError,
     WrongPartitionError,
 )
+from kafkakv.lifecycle import Closeable
 from kafkakv.map.engine import ApplyError, Listener, MapState, OpFuture, ReplicaEngine
 from kafkakv.map.ops import OpCode
 from kafkakv.store.base import OrderedStore
@@ -40,7 +41,7 @@ V = TypeVar("V")
 _MISSING: Any = object()
 
 
-class ReplicaMap(MutableMapping[K, V], Generic[K, V]):
+class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
     """One replica of a replicated map; open it with :meth:`kafkakv.Database.map`.
 
     Dict behaviour: ``m[k]``, ``get``, ``in``, ``len``, iteration, ``keys/items/values``,
@@ -331,12 +332,6 @@ class ReplicaMap(MutableMapping[K, V], Generic[K, V]):
         """Close this replica (and the other maps sharing its engine); pending updates fail
         with :class:`~kafkakv.errors.ClosedError`. Idempotent."""
         self._engine.close()
-
-    def __enter__(self) -> ReplicaMap[K, V]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class SortedReplicaMap(ReplicaMap[K, V]):

@@ -17,10 +17,10 @@ the natural order of the str, bytes and int key codecs.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
-from types import TracebackType
-from typing import Self
+
+from kafkakv.lifecycle import Closeable
 
 __all__ = ["OrderedStore", "Positions", "Store"]
 
@@ -46,7 +46,7 @@ class Positions:
         return f"Positions(applied={self.applied}, flushed={self.flushed})"
 
 
-class Store(ABC):
+class Store(Closeable):
     """Key → value bytes plus per-partition positions. See the module docstring."""
 
     #: True when the state survives close() and a reopen with the same settings.
@@ -106,17 +106,6 @@ class Store(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release resources. Idempotent."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class OrderedStore(Store):
