@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgpack
 
@@ -85,14 +85,20 @@ class OpFuture(Future[Any]):
     finds the future finished.
     """
 
-    def __init__(self) -> None:  # no Future.__init__: that would build the Condition now
+    def __init__(self, state: MapState | None = None, slot: bool = False) -> None:
+        # No Future.__init__: that would build the Condition now.
         self._cond: threading.Condition | None = None
         self._state = "PENDING"
         self._result = None
         self._exception = None
         # _waiters and _done_callbacks, the lists Future keeps, are made with the condition:
         # every use of them holds it. Fewer objects per future is less work for the cyclic
-        # garbage collector, which otherwise dominates when 100,000 futures are alive.
+        # garbage collector, which otherwise dominates when 100,000 futures are alive. For
+        # the same reason the engine's bookkeeping of an update lives here, not in an object
+        # of its own: the map whose codec decodes the result, and whether the update holds
+        # one of the max_in_flight slots.
+        self.map_state = state
+        self.slot = slot
 
     @property
     def _condition(self) -> threading.Condition:
@@ -190,13 +196,6 @@ class ApplyError:
     error: str
 
 
-class _Pending(NamedTuple):
-    future: OpFuture
-    state: MapState
-    code: OpCode
-    slot: bool  # holds one of the max_in_flight slots (async updates)
-
-
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
 
 
@@ -273,7 +272,7 @@ class ReplicaEngine:
         self._dirty: dict[int, dict[bytes, int]] = {p: {} for p in self.held}
         self._flush_asked: set[int] = set()
         self._next_flush = dict.fromkeys(self.held, settings.flush_period - 1)
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, OpFuture] = {}
         self._events: collections.deque[tuple[Callable[[Any, Any], None], Any, Any]] = (
             collections.deque()
         )
@@ -325,8 +324,8 @@ class ReplicaEngine:
         closed = ClosedError(f"map {self.maps[0].name!r} was closed before the operation ended")
         with self._lock:
             pending, self._pending = self._pending, {}
-            for item in pending.values():
-                item.future.resolve(exception=closed)
+            for future in pending.values():
+                future.resolve(exception=closed)
             for writer in self._writers.values():
                 writer.close()
             for state in self.maps:
@@ -374,14 +373,13 @@ class ReplicaEngine:
                 f"max.message.bytes={self.max_record_bytes}"
             )
         timeout = self.settings.timeout
-        future = OpFuture()
-        # A caller that waits is its own bound; async updates take a slot.
+        future = OpFuture(state, not wait)  # a caller that waits is its own bound
         if not wait and not self._slots.take(timeout):
             raise OperationTimeoutError(
                 f"{self.settings.max_in_flight} updates are still unapplied after {timeout} s"
             )
         # One dict store: atomic under the GIL, no lock needed.
-        self._pending[seq] = _new_tuple(_Pending, (future, state, code, not wait))
+        self._pending[seq] = future
         if not wait:
             self._outbox.append((p, record_key, value, seq))
             if self._sender_idle:
@@ -404,10 +402,10 @@ class ReplicaEngine:
         freed = 0
         with self._lock:
             for seq in seqs:
-                item = self._pending.pop(seq, None)
-                if item is not None:
-                    freed += item.slot
-                    item.future.resolve(exception=exc)
+                future = self._pending.pop(seq, None)
+                if future is not None:
+                    freed += future.slot
+                    future.resolve(exception=exc)
         self._slots.give(freed)
 
     def _send_loop(self) -> None:
@@ -826,20 +824,20 @@ def _flush_point(value: bytes | None) -> int:
         raise DecodeError(f"a flush point record that does not decode: {exc}") from exc
 
 
-def _fail(pending: _Pending, exc: BaseException) -> None:
-    pending.future.resolve(exception=exc)
+def _fail(future: OpFuture, exc: BaseException) -> None:
+    future.resolve(exception=exc)
 
 
-def _complete(pending: _Pending, result: Any) -> None:
-    if type(result) is bytes:
+def _complete(future: OpFuture, result: Any) -> None:
+    if type(result) is bytes and future.map_state is not None:
         try:
-            value = pending.state.values.decode(result)
+            value = future.map_state.values.decode(result)
         except KafkaKVError as exc:
-            pending.future.resolve(exception=exc)
+            future.resolve(exception=exc)
             return
-        pending.future.resolve(value)
+        future.resolve(value)
     else:
-        pending.future.resolve(result)
+        future.resolve(result)
 
 
 def _notify(state: MapState, change: tuple[bytes, bytes | None, bytes | None, bool]) -> None:

@@ -16,6 +16,7 @@ from collections.abc import (
     Iterator,
     Mapping,
     MutableMapping,
+    Sequence,
     ValuesView,
 )
 from typing import Any, Generic, TypeVar, cast
@@ -151,9 +152,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             yield kd(k), vd(v)
 
     # -- updates (sync) -----------------------------------------------------------------
-    def _submit(self, code: OpCode, key: K, args: Iterable[Any], wait: bool) -> OpFuture:
+    def _submit(self, code: OpCode, key: K, args: Sequence[Any], wait: bool) -> OpFuture:
         _, record_key, p = self._locate(key)
-        return self._engine.submit(self._state, code, record_key, p, list(args), wait)
+        return self._engine.submit(self._state, code, record_key, p, args, wait)
 
     def _call(self, code: OpCode, key: K, *args: Any) -> Any:
         future = self._submit(code, key, args, True)
@@ -266,7 +267,11 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
     def put_async(self, key: K, value: V) -> OpFuture:
         """Like :meth:`put`, returning at once a future of the previous value. At most
         ``max_in_flight`` are unapplied; beyond that the call waits (back-pressure)."""
-        return self._submit(OpCode.PUT, key, (self._value(value),), False)
+        if value is None:  # the hot path of bulk loads: _value and _submit inlined
+            raise EncodeError("None is not a value: use remove() to delete a key")
+        _, record_key, p = self._locate(key)
+        args = (self._values.encode(value),)
+        return self._engine.submit(self._state, OpCode.PUT, record_key, p, args, False)
 
     def put_if_absent_async(self, key: K, value: V) -> OpFuture:
         return self._submit(OpCode.PUT_IF_ABSENT, key, (self._value(value),), False)
