@@ -30,7 +30,15 @@ from kafkakv.errors import (
     TopicMismatchError,
     WrongPartitionError,
 )
-from kafkakv.log.base import CleanResult, Log, LogWriter, Problem, Record, TopicPartition
+from kafkakv.log.base import (
+    Batch,
+    CleanResult,
+    Log,
+    LogWriter,
+    Problem,
+    Record,
+    TopicPartition,
+)
 from kafkakv.map import FLUSH_POINT_KEY, ReplicaMap
 from kafkakv.map.ops import OpCode, decode_op
 from kafkakv.store import LmdbStore, Positions, Store
@@ -442,8 +450,26 @@ class _GatedLog(Log):
     def wait(self, topic: str, partition: int, offset: int, timeout: float | None) -> bool:
         return self.inner.wait(topic, partition, offset, timeout)
 
-    def wait_any(self, positions: Mapping[TopicPartition, int], timeout: float | None) -> bool:
+    def wait_any(
+        self, positions: Mapping[TopicPartition, int], timeout: float | None
+    ) -> set[TopicPartition]:
         return self.inner.wait_any(positions, timeout)
+
+    def read_batch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> Batch:
+        return self.inner.read_batch(
+            topic, partition, offset, max_records=max_records, max_bytes=max_bytes
+        )
+
+    def send(self, topic: str, partition: int, records: Sequence[Record]) -> None:
+        self.inner.send(topic, partition, records)
 
     def writer(self, transactional_id: str) -> LogWriter:
         return _GatedWriter(self.inner.writer(transactional_id), self)

@@ -1,11 +1,20 @@
 """The log layer: one :class:`Log` interface, backends behind it."""
 
-from kafkakv.log.base import CleanResult, Log, LogWriter, Problem, Record, TopicPartition
+from kafkakv.log.base import (
+    Batch,
+    CleanResult,
+    Log,
+    LogWriter,
+    Problem,
+    Record,
+    TopicPartition,
+)
 from kafkakv.log.config import TopicConfig, parse_topic_config
 from kafkakv.log.embedded import EmbeddedLog, FsyncPolicy
 from kafkakv.log.partitioner import murmur2, partition_for
 
 __all__ = [
+    "Batch",
     "CleanResult",
     "EmbeddedLog",
     "FsyncPolicy",

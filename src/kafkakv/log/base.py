@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from kafkakv.lifecycle import Closeable
 
-__all__ = ["CleanResult", "Log", "LogWriter", "Problem", "Record", "TopicPartition"]
+__all__ = ["Batch", "CleanResult", "Log", "LogWriter", "Problem", "Record", "TopicPartition"]
 
 TopicPartition = tuple[str, int]
 """A ``(topic, partition)`` pair."""
@@ -38,6 +38,15 @@ class Record(NamedTuple):
     timestamp: int | None = None
     partition: int | None = None
     offset: int | None = None
+
+
+class Batch(NamedTuple):
+    """What :meth:`Log.read_batch` returns: records, and the offset to read from next."""
+
+    records: list[Record]
+    next_offset: int
+    """One past the last record, or further when the backend knows that the offsets between
+    hold nothing a reader will ever see (transaction markers, aborted or compacted records)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +142,15 @@ class Log(Closeable):
         topic's ``max.message.bytes``; nothing is appended then.
         """
 
+    def send(self, topic: str, partition: int, records: Sequence[Record]) -> None:
+        """Append ``records`` in order, as :meth:`append` does, without the atomicity.
+
+        For bulk streams whose records stand alone (a map's updates): a backend may split them
+        over several writes, and a failure may leave a prefix of them appended. Returns once
+        every record is stored; raises as :meth:`append`. The default is :meth:`append`.
+        """
+        self.append(topic, partition, records)
+
     @abstractmethod
     def read(
         self,
@@ -149,6 +167,26 @@ class Log(Closeable):
         one record is returned when any exists). Raises
         :class:`~kafkakv.errors.OffsetOutOfRangeError` below :meth:`start_offset`.
         """
+
+    def read_batch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> Batch:
+        """Like :meth:`read`, and also where to read next.
+
+        A reader that keeps its position with ``next_offset`` steps over offsets that hold no
+        visible record, such as the commit markers of transactions at the end of a Kafka
+        partition, instead of asking for them again. Backends that write no such markers
+        return one past the last record (``offset`` when nothing was read).
+        """
+        records = self.read(topic, partition, offset, max_records=max_records, max_bytes=max_bytes)
+        last = records[-1].offset if records else None
+        return Batch(records, offset if last is None else last + 1)
 
     @abstractmethod
     def start_offset(self, topic: str, partition: int) -> int:
@@ -173,12 +211,15 @@ class Log(Closeable):
         """
 
     @abstractmethod
-    def wait_any(self, positions: Mapping[TopicPartition, int], timeout: float | None) -> bool:
+    def wait_any(
+        self, positions: Mapping[TopicPartition, int], timeout: float | None
+    ) -> set[TopicPartition]:
         """Block until any partition named has a record at or after its offset.
 
-        ``positions`` maps (topic, partition) to an offset, as for :meth:`wait`. Returns ``True``
-        as soon as one ``end_offset > offset``, ``False`` when ``timeout`` seconds pass first.
-        This is how one thread follows many partitions without polling.
+        ``positions`` maps (topic, partition) to an offset, as for :meth:`wait`. Returns the
+        partitions that have one (``end_offset > offset``) as soon as there is one, an empty
+        set when ``timeout`` seconds pass first. This is how one thread follows many
+        partitions without polling.
         """
 
     @abstractmethod

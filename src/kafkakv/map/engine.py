@@ -432,7 +432,7 @@ class ReplicaEngine:
                         records = [
                             _new_tuple(Record, (k, v, (), None, None, None)) for k, v, _ in batch
                         ]
-                        self.log.append(self.topics.ops, p, records)
+                        self.log.send(self.topics.ops, p, records)
                     except Exception as exc:  # fail these updates; keep sending others
                         self._fail_pending([seq for _, _, seq in batch], exc)
 
@@ -463,19 +463,24 @@ class ReplicaEngine:
         applied = 0
         while applied < limit:
             with gc_paused():  # thousands of short-lived objects per batch: see gcpause
-                records = self.log.read(
+                records, after = self.log.read_batch(
                     self.topics.ops, p, self._applied[p], max_records=_READ_BATCH
                 )
                 if not records:
+                    # Offsets with nothing to apply (Kafka's transaction markers): step over.
+                    if after > self._applied[p]:
+                        self._applied[p] = after
+                        applied += 1
                     break
-                self._apply_records(p, records)
+                self._apply_records(p, records, after)
             applied += len(records)
             if until is not None and self._applied[p] > until:
                 break
         return applied > 0
 
-    def _apply_records(self, p: int, records: Sequence[Record]) -> None:
-        """The state machine step for a batch of ops records of partition ``p``. Lock held."""
+    def _apply_records(self, p: int, records: Sequence[Record], after: int) -> None:
+        """The state machine step for a batch of ops records of partition ``p``, read up to
+        ``after`` (exclusive). Lock held."""
         changes: dict[int, dict[bytes, bytes | None]] = {}
         dirty = self._dirty[p]
         period = self.settings.flush_period
@@ -535,11 +540,12 @@ class ReplicaEngine:
                 self._flush_asked.add(p)
                 self._next_flush[p] = offset + period  # at most one attempt per period
                 self._flush_queue.put(p)
-        position = {p: Positions(last + 1, self._flushed[p])}
+        after = max(after, last + 1)
+        position = {p: Positions(after, self._flushed[p])}
         for state in self.maps:
             state.store.write(changes.get(id(state), {}), position)
         # Only now: threads that check _applied without the lock must find the data there.
-        self._applied[p] = last + 1
+        self._applied[p] = after
         while events:  # shared deque: a listener that updates the map keeps the order
             fn, target, arg = events.popleft()
             fn(target, arg)
@@ -577,16 +583,16 @@ class ReplicaEngine:
                     time.sleep(_LOCAL_GRACE - quiet)
                     continue
                 waiting = {(ops, p): self._applied[p] for p in self.held}
-                if not self.log.wait_any(waiting, _WAIT_SLICE):
+                ready = self.log.wait_any(waiting, _WAIT_SLICE)
+                if not ready:
                     continue
                 # A wake-up may come from a local writer that just started: give it the
                 # moment it needs to apply its own record rather than compete for the lock.
                 time.sleep(_FOLLOW_PAUSE)
-                for p in self.held:
-                    if self.log.end_offset(ops, p) > self._applied[p]:
-                        with self._lock:
-                            if not self._closed:
-                                self._apply_available(p)
+                for _, p in ready:
+                    with self._lock:
+                        if not self._closed:
+                            self._apply_available(p)
             except ClosedError:
                 return
             except Exception as exc:  # the log failed under us: say so to every caller

@@ -314,18 +314,18 @@ class EmbeddedLog(Log):
         self._check_open()  # closed while waiting: say so rather than answer
         return arrived
 
-    def wait_any(self, positions: Mapping[TopicPartition, int], timeout: float | None) -> bool:
+    def wait_any(
+        self, positions: Mapping[TopicPartition, int], timeout: float | None
+    ) -> set[TopicPartition]:
         """See :meth:`Log.wait_any`. Sleeps on inotify events of every named head file."""
-        watched = [(self._partition(t, p), offset) for (t, p), offset in positions.items()]
+        watched = [(tp, self._partition(*tp), offset) for tp, offset in positions.items()]
 
         def ready() -> bool:
-            return self._closed or any(part.end_offset() > offset for part, offset in watched)
+            return self._closed or any(part.end_offset() > offset for _, part, offset in watched)
 
-        arrived = self._notifier.wait_for_any(
-            [part._head.path for part, _ in watched], ready, timeout
-        )
+        self._notifier.wait_for_any([part._head.path for _, part, _ in watched], ready, timeout)
         self._check_open()
-        return arrived
+        return {tp for tp, part, offset in watched if part.end_offset() > offset}
 
     def writer(self, transactional_id: str) -> LogWriter:
         """See :meth:`Log.writer`. Rolls forward the id's last transaction if it was cut off."""
