@@ -22,10 +22,17 @@
         ├── NotALogError                  a directory that holds something other than a log
         ├── CorruptLogError               bytes on disk that fail their checksum or framing
         ├── UnsupportedOperationError     an operation the backend cannot perform
+        ├── LogUnavailableError           Kafka brokers down or unreachable, no leader, too
+        │                                 few in-sync replicas: worth retrying later
         └── LogIOError (OSError)          the operating system refused a file operation
     ├── EncodeError (TypeError)           a key or value its codec cannot encode
     ├── DecodeError (ValueError)          bytes a codec or the ops protocol cannot read
     ├── StoreError                        a replica's store failed or holds something unreadable
+    ├── ClusterError                      the dev cluster (kafkakv.devcluster) could not start,
+    │   │                                 stop or answer: a broker that died, a port in use,
+    │   │                                 a cluster already running, a wait that timed out
+    │   └── JarFetchError                 java or mvn missing, or Maven failed to fetch the
+    │                                     broker jars (the message ends with Maven's output)
     └── MapError                          anything the replicated map refuses or fails at
         ├── TopicMismatchError (ConfigError)
         │                                 a map's existing topics have the wrong settings
@@ -47,6 +54,7 @@ from __future__ import annotations
 
 __all__ = [
     "ClosedError",
+    "ClusterError",
     "ConfigError",
     "CorruptLogError",
     "DataLossError",
@@ -55,9 +63,11 @@ __all__ = [
     "FencedError",
     "FunctionError",
     "InvalidRecordError",
+    "JarFetchError",
     "KafkaKVError",
     "LogError",
     "LogIOError",
+    "LogUnavailableError",
     "MapError",
     "NotALogError",
     "OffsetOutOfRangeError",
@@ -153,6 +163,11 @@ class LogIOError(LogError, OSError):
     """The operating system refused a file operation; ``__cause__`` holds the original."""
 
 
+class LogUnavailableError(LogError):
+    """The log's servers cannot take the request now: brokers down or unreachable, a partition
+    without a leader, fewer in-sync replicas than ``min.insync.replicas``. Worth retrying."""
+
+
 class EncodeError(KafkaKVError, TypeError):
     """A codec cannot encode the key or value given; nothing was appended."""
 
@@ -210,3 +225,16 @@ class UnknownFunctionError(OperationFailedError, KeyError):
 class StoreError(KafkaKVError):
     """A replica's store failed (disk full, I/O error, a key it cannot hold) or holds something
     unreadable (a directory that is not a store); ``__cause__`` holds the backend's error."""
+
+
+class ClusterError(KafkaKVError):
+    """The dev cluster of :mod:`kafkakv.devcluster` failed: a broker that did not start or
+    died (the message names the node and ends with the tail of its log), a port already in
+    use, a cluster already running from the same directory, a wait that ran out of time, or
+    a fault-injection call on a cluster that does not support it."""
+
+
+class JarFetchError(ClusterError):
+    """The broker jars could not be fetched: ``java`` or ``mvn`` is not installed, Maven
+    failed or timed out (the message ends with the tail of its output), or another process
+    held the cache lock for too long."""

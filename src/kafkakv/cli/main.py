@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kafkakv import __version__
+from kafkakv.cli.devcluster_commands import dev_cluster_group
 from kafkakv.cli.map_commands import map_group
 from kafkakv.cli.options import log_path_option
 from kafkakv.errors import KafkaKVError, LogError
@@ -200,6 +201,7 @@ def main() -> None:
 
 
 main.add_command(map_group)
+main.add_command(dev_cluster_group)
 
 
 @main.group("log")

@@ -1,0 +1,121 @@
+"""``kafkakv dev-cluster start|status|stop``: a local Apache Kafka cluster for development.
+
+Every command parses its options and calls :class:`kafkakv.devcluster.DevCluster`: ``start``
+runs it with ``die_with_parent`` off, so the brokers outlive the command, and returns once all
+are ready; ``status`` and ``stop`` find the brokers through the state file of ``--dir``
+(:meth:`DevCluster.attach`). Progress goes to stderr; ``start`` prints only the bootstrap
+servers on stdout, so ``export KAFKA=$(kafkakv dev-cluster start)`` works.
+
+Exit codes: 0 success (``stop`` also when nothing runs); 1 ``status`` of a cluster that is not
+running and ready; 2 a usage error or an error kafkakv raised (``error: <message>``: a cluster
+from that directory already runs, a port is taken, a broker failed to start, Maven failed).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from kafkakv.devcluster import DEFAULT_KAFKA_VERSION, DevCluster, default_state_dir
+from kafkakv.devcluster.state import ClusterState
+
+__all__ = ["dev_cluster_group"]
+
+EXIT_NOT_READY = 1
+
+
+def _progress(message: str) -> None:
+    click.echo(message, err=True)
+
+
+_dir_option = click.option(
+    "--dir",
+    "state_dir",
+    type=click.Path(file_okay=False, dir_okay=True, path_type=Path),
+    default=None,
+    help="State directory of the cluster (default: ${KAFKAKV_CACHE:-~/.cache/kafkakv}/dev-cluster).",
+)
+
+
+@click.group("dev-cluster")
+def dev_cluster_group() -> None:
+    """Run a local Apache Kafka cluster (KRaft, jars from Maven Central) on 127.0.0.1."""
+
+
+@dev_cluster_group.command("start")
+@click.option("--brokers", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option(
+    "--base-port",
+    type=click.IntRange(1024, 65535),
+    default=19092,
+    show_default=True,
+    help="Node i serves clients on BASE_PORT + (i-1)*10000, its controller one port above.",
+)
+@_dir_option
+@click.option("--kafka-version", default=DEFAULT_KAFKA_VERSION, show_default=True)
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=90.0, show_default=True, help="Seconds."
+)
+def start_command(
+    brokers: int, base_port: int, state_dir: Path | None, kafka_version: str, timeout: float
+) -> None:
+    """Start the cluster and print its bootstrap servers once every broker is ready."""
+    cluster = DevCluster(
+        brokers,
+        base_port,
+        state_dir or default_state_dir(),
+        kafka_version=kafka_version,
+        die_with_parent=False,
+        progress=_progress,
+    )
+    began = time.monotonic()
+    cluster.start(timeout=timeout)
+    _progress(
+        f"ready in {time.monotonic() - began:.1f} s: {brokers} broker(s) from {cluster.state_dir}"
+        f" (logs in node-*/logs/server.log); stop with: kafkakv dev-cluster stop"
+        + (f" --dir {state_dir}" if state_dir else "")
+    )
+    click.echo(cluster.bootstrap)
+
+
+@dev_cluster_group.command("status")
+@_dir_option
+def status_command(state_dir: Path | None) -> None:
+    """Show every node: pid, port, running or stopped, ready (answers and is registered)."""
+    where = state_dir or default_state_dir()
+    if ClusterState.load(where) is None:
+        click.echo(f"no dev cluster in {where}")
+        raise click.exceptions.Exit(EXIT_NOT_READY)
+    cluster = DevCluster.attach(where)
+    click.echo(
+        f"dev cluster in {where}: {cluster.layout.brokers} broker(s), Kafka "
+        f"{cluster.kafka_version}, cluster id {cluster.cluster_id}"
+    )
+    rows = cluster.node_status()
+    for row in rows:
+        pid = "-" if row.pid is None else str(row.pid)
+        state = "running" if row.running else "stopped"
+        ready = "ready" if row.ready else "not ready"
+        click.echo(f"node {row.node_id}  pid {pid:>7}  127.0.0.1:{row.port}  {state}  {ready}")
+    click.echo(f"bootstrap: {cluster.bootstrap}")
+    if not all(row.ready for row in rows):
+        raise click.exceptions.Exit(EXIT_NOT_READY)
+
+
+@dev_cluster_group.command("stop")
+@_dir_option
+def stop_command(state_dir: Path | None) -> None:
+    """Stop every broker of the cluster (SIGTERM, SIGKILL after a few seconds)."""
+    where = state_dir or default_state_dir()
+    if ClusterState.load(where) is None:
+        click.echo(f"no dev cluster running from {where}")
+        return
+    cluster = DevCluster.attach(where)
+    pids = [pid for pid in map(cluster.pid, cluster.node_ids) if pid is not None]
+    if not pids:
+        click.echo(f"no dev cluster running from {where}")
+        return
+    cluster.stop()
+    click.echo(f"stopped {len(pids)} broker(s) (pids {', '.join(map(str, pids))})")

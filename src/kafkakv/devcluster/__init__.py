@@ -1,0 +1,47 @@
+"""A real Apache Kafka cluster for tests and developers, from Maven Central jars.
+
+:func:`fetch_kafka` gets the broker jars (KRaft mode, no ZooKeeper) and the PostgreSQL JDBC
+driver with Maven once and caches them under ``${KAFKAKV_CACHE:-~/.cache/kafkakv}``;
+:class:`DevCluster` formats storage and runs N brokers on 127.0.0.1, with calls that kill and
+restart them for fault tests; :class:`ExternalCluster` stands for a cluster started elsewhere.
+The ``kafkakv dev-cluster`` command and the pytest fixtures in ``tests/kafka_cluster.py`` are
+thin shells over these. See ``docs/dev-cluster.md``.
+
+Example (not run as a doctest: it starts JVMs)::
+
+    with DevCluster(brokers=3) as cluster:
+        producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
+        ...
+        cluster.kill(cluster.leader("topic", 0))
+"""
+
+from kafkakv.devcluster.base import Cluster
+from kafkakv.devcluster.cluster import ClusterStatus, DevCluster, NodeStatus, default_state_dir
+from kafkakv.devcluster.external import ExternalCluster
+from kafkakv.devcluster.jars import (
+    DEFAULT_KAFKA_VERSION,
+    KafkaJars,
+    cached_jars,
+    default_cache_root,
+    fetch_kafka,
+    find_java,
+    postgres_jdbc_jar,
+)
+from kafkakv.devcluster.layout import ClusterLayout
+
+__all__ = [
+    "DEFAULT_KAFKA_VERSION",
+    "Cluster",
+    "ClusterLayout",
+    "ClusterStatus",
+    "DevCluster",
+    "ExternalCluster",
+    "KafkaJars",
+    "NodeStatus",
+    "cached_jars",
+    "default_cache_root",
+    "default_state_dir",
+    "fetch_kafka",
+    "find_java",
+    "postgres_jdbc_jar",
+]

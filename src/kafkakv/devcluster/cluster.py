@@ -1,0 +1,580 @@
+"""A real Apache Kafka cluster (KRaft, combined broker+controller nodes) on 127.0.0.1.
+
+The state directory holds everything of one cluster::
+
+    cluster.json          cluster id, layout, Kafka version, broker pids (kafkakv.devcluster.state)
+    log4j2.properties     broker logging: a file per node, nothing on the terminal
+    node-<i>/server.properties
+    node-<i>/data/        the node's log.dirs (formatted once, kept across restarts)
+    node-<i>/logs/server.log
+    node-<i>/stdout.log   the JVM's stdout and stderr (also the storage format tool's output)
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from kafkakv.devcluster.base import Cluster
+from kafkakv.devcluster.jars import (
+    DEFAULT_KAFKA_VERSION,
+    KafkaJars,
+    Progress,
+    default_cache_root,
+    fetch_kafka,
+    find_java,
+)
+from kafkakv.devcluster.layout import (
+    DEFAULT_JVM_OPTIONS,
+    ClusterLayout,
+    broker_command,
+    format_command,
+    new_cluster_id,
+    render_properties,
+)
+from kafkakv.devcluster.lock import exclusive_lock
+from kafkakv.devcluster.probe import brokers_seen_by, port_is_free
+from kafkakv.devcluster.process import BrokerProcess, log_tail, spawn
+from kafkakv.devcluster.state import ClusterState
+from kafkakv.errors import ClusterError, ConfigError
+
+__all__ = ["ClusterStatus", "DevCluster", "NodeStatus", "default_state_dir"]
+
+_POLL_S = 0.25
+_PROBE_TIMEOUT_S = 2.0
+_STOP_GRACE_S = 3.0
+_FORMAT_TIMEOUT_S = 120.0
+_LOG4J = "log4j2.properties"
+
+
+class ClusterStatus(enum.Enum):
+    """Where a :class:`DevCluster` is in its life."""
+
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One node as :meth:`DevCluster.node_status` sees it."""
+
+    node_id: int
+    pid: int | None
+    port: int
+    running: bool
+    """The broker process runs."""
+    ready: bool
+    """The broker answers on its port and is in the metadata it returns."""
+
+
+def default_state_dir() -> Path:
+    """``${KAFKAKV_CACHE:-~/.cache/kafkakv}/dev-cluster``."""
+    return default_cache_root() / "dev-cluster"
+
+
+class DevCluster(Cluster):
+    """``brokers`` combined KRaft nodes started from Maven Central jars, for tests and by hand.
+
+    Node ``i`` (``1 .. brokers``) serves clients on ``127.0.0.1:base_port + (i-1)*10000`` and
+    its controller one port above. Nothing runs until :meth:`start`; ``with DevCluster() as c``
+    starts it and stops it on the way out.
+
+    ``die_with_parent`` (the default, for tests) makes the kernel kill every broker when the
+    thread that started it exits; leave it on only when that thread lives as long as the
+    cluster should (the main thread). The ``kafkakv dev-cluster start`` command turns it off so
+    its brokers outlive it.
+
+    >>> DevCluster(brokers=3, base_port=19092).bootstrap
+    '127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092'
+    """
+
+    def __init__(
+        self,
+        brokers: int = 3,
+        base_port: int = 19092,
+        state_dir: str | os.PathLike[str] | None = None,
+        *,
+        kafka_version: str = DEFAULT_KAFKA_VERSION,
+        cache_root: Path | None = None,
+        die_with_parent: bool = True,
+        jvm_options: Iterable[str] = DEFAULT_JVM_OPTIONS,
+        start_timeout: float = 90.0,
+        progress: Progress | None = None,
+    ) -> None:
+        self.layout = ClusterLayout(brokers, base_port)
+        self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        self.kafka_version = kafka_version
+        self.start_timeout = start_timeout
+        self._cache_root = cache_root
+        self._die_with_parent = die_with_parent
+        self._jvm_options = tuple(jvm_options)
+        self._progress = progress
+        self._nodes: dict[int, BrokerProcess] = {}
+        self._jars: KafkaJars | None = None
+        self._java: str | None = None
+        self._state: ClusterState | None = None
+        self._status = ClusterStatus.NEW
+
+    # -- what it is -------------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        """``127.0.0.1:<port>`` of every node, comma-separated."""
+        return self.layout.bootstrap
+
+    @property
+    def status(self) -> ClusterStatus:
+        """NEW, STARTING, RUNNING or STOPPED."""
+        return self._status
+
+    @property
+    def node_ids(self) -> range:
+        """``1 .. brokers``."""
+        return self.layout.node_ids
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The KRaft cluster id the storage was formatted with; ``None`` before :meth:`start`."""
+        return None if self._state is None else self._state.cluster_id
+
+    @property
+    def jars(self) -> KafkaJars:
+        """The cached Kafka jars (fetched on first use; see :func:`fetch_kafka`)."""
+        if self._jars is None:
+            self._jars = fetch_kafka(self.kafka_version, self._cache_root, progress=self._progress)
+        return self._jars
+
+    def node_dir(self, node_id: int) -> Path:
+        """``<state dir>/node-<node_id>``."""
+        self._check_id(node_id)
+        return self.state_dir / f"node-{node_id}"
+
+    def log_path(self, node_id: int) -> Path:
+        """The broker's log4j file, ``node-<i>/logs/server.log``."""
+        return self.node_dir(node_id) / "logs" / "server.log"
+
+    def output_path(self, node_id: int) -> Path:
+        """The file receiving the JVM's stdout and stderr, ``node-<i>/stdout.log``."""
+        return self.node_dir(node_id) / "stdout.log"
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, timeout: float | None = None) -> Self:
+        """Fetch the jars if needed, format storage once, start every broker, wait until ready.
+
+        Ready means every broker answers on its port and all ``brokers`` node ids are in the
+        metadata it returns (a broker is listed only once the controller quorum has a leader
+        and has registered it). Takes about 10 s with cached jars on 2 cores, plus the Maven
+        run the first time. Raises :class:`~kafkakv.errors.ClusterError` when a cluster from
+        the same state directory runs, a port is in use, a broker exits (naming the node and
+        showing its log's tail) or ``timeout`` (default ``start_timeout``) passes; every broker
+        this call started is stopped before it raises.
+        """
+        if self._status in (ClusterStatus.STARTING, ClusterStatus.RUNNING):
+            raise ClusterError(
+                f"the dev cluster in {self.state_dir} is already {self._status.value}"
+            )
+        self._status = ClusterStatus.STARTING
+        budget = self.start_timeout if timeout is None else timeout
+        try:
+            self._make_dir(self.state_dir)
+            busy = ClusterError(f"another process is starting a dev cluster from {self.state_dir}")
+            with exclusive_lock(self.state_dir / ".lock", 0, busy):
+                self._prepare()
+                deadline = time.monotonic() + budget
+                for node_id in self.node_ids:
+                    self._launch(node_id)
+                self._wait_ready(self.node_ids, set(self.node_ids), deadline, budget)
+        except BaseException:
+            self._stop_all(grace=2.0)
+            self._status = ClusterStatus.STOPPED
+            raise
+        self._status = ClusterStatus.RUNNING
+        return self
+
+    def stop(self, grace: float = _STOP_GRACE_S) -> None:
+        """Stop every broker: SIGTERM to all, SIGKILL to those still running after ``grace``
+        seconds. Returns when all are gone. Idempotent; never raises for a broker that
+        already exited."""
+        self._stop_all(grace)
+        if self._status is not ClusterStatus.NEW:
+            self._status = ClusterStatus.STOPPED
+
+    def close(self) -> None:
+        """The same as :meth:`stop`."""
+        self.stop()
+
+    def __enter__(self) -> Self:
+        if self._status in (ClusterStatus.NEW, ClusterStatus.STOPPED):
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @classmethod
+    def attach(cls, state_dir: str | os.PathLike[str]) -> DevCluster:
+        """The cluster recorded in ``state_dir``, adopting the brokers that still run there.
+
+        Lets another process (``kafkakv dev-cluster status``/``stop``) inspect and stop a
+        cluster. Reads the state file and ``/proc``; no network. Its status is RUNNING when a
+        broker runs, else STOPPED. Raises :class:`~kafkakv.errors.ClusterError` when the
+        directory holds no cluster.
+        """
+        path = Path(state_dir)
+        state = ClusterState.load(path)
+        if state is None:
+            raise ClusterError(f"no dev cluster in {path} (no state file)")
+        cluster = cls(
+            state.brokers,
+            state.base_port,
+            path,
+            kafka_version=state.kafka_version,
+            die_with_parent=False,
+        )
+        cluster._state = state
+        for node_id, pid in state.pids.items():
+            process = BrokerProcess(pid, cluster._config_path(node_id))
+            if node_id in cluster.node_ids and process.alive():
+                cluster._nodes[node_id] = process
+        running = bool(cluster._nodes)
+        cluster._status = ClusterStatus.RUNNING if running else ClusterStatus.STOPPED
+        return cluster
+
+    # -- faults -----------------------------------------------------------------------------
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to broker ``node_id`` (default SIGKILL: a crash, no clean shutdown).
+
+        With SIGKILL, returns once the process is gone. Raises
+        :class:`~kafkakv.errors.ClusterError` when the broker is not running.
+        """
+        process = self._running(node_id)
+        process.signal(sig)
+        if sig == signal.SIGKILL:
+            process.wait_gone(10.0)
+            self._forget(node_id)
+
+    def stop_node(self, node_id: int, timeout: float = 30.0) -> None:
+        """Stop broker ``node_id`` gracefully: SIGTERM (controlled shutdown), SIGKILL after
+        ``timeout`` seconds. Nothing happens when it is not running."""
+        self._check_id(node_id)
+        process = self._nodes.get(node_id)
+        if process is not None:
+            process.terminate(timeout)
+            self._forget(node_id)
+
+    def start_node(self, node_id: int, timeout: float | None = None) -> None:
+        """Start broker ``node_id`` again on its existing data and wait until it answers and is
+        in the metadata again (default timeout ``start_timeout``).
+
+        Raises :class:`~kafkakv.errors.ClusterError` when the cluster is not started, the node
+        already runs, or it does not come back (its log's tail in the message).
+        """
+        if self._status is not ClusterStatus.RUNNING:
+            raise ClusterError(f"start_node({node_id}): the cluster is {self._status.value}")
+        if self.is_running(node_id):
+            raise ClusterError(
+                f"node {node_id} is already running (pid {self._nodes[node_id].pid})"
+            )
+        budget = self.start_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        self._wait_ports_free(node_id, deadline)
+        self._launch(node_id)
+        try:
+            self._wait_ready([node_id], {node_id}, deadline, budget)
+        except BaseException:
+            self.stop_node(node_id, timeout=2.0)
+            raise
+
+    def is_running(self, node_id: int) -> bool:
+        """Whether broker ``node_id``'s process runs (``/proc`` or ``waitpid``; no network)."""
+        self._check_id(node_id)
+        process = self._nodes.get(node_id)
+        return process is not None and process.alive()
+
+    def pid(self, node_id: int) -> int | None:
+        """The pid of broker ``node_id`` while it runs, else ``None``."""
+        return self._nodes[node_id].pid if self.is_running(node_id) else None
+
+    def node_status(self) -> list[NodeStatus]:
+        """Pid, port and running/ready of every node; one metadata probe per running node."""
+        rows = []
+        for node_id in self.node_ids:
+            process = self._nodes.get(node_id)
+            running = process is not None and process.alive()
+            port = self.layout.client_port(node_id)
+            seen = brokers_seen_by(self.layout.address(node_id), port) if running else None
+            pid = process.pid if process is not None and running else None
+            rows.append(
+                NodeStatus(node_id, pid, port, running, seen is not None and node_id in seen)
+            )
+        return rows
+
+    # -- the steps of start -----------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Everything before the first broker starts: tools, state, ports, configs, storage."""
+        self._java = find_java()
+        jars = self.jars
+        self._state = self._claim_state()
+        busy = [p for p in self.layout.ports if not port_is_free(p)]
+        if busy:
+            raise ClusterError(
+                f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 already in use (another dev "
+                "cluster or program?); choose another base port"
+            )
+        log4j = self.state_dir / _LOG4J
+        log4j.write_bytes(resources.files(__package__).joinpath(_LOG4J).read_bytes())
+        for node_id in self.node_ids:
+            self._write_config(node_id)
+        self._format(jars, self._state.cluster_id)
+
+    def _claim_state(self) -> ClusterState:
+        """The state of this directory: refused when its brokers run or its layout differs."""
+        state = ClusterState.load(self.state_dir)
+        if state is None:
+            if any(self._formatted(i) for i in self.node_ids):
+                raise ClusterError(
+                    f"{self.state_dir} holds formatted storage but no state file; remove it"
+                )
+            state = ClusterState(
+                new_cluster_id(), self.layout.brokers, self.layout.base_port, self.kafka_version
+            )
+        running = self._running_from(state)
+        if running:
+            raise ClusterError(
+                f"a dev cluster from {self.state_dir} is already running ({running}); stop it "
+                f"first: kafkakv dev-cluster stop --dir {self.state_dir}"
+            )
+        wanted = (self.layout.brokers, self.layout.base_port, self.kafka_version)
+        if (state.brokers, state.base_port, state.kafka_version) != wanted:
+            raise ClusterError(
+                f"{self.state_dir} holds a {state.brokers}-broker cluster on base port "
+                f"{state.base_port} with Kafka {state.kafka_version}; start it with those "
+                "settings, or use another directory (or delete this one)"
+            )
+        state.pids = {}
+        state.save(self.state_dir)
+        return state
+
+    def _running_from(self, state: ClusterState) -> str:
+        """``node i pid p, ...`` for the brokers recorded in ``state`` that still run."""
+        alive = [
+            f"node {node_id} pid {pid}"
+            for node_id, pid in sorted(state.pids.items())
+            if node_id in self.node_ids and BrokerProcess(pid, self._config_path(node_id)).alive()
+        ]
+        return ", ".join(alive)
+
+    def _write_config(self, node_id: int) -> None:
+        node = self.node_dir(node_id)
+        self._make_dir(node / "logs")
+        config = self.layout.broker_config(node_id, str(node / "data"))
+        text = render_properties(config, f"kafkakv dev cluster node {node_id}; rewritten at start")
+        self._config_path(node_id).write_text(text, encoding="utf-8")
+
+    def _formatted(self, node_id: int) -> bool:
+        return (self.node_dir(node_id) / "data" / "meta.properties").is_file()
+
+    def _format(self, jars: KafkaJars, cluster_id: str) -> None:
+        """Format the storage of every node not formatted yet, all at once."""
+        pending = [i for i in self.node_ids if not self._formatted(i)]
+        if not pending:
+            return
+        self._say(f"formatting storage of node(s) {', '.join(map(str, pending))} ...")
+        runs = {}
+        for node_id in pending:
+            command = format_command(
+                self._java_path(),
+                jars.classpath,
+                str(self._config_path(node_id)),
+                cluster_id,
+                str(self.node_dir(node_id) / "logs"),
+                str(self.state_dir / _LOG4J),
+            )
+            runs[node_id] = spawn(command, self.output_path(node_id), die_with_parent=True)
+        for node_id, run in runs.items():
+            try:
+                code = run.wait(_FORMAT_TIMEOUT_S)
+            except BaseException:
+                for other in runs.values():
+                    other.kill()
+                raise
+            if code != 0:
+                raise ClusterError(
+                    f"formatting node {node_id}'s storage failed (exit {code}); last lines of "
+                    f"{self.output_path(node_id)}:\n{log_tail(self.output_path(node_id))}"
+                )
+
+    def _launch(self, node_id: int) -> None:
+        """Spawn broker ``node_id`` and record its pid in the state file."""
+        self._say(f"starting node {node_id} on {self.layout.address(node_id)} ...")
+        command = broker_command(
+            self._java_path(),
+            self.jars.classpath,
+            str(self._config_path(node_id)),
+            str(self.node_dir(node_id) / "logs"),
+            str(self.state_dir / _LOG4J),
+            self._jvm_options,
+        )
+        self._nodes[node_id] = BrokerProcess.start(
+            command,
+            self.output_path(node_id),
+            self._config_path(node_id),
+            die_with_parent=self._die_with_parent,
+        )
+        self._record_pids()
+
+    def _wait_ready(
+        self, node_ids: Iterable[int], must_see: set[int], deadline: float, budget: float
+    ) -> None:
+        """Wait until each of ``node_ids`` answers with ``must_see`` in its metadata."""
+        pending = list(node_ids)
+        seen: dict[int, set[int] | None] = {}
+        while pending:
+            for node_id in list(pending):
+                if not self._nodes[node_id].alive():
+                    raise self._died(node_id)
+                seen[node_id] = brokers_seen_by(
+                    self.layout.address(node_id), self.layout.client_port(node_id), _PROBE_TIMEOUT_S
+                )
+                found = seen[node_id]
+                if found is not None and must_see <= found:
+                    pending.remove(node_id)
+            if pending and time.monotonic() >= deadline:
+                raise self._not_ready(pending, seen, budget)
+            if pending:
+                time.sleep(_POLL_S)
+
+    def _died(self, node_id: int) -> ClusterError:
+        process = self._nodes[node_id]
+        code = process.exit_code()
+        self._forget(node_id)
+        return ClusterError(
+            f"broker node {node_id} (pid {process.pid}) exited with status {code} while "
+            f"starting.\n{self._tails(node_id)}"
+        )
+
+    def _not_ready(
+        self, pending: list[int], seen: dict[int, set[int] | None], budget: float
+    ) -> ClusterError:
+        views = "; ".join(
+            f"node {i} "
+            + ("does not answer" if seen.get(i) is None else f"sees {sorted(seen[i] or ())}")
+            for i in pending
+        )
+        tails = "\n".join(self._tails(i) for i in pending)
+        return ClusterError(
+            f"broker node(s) {', '.join(map(str, pending))} not ready after {budget:.0f} s "
+            f"({views}).\n{tails}"
+        )
+
+    def _tails(self, node_id: int) -> str:
+        """The last lines of node ``node_id``'s server log and of its JVM output."""
+        parts = []
+        for path in (self.log_path(node_id), self.output_path(node_id)):
+            text = log_tail(path, 20)
+            if text:
+                parts.append(f"--- last lines of {path} ---\n{text}")
+        return "\n".join(parts) or f"(node {node_id} wrote no log)"
+
+    # -- small helpers ----------------------------------------------------------------------
+
+    def _stop_all(self, grace: float) -> None:
+        """Stop every broker, highest node id first.
+
+        A node shuts down cleanly only while a majority of the voters runs (its controlled
+        shutdown asks the controller quorum), so nodes are stopped one by one while that
+        holds; the rest get SIGTERM together and SIGKILL after ``grace`` seconds.
+        """
+        majority = self.layout.brokers // 2 + 1
+        order = sorted(self._nodes, reverse=True)
+        lingering = []
+        for node_id in order:
+            process = self._nodes[node_id]
+            if not process.alive():
+                continue
+            running = sum(1 for p in self._nodes.values() if p.alive())
+            if running >= majority:
+                process.signal(signal.SIGTERM)
+                if process.wait_gone(grace):
+                    continue
+            lingering.append(process)
+        for process in lingering:
+            process.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for process in lingering:
+            if not process.wait_gone(max(0.0, deadline - time.monotonic())):
+                process.signal(signal.SIGKILL)
+        for process in lingering:
+            process.wait_gone(10.0)
+        self._nodes.clear()
+        self._admin = None
+        if order:
+            self._record_pids()
+
+    def _wait_ports_free(self, node_id: int, deadline: float) -> None:
+        ports = [self.layout.client_port(node_id), self.layout.controller_port(node_id)]
+        while not all(port_is_free(p) for p in ports):
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"node {node_id}'s ports {ports} are still in use")
+            time.sleep(_POLL_S)
+
+    def _running(self, node_id: int) -> BrokerProcess:
+        self._check_id(node_id)
+        process = self._nodes.get(node_id)
+        if process is None or not process.alive():
+            raise ClusterError(f"node {node_id} is not running")
+        return process
+
+    def _forget(self, node_id: int) -> None:
+        process = self._nodes.get(node_id)
+        if process is not None and not process.alive():
+            del self._nodes[node_id]
+            self._record_pids()
+
+    def _record_pids(self) -> None:
+        if self._state is None:
+            return
+        self._state.pids = {i: p.pid for i, p in sorted(self._nodes.items())}
+        if self.state_dir.is_dir():
+            self._state.save(self.state_dir)
+
+    def _config_path(self, node_id: int) -> Path:
+        return self.node_dir(node_id) / "server.properties"
+
+    def _java_path(self) -> str:
+        if self._java is None:
+            self._java = find_java()
+        return self._java
+
+    def _check_id(self, node_id: int) -> None:
+        if node_id not in self.layout.node_ids:
+            raise ConfigError(f"no node {node_id}: node ids are 1 .. {self.layout.brokers}")
+
+    def _say(self, message: str) -> None:
+        if self._progress is not None:
+            self._progress(message)
+
+    @staticmethod
+    def _make_dir(path: Path) -> None:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ClusterError(f"cannot create {path}: {exc}") from exc

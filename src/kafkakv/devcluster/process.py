@@ -1,0 +1,161 @@
+"""Starting, finding and stopping broker processes (Linux).
+
+Every broker runs in a session (and process group) of its own, so a Ctrl-C in the terminal
+that started it does not reach it. A broker started with ``die_with_parent`` also gets
+``PR_SET_PDEATHSIG = SIGKILL``: the kernel kills it when the thread that started it exits,
+however that ends (even ``kill -9`` of pytest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from kafkakv.errors import ClusterError
+
+__all__ = ["BrokerProcess", "log_tail", "spawn"]
+
+_PR_SET_PDEATHSIG = 1
+_POLL_S = 0.05
+_TAIL_LINES = 30
+_TAIL_BYTES = 64 * 1024
+
+
+def _die_with_parent_hook() -> Callable[[], None]:
+    """A ``preexec_fn`` that asks the kernel to SIGKILL the child when its parent dies.
+
+    ``libc`` is loaded here, in the parent: the hook runs between fork and exec, where only
+    async-signal-safe work belongs. A parent that died before the hook ran is caught by
+    comparing ``getppid()`` with the pid it had.
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError) as exc:
+        raise ClusterError(f"prctl(PR_SET_PDEATHSIG) is not available here: {exc}") from exc
+    parent = os.getpid()
+
+    def hook() -> None:
+        if prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            os._exit(126)
+        if os.getppid() != parent:
+            os._exit(126)
+
+    return hook
+
+
+def spawn(argv: Sequence[str], output: Path, *, die_with_parent: bool) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session with stdout and stderr appended to ``output``.
+
+    Raises :class:`~kafkakv.errors.ClusterError` when the program cannot be started.
+    """
+    hook = _die_with_parent_hook() if die_with_parent else None
+    try:
+        with open(output, "ab") as out:
+            return subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=hook,  # only prctl and getppid run there
+                close_fds=True,
+            )
+    except OSError as exc:
+        raise ClusterError(f"cannot start {argv[0]}: {exc}") from exc
+
+
+class BrokerProcess:
+    """One running broker: a child this process started, or a pid adopted from a state file.
+
+    A child is watched through its :class:`subprocess.Popen` (which also reaps it); an adopted
+    pid through ``/proc``, and counts as alive only while its command line still runs
+    ``kafka.Kafka`` on ``config_path`` (a recycled pid is not mistaken for the broker).
+    """
+
+    def __init__(
+        self, pid: int, config_path: Path, popen: subprocess.Popen[bytes] | None = None
+    ) -> None:
+        self.pid = pid
+        self.config_path = config_path
+        self._popen = popen
+
+    @classmethod
+    def start(
+        cls, argv: Sequence[str], output: Path, config_path: Path, *, die_with_parent: bool
+    ) -> BrokerProcess:
+        """Spawn a broker (see :func:`spawn`) and watch it."""
+        popen = spawn(argv, output, die_with_parent=die_with_parent)
+        return cls(popen.pid, config_path, popen)
+
+    def alive(self) -> bool:
+        """Whether the broker process still runs (a zombie does not)."""
+        if self._popen is not None:
+            return self._popen.poll() is None
+        return _runs_broker(self.pid, self.config_path)
+
+    def exit_code(self) -> int | None:
+        """The exit status of a child that ended; ``None`` while it runs or when adopted."""
+        return None if self._popen is None else self._popen.poll()
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the broker; nothing when it has already ended."""
+        if not self.alive():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+    def wait_gone(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the process to end; whether it did."""
+        if self._popen is not None:
+            try:
+                self._popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        deadline = time.monotonic() + timeout
+        while self.alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S)
+        return True
+
+    def terminate(self, grace: float) -> None:
+        """SIGTERM, then SIGKILL if still running after ``grace`` seconds; returns when gone."""
+        self.signal(signal.SIGTERM)
+        if not self.wait_gone(grace):
+            self.signal(signal.SIGKILL)
+            self.wait_gone(10.0)
+
+
+def _runs_broker(pid: int, config_path: Path) -> bool:
+    """Whether ``pid`` is a live (not zombie) ``kafka.Kafka`` process on ``config_path``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            args = handle.read().split(b"\0")
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+    return state != b"Z" and b"kafka.Kafka" in args and os.fsencode(config_path) in args
+
+
+def log_tail(path: Path, lines: int = _TAIL_LINES) -> str:
+    """The last ``lines`` lines of the text file at ``path`` ('' when it cannot be read).
+
+    Reads at most the last 64 KiB.
+    """
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - _TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
