@@ -9,22 +9,44 @@ from pathlib import Path
 import pytest
 
 from kafkakv.log import EmbeddedLog, Log
+from kafkakv.log.kafka import KafkaLog
 
-LOG_BACKENDS = ["embedded"]
-"""Every Log backend the contract suite runs on (Kafka joins when its backend lands)."""
+pytest_plugins = ["tests.kafka_cluster"]
+
+LOG_BACKENDS = ["embedded", "kafka"]
+"""Every Log backend the contract suite runs on. ``kafka`` is the 3-broker test cluster."""
+
+KAFKA_TIMEOUT = 20.0
+"""The Kafka log's timeout in tests: long enough for a broker that restarts, short enough that
+a test which breaks something fails in seconds rather than minutes."""
+
+
+def open_log(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Log:
+    """A fresh log of ``backend``; the Kafka one starts the session's cluster on first use."""
+    if backend == "embedded":
+        return EmbeddedLog(tmp_path, background_cleaner=False)
+    if backend == "kafka":
+        cluster = request.getfixturevalue("kafka_cluster")
+        return KafkaLog(cluster.bootstrap, timeout=KAFKA_TIMEOUT)
+    raise AssertionError(f"unknown backend {backend}")
 
 
 @pytest.fixture(params=LOG_BACKENDS)
 def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Log]:
     """A fresh, open log of each backend."""
-    if request.param == "embedded":
-        lg = EmbeddedLog(tmp_path, background_cleaner=False)
-    else:  # pragma: no cover - future backends
-        raise AssertionError(f"unknown backend {request.param}")
+    lg = open_log(request, request.param, tmp_path)
     try:
         yield lg
     finally:
         lg.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests parametrized with the Kafka backend use the cluster: mark them ``kafka``."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "kafka" in callspec.params.values():
+            item.add_marker(pytest.mark.kafka)
 
 
 @pytest.fixture

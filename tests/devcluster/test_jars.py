@@ -1,0 +1,62 @@
+"""The jar cache: what counts as complete, and how a failed fetch reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kafkakv.devcluster import cached_jars, fetch_kafka
+from kafkakv.errors import ClusterError, JarFetchError
+
+
+def _fake_cache(root: Path, version: str, libs: list[str], jdbc: str) -> Path:
+    home = root / f"kafka-{version}"
+    (home / "libs").mkdir(parents=True)
+    (home / "jdbc").mkdir()
+    for name in libs:
+        (home / "libs" / name).write_bytes(b"jar")
+    (home / "jdbc" / jdbc).write_bytes(b"jar")
+    manifest = {"version": version, "libs": libs, "jdbc": jdbc}
+    (home / "complete.json").write_text(json.dumps(manifest))
+    return home
+
+
+def test_a_complete_cache_is_used_without_maven(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _fake_cache(
+        tmp_path, "9.9.9", ["kafka_2.13-9.9.9.jar", "a.jar"], "postgresql-42.7.1.jar"
+    )
+    monkeypatch.setenv("PATH", "")  # no mvn, no java: any Maven run would fail
+    jars = fetch_kafka("9.9.9", tmp_path)
+    assert jars.libs == home / "libs"
+    assert jars.jdbc_jar == home / "jdbc" / "postgresql-42.7.1.jar"
+    assert jars.classpath == f"{home / 'libs'}/*"
+
+
+def test_a_cache_missing_a_listed_jar_is_incomplete(tmp_path: Path) -> None:
+    home = _fake_cache(tmp_path, "9.9.9", ["kafka_2.13-9.9.9.jar"], "postgresql-42.7.1.jar")
+    assert cached_jars("9.9.9", tmp_path) is not None
+    (home / "libs" / "kafka_2.13-9.9.9.jar").unlink()
+    assert cached_jars("9.9.9", tmp_path) is None
+    (home / "complete.json").write_text("{not json")
+    assert cached_jars("9.9.9", tmp_path) is None
+
+
+def test_missing_maven_is_a_typed_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(JarFetchError, match="mvn not found") as caught:
+        fetch_kafka("9.9.9", tmp_path)
+    assert isinstance(caught.value, ClusterError)
+
+
+@pytest.mark.kafka
+def test_maven_failure_shows_the_tail_of_its_output(tmp_path: Path) -> None:
+    with pytest.raises(JarFetchError) as caught:
+        fetch_kafka("0.0.0-no-such-release", tmp_path)
+    message = str(caught.value)
+    assert "Maven failed" in message
+    assert "kafka_2.13" in message  # Maven's own words name the artifact it could not find
+    assert cached_jars("0.0.0-no-such-release", tmp_path) is None

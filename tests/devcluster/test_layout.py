@@ -1,0 +1,92 @@
+"""ClusterLayout and the command lines: pure values, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafkakv.devcluster.layout import (
+    ClusterLayout,
+    broker_command,
+    format_command,
+    new_cluster_id,
+    render_properties,
+)
+from kafkakv.errors import ConfigError
+
+
+def test_three_nodes_listen_ten_thousand_ports_apart() -> None:
+    layout = ClusterLayout(brokers=3, base_port=19092)
+    assert list(layout.node_ids) == [1, 2, 3]
+    assert [layout.client_port(i) for i in layout.node_ids] == [19092, 29092, 39092]
+    assert [layout.controller_port(i) for i in layout.node_ids] == [19093, 29093, 39093]
+    assert layout.ports == [19092, 19093, 29092, 29093, 39092, 39093]
+    assert layout.bootstrap == "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
+
+
+@pytest.mark.parametrize(
+    ("brokers", "rf", "isr"), [(1, "1", "1"), (2, "2", "2"), (3, "3", "2"), (5, "3", "2")]
+)
+def test_replication_settings_follow_the_broker_count(brokers: int, rf: str, isr: str) -> None:
+    config = ClusterLayout(brokers=brokers, base_port=2000).broker_config(1, "/d")
+    assert config["default.replication.factor"] == rf
+    assert config["offsets.topic.replication.factor"] == rf
+    assert config["transaction.state.log.replication.factor"] == rf
+    assert config["min.insync.replicas"] == isr
+    assert config["transaction.state.log.min.isr"] == isr
+
+
+def test_node_config_binds_loopback_only_and_names_every_voter() -> None:
+    config = ClusterLayout(brokers=3, base_port=19092).broker_config(2, "/data/n2")
+    assert config["node.id"] == "2"
+    assert config["process.roles"] == "broker,controller"
+    assert config["listeners"] == "PLAINTEXT://127.0.0.1:29092,CONTROLLER://127.0.0.1:29093"
+    assert config["advertised.listeners"] == "PLAINTEXT://127.0.0.1:29092"
+    assert config["controller.quorum.voters"] == (
+        "1@127.0.0.1:19093,2@127.0.0.1:29093,3@127.0.0.1:39093"
+    )
+    assert config["log.dirs"] == "/data/n2"
+    assert config["unclean.leader.election.enable"] == "false"
+    assert config["auto.create.topics.enable"] == "false"
+    assert config["group.initial.rebalance.delay.ms"] == "0"
+
+
+@pytest.mark.parametrize(("brokers", "base_port"), [(0, 19092), (3, 49092), (1, 80)])
+def test_impossible_layouts_are_refused(brokers: int, base_port: int) -> None:
+    with pytest.raises(ConfigError):
+        ClusterLayout(brokers=brokers, base_port=base_port)
+
+
+def test_unknown_node_and_comma_in_data_dir_are_refused() -> None:
+    layout = ClusterLayout(brokers=1, base_port=59092)
+    with pytest.raises(ConfigError):
+        layout.broker_config(2, "/d")
+    with pytest.raises(ConfigError):
+        layout.broker_config(1, "/a,b")
+
+
+def test_properties_escape_backslashes() -> None:
+    assert render_properties({"a": "x\\y"}) == "a=x\\\\y\n"
+
+
+def test_cluster_ids_are_fresh_urlsafe_base64() -> None:
+    ids = {new_cluster_id() for _ in range(50)}
+    assert len(ids) == 50
+    assert all(len(i) == 22 and "=" not in i and "+" not in i and "/" not in i for i in ids)
+
+
+def test_command_lines_name_the_main_classes_and_the_log_settings() -> None:
+    run = broker_command(
+        "java", "/libs/*", "/n/server.properties", "/n/logs", "/s/log4j2", ["-Xmx1g"]
+    )
+    assert run[0] == "java" and "-Xmx1g" in run
+    assert run[-2:] == ["kafka.Kafka", "/n/server.properties"]
+    assert "-Dkafka.logs.dir=/n/logs" in run and "-Dlog4j2.configurationFile=/s/log4j2" in run
+    fmt = format_command("java", "/libs/*", "/n/server.properties", "ID", "/n/logs", "/s/l")
+    assert fmt[-6:] == [
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        "ID",
+        "-c",
+        "/n/server.properties",
+    ]

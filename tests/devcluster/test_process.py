@@ -1,0 +1,70 @@
+"""Brokers die with the process that started them for tests, and outlive the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+_STARTER = """
+import sys, time
+from pathlib import Path
+from kafkakv.devcluster.process import spawn
+child = spawn(["sleep", "120"], Path(sys.argv[1]), die_with_parent=sys.argv[2] == "die")
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
+
+
+def _start_starter(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], int]:
+    starter = subprocess.Popen(
+        [sys.executable, "-c", _STARTER, str(tmp_path / "out.log"), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert starter.stdout is not None
+    return starter, int(starter.stdout.readline())
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+def test_child_dies_when_its_starter_is_killed(tmp_path: Path) -> None:
+    starter, child = _start_starter(tmp_path, "die")
+    assert _alive(child)
+    assert os.getsid(child) == child  # its own session: a terminal's Ctrl-C does not reach it
+    starter.kill()
+    starter.wait()
+    assert _gone_within(child, 5.0)
+
+
+def test_child_without_the_death_signal_outlives_its_starter(tmp_path: Path) -> None:
+    starter, child = _start_starter(tmp_path, "stay")
+    try:
+        starter.kill()
+        starter.wait()
+        time.sleep(0.5)
+        assert _alive(child)
+    finally:
+        os.kill(child, signal.SIGKILL)

@@ -1,0 +1,104 @@
+"""Pytest plugin: real Kafka clusters for the tests that need one (registered in conftest.py).
+
+Fixtures, both session-scoped and started on first use (so a run without Kafka tests starts
+nothing), stopped at the end of the session whatever the tests did:
+
+- ``kafka_cluster``: 3 brokers, bootstrap ``127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092``
+  (replication factor 3, min.insync.replicas 2 by default).
+- ``kafka_single``: 1 broker on ``127.0.0.1:49092``.
+
+Both are :class:`kafkakv.devcluster.Cluster` objects: ``bootstrap``, ``leader``,
+``wait_leader``, ``wait_in_sync``, and the fault calls ``kill``, ``stop_node``, ``start_node``,
+``is_running``. Their brokers get ``PR_SET_PDEATHSIG``: they die with pytest even when it is
+killed with SIGKILL. A cluster that cannot start FAILS the tests that use it (never skips).
+
+With ``KAFKAKV_TEST_BOOTSTRAP=host:port,...`` both fixtures are that external cluster
+instead; the fault calls then raise :class:`kafkakv.errors.ClusterError`, failing the tests
+that need them with a message that says why.
+
+Every test that uses one of the fixtures gets the ``kafka`` marker (``-m "not kafka"`` skips
+them all).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+
+import pytest
+from confluent_kafka.admin import NewTopic
+
+from kafkakv.devcluster import Cluster, DevCluster, ExternalCluster
+from kafkakv.errors import KafkaKVError
+
+__all__ = ["create_topic", "kafka_cluster", "kafka_single", "unique_topic"]
+
+EXTERNAL_ENV = "KAFKAKV_TEST_BOOTSTRAP"
+_FIXTURES = frozenset({"kafka_cluster", "kafka_single"})
+
+
+def _cluster(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    brokers: int,
+    base_port: int,
+) -> Cluster:
+    bootstrap = os.environ.get(EXTERNAL_ENV)
+    if bootstrap:
+        return ExternalCluster(bootstrap)
+    cluster = DevCluster(brokers, base_port, tmp_path_factory.mktemp(name), die_with_parent=True)
+    request.addfinalizer(cluster.stop)  # before start: a half-started cluster is stopped too
+    try:
+        cluster.start()
+    except KafkaKVError as exc:
+        pytest.fail(f"the {name} Kafka cluster did not start: {exc}", pytrace=False)
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Cluster:
+    """Three brokers on 127.0.0.1:19092/29092/39092 for the whole session."""
+    return _cluster(request, tmp_path_factory, "kafka-cluster", brokers=3, base_port=19092)
+
+
+@pytest.fixture(scope="session")
+def kafka_single(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Cluster:
+    """One broker on 127.0.0.1:49092 for the whole session."""
+    return _cluster(request, tmp_path_factory, "kafka-single", brokers=1, base_port=49092)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses a Kafka fixture with ``kafka``."""
+    for item in items:
+        if _FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kafka)
+
+
+def unique_topic(prefix: str = "t") -> str:
+    """A topic name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def create_topic(
+    cluster: Cluster,
+    topic: str,
+    partitions: int = 1,
+    replication: int = -1,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Create ``topic`` and wait until every partition has a leader and its full ISR.
+
+    ``replication=-1`` takes the broker default (3 on ``kafka_cluster``, 1 on
+    ``kafka_single``).
+    """
+    new = NewTopic(topic, partitions, replication, config=dict(config or {}))
+    futures = cluster.admin().create_topics([new], operation_timeout=timeout)
+    futures[topic].result(timeout)
+    cluster.wait_in_sync(topic, timeout)
