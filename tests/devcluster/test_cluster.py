@@ -158,7 +158,7 @@ def test_ports_in_use_are_refused_before_anything_starts(
     if not isinstance(kafka_cluster, DevCluster):
         pytest.skip("needs the harness cluster holding ports 19092..39093")
     other = DevCluster(1, base_port=19092, state_dir=tmp_path)
-    with pytest.raises(ClusterError, match="19092.*in use"):
+    with pytest.raises(ClusterError, match=r"19092.*in use"):
         other.start()
     assert not other.is_running(1)
 
