@@ -1,8 +1,10 @@
 """The Log interface: the contract every log backend (embedded, Kafka) fulfils.
 
 A log is a set of topics; a topic has a fixed number of partitions; a partition is an ordered
-sequence of records, each with a logical offset that never changes once assigned. Offsets grow by
-one per record; compaction and retention may remove records, leaving gaps, but never renumber.
+sequence of records, each with a logical offset that never changes once assigned. The records of
+one append get consecutive offsets, and later appends higher ones. Offsets may go unused between
+appends (Kafka writes a transaction's commit marker at one), and compaction and retention remove
+records, leaving gaps; nothing is ever renumbered.
 """
 
 from __future__ import annotations

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 
 import msgpack
 
-from kafkakv.errors import CorruptLogError, InvalidRecordError, RecordTooLargeError
+from kafkakv.errors import CorruptLogError, InvalidRecordError
 from kafkakv.log.base import Record
+from kafkakv.log.records import check_record
 
 __all__ = [
     "ATTR_TRANSACTIONAL",
@@ -93,16 +94,6 @@ class BatchHeader:
 Row = tuple[int, int, "bytes | None", "bytes | None", "list[tuple[str, bytes]] | None"]
 """A stored record: offset delta, timestamp delta, key, value, headers (None when empty)."""
 
-_RECORD_OVERHEAD = 16  # per-record framing counted against max.message.bytes
-
-
-def _as_bytes(what: str, x: object) -> bytes | None:
-    if x is None or type(x) is bytes:
-        return x
-    if isinstance(x, bytes | bytearray | memoryview):
-        return bytes(x)
-    raise InvalidRecordError(f"a record {what} must be bytes or None, not {type(x).__name__}")
-
 
 def encode_records(
     records: Sequence[Record],
@@ -124,32 +115,11 @@ def encode_records(
     base_ts: int | None = None
     max_ts = -(2**63)
     for i, r in enumerate(records):
-        if not isinstance(r, Record):
-            raise InvalidRecordError(f"records must be Record, not {type(r).__name__}")
-        key = _as_bytes("key", r.key)
-        value = _as_bytes("value", r.value)
-        if key is None and not null_keys:
-            raise InvalidRecordError("a compacted topic needs a key on every record")
-        size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-        headers: list[tuple[str, bytes]] | None = None
-        if r.headers:
-            headers = []
-            for h in r.headers:
-                if not (isinstance(h, tuple | list) and len(h) == 2 and isinstance(h[0], str)):
-                    raise InvalidRecordError("headers must be (str, bytes) pairs")
-                hv = _as_bytes("header value", h[1])
-                headers.append((h[0], hv if hv is not None else b""))
-                size += len(h[0]) + len(headers[-1][1])
-        if size > max_message_bytes:
-            raise RecordTooLargeError(
-                f"record {i} is {size} bytes, over the topic's max.message.bytes "
-                f"({max_message_bytes})"
-            )
-        ts = r.timestamp
+        key, value, headers, ts = check_record(
+            i, r, max_message_bytes=max_message_bytes, null_keys=null_keys
+        )
         if ts is None:
             ts = now_ms
-        elif type(ts) is not int or not 0 <= ts < 2**62:
-            raise InvalidRecordError(f"a timestamp must be a non-negative int of ms, not {ts!r}")
         if base_ts is None:
             base_ts = ts
         if ts > max_ts:

@@ -1,0 +1,629 @@
+"""``KafkaLog``: the :class:`~kafkakv.log.Log` interface on an Apache Kafka cluster.
+
+Built on confluent-kafka (librdkafka). One idempotent producer (``acks=all``) serves every
+plain append; a delivery thread completes them. Reads go through one consumer per thread
+(:mod:`kafkakv.log.kafka.reader`), with ``read_committed`` isolation. Fenced writers are Kafka
+transactions, one producer per ``transactional.id``: opening a second writer with the same id
+fences the first (``init_transactions``), and a batch is visible all at once or never.
+Topics are created and described with the admin client.
+
+Where Kafka behaves differently from the embedded log:
+
+- ``append`` of several records runs as a transaction, so that it stays atomic; :meth:`send`
+  is the fast way to append many records that stand alone.
+- ``compact`` raises :class:`~kafkakv.errors.UnsupportedOperationError`: the brokers' cleaner
+  decides when to compact.
+- Offsets of transaction markers and aborted records are never read; :meth:`read_batch`
+  reports how far a reader may step over them.
+- ``end_offset`` may come from a leader that was just deposed, so it is no read barrier
+  (``end_offset_is_linearizable`` is False): maps append barrier records instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+from kafkakv.errors import (
+    ClosedError,
+    ConfigError,
+    FencedError,
+    InvalidRecordError,
+    LogError,
+    LogUnavailableError,
+    OperationTimeoutError,
+    RecordTooLargeError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    UnsupportedOperationError,
+)
+from kafkakv.log.base import Batch, CleanResult, Log, LogWriter, Problem, Record
+from kafkakv.log.base import TopicPartition as TP
+from kafkakv.log.config import parse_topic_config, validate_topic_name
+from kafkakv.log.kafka.reader import Reader
+from kafkakv.log.kafka.settings import ClientSettings
+from kafkakv.log.records import CheckedRecord, check_batch
+
+__all__ = ["KafkaLog", "KafkaLogWriter"]
+
+log = logging.getLogger("kafkakv.log.kafka")
+
+_PROPAGATION_S = 5.0  # how long a new topic may stay unknown to some brokers
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
+"""How long the brokers let a writer's transaction stay open before aborting it: the longest a
+writer that crashed mid-transaction holds back readers of its partitions."""
+
+_FENCED = {
+    KafkaError.PRODUCER_FENCED,
+    KafkaError._FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.INVALID_PRODUCER_ID_MAPPING,
+}
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
+_UNAVAILABLE = {
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TRANSPORT,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.BROKER_NOT_AVAILABLE,
+}
+
+
+@dataclass(frozen=True)
+class _TopicInfo:
+    partitions: int
+    compact: bool
+    max_message_bytes: int
+
+
+class _Delivery:
+    """Counts the delivery reports of one call's records; the waiter sleeps on ``done``."""
+
+    __slots__ = ("done", "error", "firsts", "remaining")
+
+    def __init__(self, count: int) -> None:
+        self.remaining = count
+        self.firsts: dict[TP, int] = {}
+        self.error: KafkaError | None = None
+        self.done = threading.Event()
+
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            if self.error is None:
+                self.error = err
+        else:
+            tp = (cast(str, msg.topic()), cast(int, msg.partition()))
+            offset = cast(int, msg.offset())
+            first = self.firsts.get(tp)
+            if first is None or offset < first:
+                self.firsts[tp] = offset
+        self.remaining -= 1
+        if self.remaining <= 0:
+            self.done.set()
+
+
+def _produce(
+    producer: Producer, topic: str, p: int, rows: list[CheckedRecord], cb: _Delivery
+) -> None:
+    for key, value, headers, ts in rows:
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value,
+                    key,
+                    p,
+                    on_delivery=cb,
+                    timestamp=ts or 0,
+                    headers=cast(list[tuple[str, str | bytes | None]] | None, headers),
+                )
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.01)
+
+
+class KafkaLog(Log):
+    """A :class:`~kafkakv.log.Log` on a Kafka cluster.
+
+    ``bootstrap``: ``host:port[,host:port...]``. ``config``: librdkafka settings for every
+    client (TLS, SASL, ``client.id``...); see :mod:`kafkakv.log.kafka.settings` for the few
+    kafkakv fixes. ``timeout``: the longest any call waits for the cluster (seconds); an
+    append not acknowledged by then raises :class:`~kafkakv.errors.OperationTimeoutError`.
+    ``replication_factor``: for topics this log creates (``-1``: the brokers' default).
+    ``transaction_timeout_ms``: see :data:`DEFAULT_TRANSACTION_TIMEOUT_MS`.
+    """
+
+    end_offset_is_linearizable = False
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        timeout: float = 30.0,
+        replication_factor: int = -1,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+    ) -> None:
+        self.settings = ClientSettings(bootstrap, config, timeout)
+        self.timeout = self.settings.timeout
+        self.replication_factor = replication_factor
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._admin = AdminClient(self.settings.admin())
+        self._producer = Producer(self.settings.producer())
+        self._meta = Consumer(self.settings.consumer(f"kafkakv-meta-{uuid.uuid4().hex}"))
+        self._meta_lock = threading.Lock()
+        self._topics: dict[str, _TopicInfo] = {}
+        self._local = threading.local()
+        self._readers: weakref.WeakSet[Reader] = weakref.WeakSet()
+        self._readers_lock = threading.Lock()
+        self._batch_writer: KafkaLogWriter | None = None
+        self._batch_lock = threading.Lock()
+        self._closed = False
+        self._check_reachable()
+        self._poller = threading.Thread(
+            target=self._poll_loop, name="kafkakv-kafka-deliveries", daemon=True
+        )
+        self._poller.start()
+
+    def __repr__(self) -> str:
+        return f"KafkaLog({self.settings.bootstrap!r})"
+
+    def _check_reachable(self) -> None:
+        try:
+            self._admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            self._close_clients()
+            raise LogUnavailableError(
+                f"no Kafka broker answered at {self.settings.bootstrap} within {self.timeout} s: "
+                f"{_text(exc)}"
+            ) from None
+
+    def _poll_loop(self) -> None:
+        producer = self._producer
+        while not self._closed:
+            try:
+                producer.poll(0.1)
+            except (KafkaException, SystemError) as exc:  # a fatal producer error
+                log.error("the producer of %s failed: %s", self.settings.bootstrap, exc)
+                time.sleep(0.1)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("this KafkaLog is closed")
+
+    # -- topics ---------------------------------------------------------------------------
+    def create_topic(
+        self, name: str, partitions: int = 1, config: Mapping[str, object] | None = None
+    ) -> None:
+        """Create ``name`` on the cluster and return once every partition has a leader."""
+        self._check_open()
+        validate_topic_name(name)
+        if type(partitions) is not int or not 1 <= partitions <= 100_000:
+            raise ConfigError(f"partitions must be an int from 1 to 100000, not {partitions!r}")
+        parsed = parse_topic_config(config).to_kafka()
+        wanted = {k: parsed[k] for k in (config or {})}
+        topic = NewTopic(
+            name,
+            num_partitions=partitions,
+            replication_factor=self.replication_factor,
+            config=wanted,
+        )
+        futures = self._admin.create_topics(
+            [topic], operation_timeout=self.timeout, request_timeout=self.timeout
+        )
+        try:
+            futures[name].result()
+        except KafkaException as exc:
+            err = _error_of(exc)
+            code = err.code() if err is not None else None
+            if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                raise TopicExistsError(f"topic {name!r} exists already") from None
+            if code in (
+                KafkaError.INVALID_REPLICATION_FACTOR,
+                KafkaError.INVALID_CONFIG,
+                KafkaError.POLICY_VIOLATION,
+                KafkaError.INVALID_PARTITIONS,
+            ):
+                raise ConfigError(f"the cluster refused topic {name!r}: {_text(exc)}") from None
+            raise self._failure(f"creating topic {name!r}", exc) from None
+        self._await_leaders(name, partitions)
+
+    def _await_leaders(self, name: str, partitions: int) -> None:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            meta = self._admin.list_topics(topic=name, timeout=self.timeout)
+            topic = meta.topics.get(name)
+            if (
+                topic is not None
+                and topic.error is None
+                and len(topic.partitions) == partitions
+                and all(p.leader >= 0 for p in topic.partitions.values())
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise OperationTimeoutError(f"topic {name!r} has no leader for every partition")
+            time.sleep(0.05)
+
+    def topics(self) -> list[str]:
+        """Every topic except Kafka's internal ones (``__consumer_offsets``...), sorted."""
+        self._check_open()
+        try:
+            meta = self._admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._failure("listing topics", exc) from None
+        return sorted(t for t in meta.topics if not t.startswith("__"))
+
+    def partitions(self, topic: str) -> int:
+        return self._info(topic).partitions
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """Every config entry of ``topic`` as the brokers report it."""
+        self._info(topic)
+        return self._describe(topic)
+
+    def _info(self, topic: str, refresh: bool = False) -> _TopicInfo:
+        """Partition count and the settings appends check, cached per topic."""
+        self._check_open()
+        info = self._topics.get(topic)
+        if info is not None and not refresh:
+            return info
+        if not isinstance(topic, str):
+            raise UnknownTopicError(f"no topic {topic!r}")
+        try:
+            meta = self._admin.list_topics(topic=topic, timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._failure(f"looking up topic {topic!r}", exc) from None
+        found = meta.topics.get(topic)
+        if found is None or found.error is not None:
+            raise UnknownTopicError(f"no topic {topic!r} on {self.settings.bootstrap}")
+        config = self._describe(topic)
+        info = _TopicInfo(
+            partitions=len(found.partitions),
+            compact="compact" in config.get("cleanup.policy", ""),
+            max_message_bytes=int(config.get("max.message.bytes", "1048588")),
+        )
+        self._topics[topic] = info
+        return info
+
+    def _describe(self, topic: str) -> dict[str, str]:
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        deadline = time.monotonic() + min(self.timeout, _PROPAGATION_S)
+        while True:
+            try:
+                entries = self._admin.describe_configs([resource], request_timeout=self.timeout)[
+                    resource
+                ].result()
+                return {
+                    name: "" if e.value is None else str(e.value) for name, e in entries.items()
+                }
+            except KafkaException as exc:
+                err = _error_of(exc)
+                # A topic just created is not known to every broker yet: ask again shortly.
+                unknown = err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                if not unknown or time.monotonic() > deadline:
+                    raise self._failure(f"describing topic {topic!r}", exc) from None
+                time.sleep(0.05)
+
+    def _partition(self, topic: str, partition: int) -> _TopicInfo:
+        info = self._info(topic)
+        if type(partition) is not int or not 0 <= partition < info.partitions:
+            raise UnknownPartitionError(
+                f"topic {topic!r} has no partition {partition} "
+                f"(it has {info.partitions}: 0..{info.partitions - 1})"
+            )
+        return info
+
+    # -- records --------------------------------------------------------------------------
+    def _checked(
+        self, topic: str, partition: int, records: Sequence[Record]
+    ) -> list[CheckedRecord]:
+        info = self._partition(topic, partition)
+        return check_batch(
+            records, max_message_bytes=info.max_message_bytes, null_keys=not info.compact
+        )
+
+    def append(self, topic: str, partition: int, records: Sequence[Record]) -> int:
+        """One record: an idempotent produce. Several: one transaction, so all or none."""
+        rows = self._checked(topic, partition, records)
+        if len(rows) > 1:
+            writer = self._writer_for_batches()
+            return writer.append_checked({(topic, partition): rows})[(topic, partition)]
+        return self._deliver(topic, partition, rows)
+
+    def send(self, topic: str, partition: int, records: Sequence[Record]) -> None:
+        """Produce every record (in order, idempotently) and wait for all acknowledgements."""
+        self._deliver(topic, partition, self._checked(topic, partition, records))
+
+    def _deliver(self, topic: str, partition: int, rows: list[CheckedRecord]) -> int:
+        delivery = _Delivery(len(rows))
+        _produce(self._producer, topic, partition, rows, delivery)
+        # librdkafka gives up at message.timeout.ms (= timeout); the margin is for the report.
+        if not delivery.done.wait(self.timeout + 5):
+            raise OperationTimeoutError(
+                f"append to {topic}[{partition}] not acknowledged within {self.timeout} s"
+            )
+        if delivery.error is not None:
+            raise self._append_failure(topic, partition, delivery.error)
+        return delivery.firsts[(topic, partition)]
+
+    def _append_failure(self, topic: str, partition: int, err: KafkaError) -> Exception:
+        code = err.code()
+        where = f"append to {topic}[{partition}]"
+        if code in _TOO_LARGE:
+            self._topics.pop(topic, None)  # its max.message.bytes may have changed
+            return RecordTooLargeError(f"{where}: {err.str()} (see max.message.bytes)")
+        if code == KafkaError._MSG_TIMED_OUT:
+            return OperationTimeoutError(
+                f"{where} not acknowledged within {self.timeout} s ({err.str()}); are enough "
+                "brokers up for the topic's min.insync.replicas?"
+            )
+        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            self._topics.pop(topic, None)
+            return UnknownTopicError(f"{where}: {err.str()}")
+        if code == KafkaError.INVALID_RECORD:
+            return InvalidRecordError(f"{where}: {err.str()}")
+        if code in _UNAVAILABLE:
+            return LogUnavailableError(f"{where}: {err.str()}")
+        return LogError(f"{where}: {err.str()}")
+
+    def _writer_for_batches(self) -> KafkaLogWriter:
+        with self._batch_lock:
+            if self._batch_writer is None:
+                self._batch_writer = KafkaLogWriter(self, f"kafkakv-append-{uuid.uuid4().hex}")
+            return self._batch_writer
+
+    def _reader(self) -> Reader:
+        self._check_open()
+        reader: Reader | None = getattr(self._local, "reader", None)
+        if reader is None or reader.closed:
+            reader = Reader(
+                self.settings.consumer(f"kafkakv-reader-{uuid.uuid4().hex}"),
+                self.timeout,
+                self._bounds,
+            )
+            self._local.reader = reader
+            with self._readers_lock:
+                self._readers.add(reader)
+        return reader
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> list[Record]:
+        return self.read_batch(
+            topic, partition, offset, max_records=max_records, max_bytes=max_bytes
+        ).records
+
+    def read_batch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> Batch:
+        self._partition(topic, partition)
+        return self._reader().read(topic, partition, offset, max_records, max_bytes)
+
+    def _bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        with self._meta_lock:
+            try:
+                low, high = self._meta.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self.timeout, cached=False
+                )
+            except KafkaException as exc:
+                raise self._failure(f"asking the offsets of {topic}[{partition}]", exc) from None
+        return int(low), int(high)
+
+    def start_offset(self, topic: str, partition: int) -> int:
+        self._partition(topic, partition)
+        return self._bounds(topic, partition)[0]
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The last stable offset: one past the last record a ``read_committed`` reader may
+        see now (the high watermark, unless a transaction is open on the partition)."""
+        self._partition(topic, partition)
+        return self._bounds(topic, partition)[1]
+
+    def wait(self, topic: str, partition: int, offset: int, timeout: float | None) -> bool:
+        return bool(self.wait_any({(topic, partition): offset}, timeout))
+
+    def wait_any(self, positions: Mapping[TP, int], timeout: float | None) -> set[TP]:
+        for topic, partition in positions:
+            self._partition(topic, partition)
+        ready = self._reader().wait_any(dict(positions), timeout)
+        self._check_open()
+        return ready
+
+    def writer(self, transactional_id: str) -> LogWriter:
+        self._check_open()
+        if not isinstance(transactional_id, str) or not transactional_id:
+            raise ConfigError("a transactional id is a non-empty str")
+        return KafkaLogWriter(self, transactional_id)
+
+    # -- maintenance ----------------------------------------------------------------------
+    def compact(self, topic: str, partition: int | None = None) -> list[CleanResult]:
+        raise UnsupportedOperationError(
+            "Kafka's brokers compact on their own schedule (min.cleanable.dirty.ratio, "
+            "segment.ms); kafkakv cannot start their cleaner"
+        )
+
+    def check(self) -> list[Problem]:
+        """Partitions without a leader, or with fewer in-sync replicas than replicas."""
+        self._check_open()
+        try:
+            meta = self._admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._failure("listing topics", exc) from None
+        problems = []
+        for name, topic in sorted(meta.topics.items()):
+            if topic.error is not None:
+                problems.append(Problem(name, None, "metadata", str(topic.error)))
+                continue
+            for p, part in sorted(topic.partitions.items()):
+                if part.leader < 0:
+                    problems.append(Problem(name, p, "leader", "the partition has no leader"))
+                elif len(part.isrs) < len(part.replicas):
+                    problems.append(
+                        Problem(
+                            name,
+                            p,
+                            "replicas",
+                            f"{len(part.isrs)} of {len(part.replicas)} replicas in sync",
+                        )
+                    )
+        return problems
+
+    # -- errors and lifecycle -------------------------------------------------------------
+    def _failure(self, what: str, exc: KafkaException) -> Exception:
+        err = _error_of(exc)
+        if err is not None and err.code() in (KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE):
+            return OperationTimeoutError(f"{what}: no answer within {self.timeout} s")
+        if err is not None and err.code() in _UNAVAILABLE:
+            return LogUnavailableError(f"{what}: {_text(exc)}")
+        return LogError(f"{what}: {_text(exc)}")
+
+    def close(self) -> None:
+        """Close every client: readers, writers kafkakv made, the producer (after up to
+        ``timeout`` for records in flight) and the admin client. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._poller.join(timeout=1)
+        self._close_clients()
+
+    def _close_clients(self) -> None:
+        with self._readers_lock:
+            readers = list(self._readers)
+        for reader in readers:
+            reader.close()
+        if self._batch_writer is not None:
+            self._batch_writer.close()
+        remaining = self._producer.flush(min(self.timeout, 5.0))
+        if remaining:
+            log.warning("closing with %d records not acknowledged", remaining)
+        with self._meta_lock:
+            self._meta.close()
+
+
+class KafkaLogWriter(LogWriter):
+    """A Kafka transactional producer: one transaction per :meth:`append`."""
+
+    def __init__(self, owner: KafkaLog, transactional_id: str) -> None:
+        self._log = owner
+        self._id = transactional_id
+        self._lock = threading.Lock()
+        self._fenced: str | None = None
+        self._closed = False
+        self._producer = Producer(
+            owner.settings.transactional(transactional_id, owner.transaction_timeout_ms)
+        )
+        try:  # fences every earlier producer with this id; aborts its open transaction
+            self._producer.init_transactions(owner.timeout)
+        except KafkaException as exc:
+            raise owner._failure(
+                f"opening transactional writer {transactional_id!r}", exc
+            ) from None
+
+    @property
+    def transactional_id(self) -> str:
+        return self._id
+
+    def append(self, batches: Mapping[TP, Sequence[Record]]) -> dict[TP, int]:
+        checked = {
+            (topic, p): self._log._checked(topic, p, records)
+            for (topic, p), records in batches.items()
+        }
+        if not checked:
+            raise InvalidRecordError("a writer append needs at least one partition")
+        return self.append_checked(checked)
+
+    def append_checked(self, batches: Mapping[TP, list[CheckedRecord]]) -> dict[TP, int]:
+        with self._lock:
+            if self._closed:
+                raise ClosedError(f"writer {self._id!r} is closed")
+            if self._fenced is not None:
+                raise FencedError(f"writer {self._id!r} was fenced: {self._fenced}")
+            try:
+                return self._transaction(batches)
+            except KafkaException as exc:
+                raise self._transaction_failure(exc) from None
+            except SystemError as exc:
+                # confluent-kafka runs the delivery callbacks of a fenced producer with its
+                # fatal error still set, and Python reports that as a SystemError whose cause
+                # is the real error.
+                if isinstance(exc.__cause__, KafkaException):
+                    raise self._transaction_failure(exc.__cause__) from None
+                raise
+
+    def _transaction(self, batches: Mapping[TP, list[CheckedRecord]]) -> dict[TP, int]:
+        producer, timeout = self._producer, self._log.timeout
+        delivery = _Delivery(sum(len(rows) for rows in batches.values()))
+        producer.begin_transaction()
+        for (topic, p), rows in batches.items():
+            _produce(producer, topic, p, rows, delivery)
+        producer.flush(timeout)  # serves the delivery reports
+        if delivery.error is not None:
+            self._abort()
+            topic, p = next(iter(batches))
+            raise self._log._append_failure(topic, p, delivery.error)
+        producer.commit_transaction(timeout)
+        return {tp: delivery.firsts[tp] for tp in batches}
+
+    def _transaction_failure(self, exc: KafkaException) -> Exception:
+        err = _error_of(exc)
+        if err is not None and (err.code() in _FENCED or err.fatal()):
+            self._fenced = err.str()
+            return FencedError(f"writer {self._id!r} was fenced by a newer one: {err.str()}")
+        if err is not None and err.txn_requires_abort():
+            self._abort()
+        return self._log._failure(f"transaction of writer {self._id!r}", exc)
+
+    def _abort(self) -> None:
+        try:
+            self._producer.abort_transaction(self._log.timeout)
+        except KafkaException as exc:
+            log.warning("aborting a transaction of %s failed: %s", self._id, _text(exc))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._producer.flush(min(self._log.timeout, 5.0))
+
+
+def _error_of(exc: KafkaException) -> KafkaError | None:
+    err = exc.args[0] if exc.args else None
+    return err if isinstance(err, KafkaError) else None
+
+
+def _text(exc: KafkaException) -> str:
+    err = _error_of(exc)
+    return err.str() if err is not None else str(exc)

@@ -1,0 +1,240 @@
+"""Random-access reads over Kafka consumers: what :meth:`Log.read` and :meth:`Log.wait` need.
+
+A Kafka consumer streams; the ``Log`` interface asks for "the records at or after offset N of
+this partition". A :class:`Reader` bridges the two for one thread (a consumer must not be shared
+between threads that consume at once). It assigns each partition it is asked about, once, and
+keeps, per partition, the records the consumer delivered that nobody has read yet. A read at
+the offset where the previous one stopped costs no seek; a read elsewhere seeks. The consumer
+reports the end of a partition (``enable.partition.eof``) at the offset after the last record it
+may see, past transaction markers; that is how a read knows it has reached the end and how
+far a reader may step over offsets that hold nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import cast
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from kafkakv.errors import LogError, OffsetOutOfRangeError, OperationTimeoutError
+from kafkakv.log.base import Batch, Record
+from kafkakv.log.kafka.settings import ClientConfig
+
+__all__ = ["Reader"]
+
+log = logging.getLogger("kafkakv.log.kafka")
+
+_CONSUME_BATCH = 10_000  # messages taken from librdkafka per consume() call
+_SLICE = 0.1  # longest single consume() while waiting, so close() is noticed
+_FORWARD_LIMIT = 100_000  # a read this far ahead of the consumer seeks rather than skims
+
+_EOF = KafkaError._PARTITION_EOF
+_OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+_new_record = tuple.__new__
+
+
+class _Part:
+    """The state of one assigned partition in one reader."""
+
+    __slots__ = ("eof", "failure", "known_end", "lo", "next", "records")
+
+    def __init__(self, offset: int) -> None:
+        self.reset(offset)
+
+    def reset(self, offset: int) -> None:
+        self.records: collections.deque[Record] = collections.deque()
+        self.lo = offset  # records below this are not wanted (dropped as they arrive)
+        self.next = offset  # one past the last offset the consumer delivered or reported
+        self.eof = False  # the consumer reported the end at `next`, nothing arrived since
+        self.failure: LogError | None = None
+        self.known_end = -1  # the end offset asked of the broker when positioned here
+
+
+class Reader:
+    """One thread's consumer and its per-partition buffers. Not thread-safe by design."""
+
+    def __init__(self, config: ClientConfig, timeout: float, bounds: Bounds) -> None:
+        self.consumer = Consumer(config)
+        self.timeout = timeout
+        self._bounds = bounds
+        self._parts: dict[tuple[str, int], _Part] = {}
+        self.closed = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            # KafkaException or RuntimeError: already closed, or the cluster is gone.
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self.consumer.close()
+
+    # -- positioning ----------------------------------------------------------------------
+    def _position(self, topic: str, partition: int, offset: int) -> _Part:
+        """The partition's state, with the consumer at ``offset`` or about to deliver it."""
+        key = (topic, partition)
+        part = self._parts.get(key)
+        if part is not None and part.lo <= offset <= part.next + _FORWARD_LIMIT:
+            part.lo = offset
+            records = part.records
+            while records and cast(int, records[0].offset) < offset:
+                records.popleft()
+            return part
+        low, high = self._bounds(topic, partition)
+        if offset < low:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {topic}[{partition}] is below its start offset {low}"
+            )
+        start = min(offset, high)  # Kafka refuses a position past the end
+        tp = TopicPartition(topic, partition, start)
+        if part is None:
+            self.consumer.incremental_assign([tp])
+            part = self._parts[key] = _Part(start)
+        else:
+            self._seek(tp)
+            part.reset(start)
+        part.lo = offset
+        part.known_end = high
+        return part
+
+    def _seek(self, tp: TopicPartition) -> None:
+        try:
+            self.consumer.seek(tp)
+        except KafkaException:  # not fetching yet (just assigned): assign afresh
+            self.consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
+            self.consumer.incremental_assign([tp])
+
+    # -- consuming ------------------------------------------------------------------------
+    def _pump(self, timeout: float) -> None:
+        """Take what the consumer has (waiting up to ``timeout``) into the buffers."""
+        # consume() returns when it has the number asked for or at the timeout, whichever
+        # comes first; poll() returns at the first message. Wait with poll, then take the rest.
+        first = self.consumer.poll(timeout)
+        if first is None:
+            return
+        messages = [first, *self.consumer.consume(_CONSUME_BATCH, 0)]
+        parts = self._parts
+        for m in messages:
+            part = parts.get(cast(tuple[str, int], (m.topic(), m.partition())))
+            if part is None:
+                continue
+            err = m.error()
+            if err is not None:
+                self._event(part, m, err)
+                continue
+            offset = cast(int, m.offset())
+            if offset < part.next:
+                continue  # fetched before a seek
+            part.next = offset + 1
+            part.eof = False
+            if offset < part.lo:
+                continue
+            _, ts = m.timestamp()
+            part.records.append(
+                _new_record(
+                    Record,
+                    (m.key(), m.value(), m.headers() or (), ts, m.partition(), offset),
+                )
+            )
+
+    def _event(self, part: _Part, m: Message, err: KafkaError) -> None:
+        code = err.code()
+        if code == _EOF:
+            end = m.offset()
+            if end is not None and end >= part.next:
+                part.next = end
+                part.eof = True
+        elif code in _OUT_OF_RANGE:
+            part.failure = OffsetOutOfRangeError(
+                f"{m.topic()}[{m.partition()}]: offset out of range ({err.str()}); "
+                "retention removed the records asked for"
+            )
+        elif err.fatal():
+            part.failure = LogError(f"{m.topic()}[{m.partition()}]: {err.str()}")
+        else:  # a broker restarting, a leader moving: librdkafka retries by itself
+            log.debug("consumer: %s", err.str())
+
+    # -- the Log operations ---------------------------------------------------------------
+    def read(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> Batch:
+        part = self._position(topic, partition, offset)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if part.failure is not None:
+                failure, part.failure = part.failure, None
+                del self._parts[(topic, partition)]
+                self.consumer.incremental_unassign([TopicPartition(topic, partition)])
+                raise failure
+            if part.records:
+                return self._take(part, max_records, max_bytes)
+            if part.eof or self._at_high_watermark(topic, partition, part):
+                self._pump(0)  # whatever arrived since the end was reported
+                if part.records:
+                    continue
+                return Batch([], max(part.next, offset))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise OperationTimeoutError(
+                    f"reading {topic}[{partition}] at offset {offset}: no answer from Kafka "
+                    f"within {self.timeout} s"
+                )
+            self._pump(min(remaining, _SLICE))
+
+    def _at_high_watermark(self, topic: str, partition: int, part: _Part) -> bool:
+        """True when the consumer has delivered up to the high watermark of its last fetch.
+
+        The end-of-partition event comes with the fetch after the one that delivered the last
+        records, up to ``fetch.wait.max.ms`` later; the watermark is known at once. (With a
+        transaction open the readable end is lower, and the event is awaited.)
+        """
+        _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+        return high is not None and 0 <= high <= part.next
+
+    @staticmethod
+    def _take(part: _Part, max_records: int, max_bytes: int) -> Batch:
+        records = part.records
+        out: list[Record] = []
+        size = 0
+        while records and len(out) < max_records:
+            r = records[0]
+            size += len(r.key or b"") + len(r.value or b"")
+            if out and size > max_bytes:
+                break
+            out.append(records.popleft())
+        last = cast(int, out[-1].offset)
+        part.lo = last + 1
+        after = cast(int, records[0].offset) if records else part.next
+        return Batch(out, after)
+
+    def wait_any(
+        self, positions: dict[tuple[str, int], int], timeout: float | None
+    ) -> set[tuple[str, int]]:
+        parts = {tp: self._position(tp[0], tp[1], offset) for tp, offset in positions.items()}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ready = {
+                tp
+                for tp, part in parts.items()
+                if part.next > positions[tp] or part.known_end > positions[tp]
+            }
+            if ready:
+                return ready
+            if any(part.failure is not None for part in parts.values()):
+                return {tp for tp, part in parts.items() if part.failure is not None}
+            if deadline is None:
+                wait = _SLICE
+            else:
+                wait = min(deadline - time.monotonic(), _SLICE)
+                if wait <= 0:
+                    return set()
+            if self.closed:
+                return set()
+            self._pump(wait)
+
+
+Bounds = Callable[[str, int], tuple[int, int]]
+"""``(topic, partition) -> (start offset, end offset)``, asked only when a reader seeks."""

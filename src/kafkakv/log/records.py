@@ -1,0 +1,73 @@
+"""Checking records before they are appended: the rules every backend enforces the same way.
+
+A record that breaks one raises before anything of its batch is written:
+:class:`~kafkakv.errors.InvalidRecordError` (a ``TypeError``) for a field of the wrong type or
+a missing key on a compacted topic, :class:`~kafkakv.errors.RecordTooLargeError` for a record
+over the topic's ``max.message.bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kafkakv.errors import InvalidRecordError, RecordTooLargeError
+from kafkakv.log.base import Record
+
+__all__ = ["RECORD_OVERHEAD", "CheckedRecord", "check_batch", "check_record"]
+
+RECORD_OVERHEAD = 16
+"""Per-record framing counted against ``max.message.bytes`` on top of key, value and headers."""
+
+CheckedRecord = tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None, int | None]
+"""``(key, value, headers or None, timestamp or None)`` with every field of its exact type."""
+
+
+def _as_bytes(what: str, x: object) -> bytes | None:
+    if x is None or type(x) is bytes:
+        return x
+    if isinstance(x, bytes | bytearray | memoryview):
+        return bytes(x)
+    raise InvalidRecordError(f"a record {what} must be bytes or None, not {type(x).__name__}")
+
+
+def check_record(
+    index: int, record: object, *, max_message_bytes: int, null_keys: bool
+) -> CheckedRecord:
+    """Validate record number ``index`` of a batch; return its fields normalised."""
+    if not isinstance(record, Record):
+        raise InvalidRecordError(f"records must be Record, not {type(record).__name__}")
+    key = _as_bytes("key", record.key)
+    value = _as_bytes("value", record.value)
+    if key is None and not null_keys:
+        raise InvalidRecordError("a compacted topic needs a key on every record")
+    size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    headers: list[tuple[str, bytes]] | None = None
+    if record.headers:
+        headers = []
+        for h in record.headers:
+            if not (isinstance(h, tuple | list) and len(h) == 2 and isinstance(h[0], str)):
+                raise InvalidRecordError("headers must be (str, bytes) pairs")
+            hv = _as_bytes("header value", h[1]) or b""
+            headers.append((h[0], hv))
+            size += len(h[0]) + len(hv)
+    if size > max_message_bytes:
+        raise RecordTooLargeError(
+            f"record {index} is {size} bytes, over the topic's max.message.bytes "
+            f"({max_message_bytes})"
+        )
+    ts = record.timestamp
+    if ts is not None and (type(ts) is not int or not 0 <= ts < 2**62):
+        raise InvalidRecordError(f"a timestamp must be a non-negative int of ms, not {ts!r}")
+    return key, value, headers, ts
+
+
+def check_batch(records: object, *, max_message_bytes: int, null_keys: bool) -> list[CheckedRecord]:
+    """Validate a whole batch (a non-empty sequence of :class:`Record`) before any is written."""
+    if isinstance(records, Record) or not isinstance(records, Sequence):
+        raise InvalidRecordError(f"append takes a sequence of Record, not {type(records).__name__}")
+    if not records:
+        raise InvalidRecordError("an append needs at least one record")
+    return [
+        check_record(i, r, max_message_bytes=max_message_bytes, null_keys=null_keys)
+        for i, r in enumerate(records)
+    ]
