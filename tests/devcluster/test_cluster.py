@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from kafkakv.devcluster import Cluster, DevCluster
+from kafkakv.devcluster.probe import port_is_free
 from kafkakv.errors import ClusterError
 from tests.kafka_cluster import create_topic, unique_topic
 
@@ -163,8 +165,18 @@ def test_ports_in_use_are_refused_before_anything_starts(
     assert not other.is_running(1)
 
 
+def _free_base_port() -> int:
+    """A port below Linux's ephemeral range that is free, with the next one free too."""
+    start = random.randrange(11000, 15000, 2)
+    for port in range(start, start + 1000, 2):
+        if port_is_free(port) and port_is_free(port + 1):
+            return port
+    raise AssertionError("no two free ports in a row")
+
+
 def test_a_broker_that_cannot_start_is_named_with_its_output(tmp_path: Path) -> None:
-    cluster = DevCluster(1, base_port=58092, state_dir=tmp_path, jvm_options=["-Xmx1k"])
+    base = _free_base_port()
+    cluster = DevCluster(1, base_port=base, state_dir=tmp_path, jvm_options=["-Xmx1k"])
     with pytest.raises(ClusterError) as caught:
         cluster.start(timeout=60)
     message = str(caught.value)
