@@ -1,13 +1,7 @@
 """A real Apache Kafka cluster (KRaft, combined broker+controller nodes) on 127.0.0.1.
 
-The state directory holds everything of one cluster::
-
-    cluster.json          cluster id, layout, Kafka version, broker pids (kafkakv.devcluster.state)
-    log4j2.properties     broker logging: a file per node, nothing on the terminal
-    node-<i>/server.properties
-    node-<i>/data/        the node's log.dirs (formatted once, kept across restarts)
-    node-<i>/logs/server.log
-    node-<i>/stdout.log   the JVM's stdout and stderr (also the storage format tool's output)
+:class:`DevCluster` owns the broker processes; the files they use live in a state directory
+laid out by :class:`~kafkakv.devcluster.storage.StateDir`.
 """
 
 from __future__ import annotations
@@ -18,7 +12,6 @@ import signal
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -32,18 +25,12 @@ from kafkakv.devcluster.jars import (
     fetch_kafka,
     find_java,
 )
-from kafkakv.devcluster.layout import (
-    DEFAULT_JVM_OPTIONS,
-    ClusterLayout,
-    broker_command,
-    format_command,
-    new_cluster_id,
-    render_properties,
-)
+from kafkakv.devcluster.layout import DEFAULT_JVM_OPTIONS, ClusterLayout, broker_command
 from kafkakv.devcluster.lock import exclusive_lock
 from kafkakv.devcluster.probe import brokers_seen_by, port_is_free
-from kafkakv.devcluster.process import BrokerProcess, log_tail, spawn
+from kafkakv.devcluster.process import BrokerProcess, log_tail
 from kafkakv.devcluster.state import ClusterState
+from kafkakv.devcluster.storage import StateDir
 from kafkakv.errors import ClusterError, ConfigError
 
 __all__ = ["ClusterStatus", "DevCluster", "NodeStatus", "default_state_dir"]
@@ -51,8 +38,6 @@ __all__ = ["ClusterStatus", "DevCluster", "NodeStatus", "default_state_dir"]
 _POLL_S = 0.25
 _PROBE_TIMEOUT_S = 2.0
 _STOP_GRACE_S = 3.0
-_FORMAT_TIMEOUT_S = 120.0
-_LOG4J = "log4j2.properties"
 
 
 class ClusterStatus(enum.Enum):
@@ -113,6 +98,7 @@ class DevCluster(Cluster):
     ) -> None:
         self.layout = ClusterLayout(brokers, base_port)
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        self.files = StateDir(self.state_dir, self.layout)
         self.kafka_version = kafka_version
         self.start_timeout = start_timeout
         self._cache_root = cache_root
@@ -154,18 +140,15 @@ class DevCluster(Cluster):
             self._jars = fetch_kafka(self.kafka_version, self._cache_root, progress=self._progress)
         return self._jars
 
-    def node_dir(self, node_id: int) -> Path:
-        """``<state dir>/node-<node_id>``."""
-        self._check_id(node_id)
-        return self.state_dir / f"node-{node_id}"
-
     def log_path(self, node_id: int) -> Path:
-        """The broker's log4j file, ``node-<i>/logs/server.log``."""
-        return self.node_dir(node_id) / "logs" / "server.log"
+        """Broker ``node_id``'s log4j file, ``<state dir>/node-<i>/logs/server.log``."""
+        self._check_id(node_id)
+        return self.files.log_path(node_id)
 
     def output_path(self, node_id: int) -> Path:
-        """The file receiving the JVM's stdout and stderr, ``node-<i>/stdout.log``."""
-        return self.node_dir(node_id) / "stdout.log"
+        """The file receiving broker ``node_id``'s JVM stdout and stderr."""
+        self._check_id(node_id)
+        return self.files.output_path(node_id)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -174,8 +157,8 @@ class DevCluster(Cluster):
 
         Ready means every broker answers on its port and all ``brokers`` node ids are in the
         metadata it returns (a broker is listed only once the controller quorum has a leader
-        and has registered it). Takes about 10 s with cached jars on 2 cores, plus the Maven
-        run the first time. Raises :class:`~kafkakv.errors.ClusterError` when a cluster from
+        and has registered it). Takes 5-10 s with cached jars on 2 cores, plus the Maven run
+        the first time. Raises :class:`~kafkakv.errors.ClusterError` when a cluster from
         the same state directory runs, a port is in use, a broker exits (naming the node and
         showing its log's tail) or ``timeout`` (default ``start_timeout``) passes; every broker
         this call started is stopped before it raises.
@@ -187,7 +170,7 @@ class DevCluster(Cluster):
         self._status = ClusterStatus.STARTING
         budget = self.start_timeout if timeout is None else timeout
         try:
-            self._make_dir(self.state_dir)
+            self.files.make()
             busy = ClusterError(f"another process is starting a dev cluster from {self.state_dir}")
             with exclusive_lock(self.state_dir / ".lock", 0, busy):
                 self._prepare()
@@ -203,9 +186,11 @@ class DevCluster(Cluster):
         return self
 
     def stop(self, grace: float = _STOP_GRACE_S) -> None:
-        """Stop every broker: SIGTERM to all, SIGKILL to those still running after ``grace``
-        seconds. Returns when all are gone. Idempotent; never raises for a broker that
-        already exited."""
+        """Stop every broker and return when all are gone (about 3.5 s for three).
+
+        Brokers get SIGTERM one at a time while a majority of the voters runs, so they shut
+        down cleanly; the rest (which no longer reach a quorum) get SIGTERM, then SIGKILL after
+        ``grace`` seconds. Idempotent; never raises for a broker that already exited."""
         self._stop_all(grace)
         if self._status is not ClusterStatus.NEW:
             self._status = ClusterStatus.STOPPED
@@ -249,7 +234,7 @@ class DevCluster(Cluster):
         )
         cluster._state = state
         for node_id, pid in state.pids.items():
-            process = BrokerProcess(pid, cluster._config_path(node_id))
+            process = BrokerProcess(pid, cluster.files.config_path(node_id))
             if node_id in cluster.node_ids and process.alive():
                 cluster._nodes[node_id] = process
         running = bool(cluster._nodes)
@@ -332,95 +317,15 @@ class DevCluster(Cluster):
         """Everything before the first broker starts: tools, state, ports, configs, storage."""
         self._java = find_java()
         jars = self.jars
-        self._state = self._claim_state()
+        self._state = self.files.claim(self.kafka_version)
         busy = [p for p in self.layout.ports if not port_is_free(p)]
         if busy:
             raise ClusterError(
                 f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 already in use (another dev "
                 "cluster or program?); choose another base port"
             )
-        log4j = self.state_dir / _LOG4J
-        log4j.write_bytes(resources.files(__package__).joinpath(_LOG4J).read_bytes())
-        for node_id in self.node_ids:
-            self._write_config(node_id)
-        self._format(jars, self._state.cluster_id)
-
-    def _claim_state(self) -> ClusterState:
-        """The state of this directory: refused when its brokers run or its layout differs."""
-        state = ClusterState.load(self.state_dir)
-        if state is None:
-            if any(self._formatted(i) for i in self.node_ids):
-                raise ClusterError(
-                    f"{self.state_dir} holds formatted storage but no state file; remove it"
-                )
-            state = ClusterState(
-                new_cluster_id(), self.layout.brokers, self.layout.base_port, self.kafka_version
-            )
-        running = self._running_from(state)
-        if running:
-            raise ClusterError(
-                f"a dev cluster from {self.state_dir} is already running ({running}); stop it "
-                f"first: kafkakv dev-cluster stop --dir {self.state_dir}"
-            )
-        wanted = (self.layout.brokers, self.layout.base_port, self.kafka_version)
-        if (state.brokers, state.base_port, state.kafka_version) != wanted:
-            raise ClusterError(
-                f"{self.state_dir} holds a {state.brokers}-broker cluster on base port "
-                f"{state.base_port} with Kafka {state.kafka_version}; start it with those "
-                "settings, or use another directory (or delete this one)"
-            )
-        state.pids = {}
-        state.save(self.state_dir)
-        return state
-
-    def _running_from(self, state: ClusterState) -> str:
-        """``node i pid p, ...`` for the brokers recorded in ``state`` that still run."""
-        alive = [
-            f"node {node_id} pid {pid}"
-            for node_id, pid in sorted(state.pids.items())
-            if node_id in self.node_ids and BrokerProcess(pid, self._config_path(node_id)).alive()
-        ]
-        return ", ".join(alive)
-
-    def _write_config(self, node_id: int) -> None:
-        node = self.node_dir(node_id)
-        self._make_dir(node / "logs")
-        config = self.layout.broker_config(node_id, str(node / "data"))
-        text = render_properties(config, f"kafkakv dev cluster node {node_id}; rewritten at start")
-        self._config_path(node_id).write_text(text, encoding="utf-8")
-
-    def _formatted(self, node_id: int) -> bool:
-        return (self.node_dir(node_id) / "data" / "meta.properties").is_file()
-
-    def _format(self, jars: KafkaJars, cluster_id: str) -> None:
-        """Format the storage of every node not formatted yet, all at once."""
-        pending = [i for i in self.node_ids if not self._formatted(i)]
-        if not pending:
-            return
-        self._say(f"formatting storage of node(s) {', '.join(map(str, pending))} ...")
-        runs = {}
-        for node_id in pending:
-            command = format_command(
-                self._java_path(),
-                jars.classpath,
-                str(self._config_path(node_id)),
-                cluster_id,
-                str(self.node_dir(node_id) / "logs"),
-                str(self.state_dir / _LOG4J),
-            )
-            runs[node_id] = spawn(command, self.output_path(node_id), die_with_parent=True)
-        for node_id, run in runs.items():
-            try:
-                code = run.wait(_FORMAT_TIMEOUT_S)
-            except BaseException:
-                for other in runs.values():
-                    other.kill()
-                raise
-            if code != 0:
-                raise ClusterError(
-                    f"formatting node {node_id}'s storage failed (exit {code}); last lines of "
-                    f"{self.output_path(node_id)}:\n{log_tail(self.output_path(node_id))}"
-                )
+        self.files.write_configs()
+        self.files.format(self._java, jars, self._state.cluster_id, self._progress)
 
     def _launch(self, node_id: int) -> None:
         """Spawn broker ``node_id`` and record its pid in the state file."""
@@ -428,15 +333,15 @@ class DevCluster(Cluster):
         command = broker_command(
             self._java_path(),
             self.jars.classpath,
-            str(self._config_path(node_id)),
-            str(self.node_dir(node_id) / "logs"),
-            str(self.state_dir / _LOG4J),
+            str(self.files.config_path(node_id)),
+            str(self.files.logs_dir(node_id)),
+            str(self.files.log4j_config),
             self._jvm_options,
         )
         self._nodes[node_id] = BrokerProcess.start(
             command,
-            self.output_path(node_id),
-            self._config_path(node_id),
+            self.files.output_path(node_id),
+            self.files.config_path(node_id),
             die_with_parent=self._die_with_parent,
         )
         self._record_pids()
@@ -488,7 +393,7 @@ class DevCluster(Cluster):
     def _tails(self, node_id: int) -> str:
         """The last lines of node ``node_id``'s server log and of its JVM output."""
         parts = []
-        for path in (self.log_path(node_id), self.output_path(node_id)):
+        for path in (self.files.log_path(node_id), self.files.output_path(node_id)):
             text = log_tail(path, 20)
             if text:
                 parts.append(f"--- last lines of {path} ---\n{text}")
@@ -556,9 +461,6 @@ class DevCluster(Cluster):
         if self.state_dir.is_dir():
             self._state.save(self.state_dir)
 
-    def _config_path(self, node_id: int) -> Path:
-        return self.node_dir(node_id) / "server.properties"
-
     def _java_path(self) -> str:
         if self._java is None:
             self._java = find_java()
@@ -571,10 +473,3 @@ class DevCluster(Cluster):
     def _say(self, message: str) -> None:
         if self._progress is not None:
             self._progress(message)
-
-    @staticmethod
-    def _make_dir(path: Path) -> None:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ClusterError(f"cannot create {path}: {exc}") from exc

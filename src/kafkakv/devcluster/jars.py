@@ -163,6 +163,7 @@ def _maven_command(mvn: str, pom: Path, staging: Path, version: str) -> list[str
         mvn,
         "-B",
         "-q",
+        "-U",  # look again for what a failed earlier run recorded as missing
         "-Dstyle.color=never",
         "-f",
         str(pom),
