@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,29 @@ def test_maven_failure_shows_the_tail_of_its_output(tmp_path: Path) -> None:
     assert "Maven failed" in message
     assert "kafka_2.13" in message  # Maven's own words name the artifact it could not find
     assert cached_jars("0.0.0-no-such-release", tmp_path) is None
+
+
+_FETCH = """
+import sys
+from pathlib import Path
+from kafkakv.devcluster import fetch_kafka
+jars = fetch_kafka(cache_root=Path(sys.argv[1]), progress=lambda line: print("RAN MAVEN"))
+print(jars.jdbc_jar)
+"""
+
+
+@pytest.mark.kafka
+def test_two_processes_fetching_at_once_run_maven_once(tmp_path: Path) -> None:
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _FETCH, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [run.communicate(timeout=900)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0]
+    assert sum(out.count("RAN MAVEN") for out in outputs) == 1
+    jdbc = {out.split()[-1] for out in outputs}
+    assert len(jdbc) == 1 and Path(jdbc.pop()).name.startswith("postgresql-42.")
+    jars = cached_jars(cache_root=tmp_path)
+    assert jars is not None and (jars.libs / f"kafka_2.13-{jars.version}.jar").is_file()
