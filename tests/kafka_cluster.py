@@ -12,6 +12,9 @@ Both are :class:`kafkakv.devcluster.Cluster` objects: ``bootstrap``, ``leader``,
 ``is_running``. Their brokers get ``PR_SET_PDEATHSIG``: they die with pytest even when it is
 killed with SIGKILL. A cluster that cannot start FAILS the tests that use it (never skips).
 
+``KAFKAKV_TEST_PORT_OFFSET=N`` adds N to both base ports, for a second test session running
+on the same machine at the same time (the default ports would be taken by the first).
+
 With ``KAFKAKV_TEST_BOOTSTRAP=host:port,...`` both fixtures are that external cluster
 instead; the fault calls then raise :class:`kafkakv.errors.ClusterError`, failing the tests
 that need them with a message that says why.
@@ -35,6 +38,7 @@ from kafkakv.errors import KafkaKVError
 __all__ = ["create_topic", "kafka_cluster", "kafka_single", "unique_topic"]
 
 EXTERNAL_ENV = "KAFKAKV_TEST_BOOTSTRAP"
+PORT_OFFSET_ENV = "KAFKAKV_TEST_PORT_OFFSET"
 _FIXTURES = frozenset({"kafka_cluster", "kafka_single"})
 
 
@@ -48,7 +52,11 @@ def _cluster(
     bootstrap = os.environ.get(EXTERNAL_ENV)
     if bootstrap:
         return ExternalCluster(bootstrap)
-    cluster = DevCluster(brokers, base_port, tmp_path_factory.mktemp(name), die_with_parent=True)
+    try:
+        base_port += int(os.environ.get(PORT_OFFSET_ENV) or 0)
+        cluster = DevCluster(brokers, base_port, tmp_path_factory.mktemp(name))
+    except (KafkaKVError, ValueError) as exc:
+        pytest.fail(f"the {name} Kafka cluster cannot be set up: {exc}", pytrace=False)
     request.addfinalizer(cluster.stop)  # before start: a half-started cluster is stopped too
     try:
         cluster.start()
