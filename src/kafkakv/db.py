@@ -30,20 +30,40 @@ __all__ = ["Database", "connect"]
 
 
 def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Database:
-    """Open a database on ``target``: a directory (the embedded log, created if missing) or a
-    :class:`~kafkakv.log.Log` you opened yourself (not closed by :meth:`Database.close`).
+    """Open a database on ``target``:
 
-    ``log_options`` go to :class:`~kafkakv.log.EmbeddedLog` (``fsync``, ...). ``kafka://``
-    targets arrive with the Kafka backend and raise :class:`~kafkakv.errors.ConfigError` now.
+    - a directory: the embedded log (created if missing); ``log_options`` go to
+      :class:`~kafkakv.log.EmbeddedLog` (``fsync``, ...);
+    - ``kafka://host:port[,host:port...][?setting=value&...]``: a Kafka cluster; the query
+      holds librdkafka settings (``security.protocol``, ``sasl.mechanism``...), and
+      ``log_options`` go to :class:`~kafkakv.log.kafka.KafkaLog` (``config`` for more
+      settings, ``timeout``, ``replication_factor``...);
+    - a :class:`~kafkakv.log.Log` you opened yourself (not closed by :meth:`Database.close`).
     """
     if isinstance(target, Log):
         if log_options:
             raise ConfigError("log options apply only when kafkakv opens the log itself")
         return Database(target, owns_log=False)
     text = os.fspath(target)
+    if text.startswith("kafka://"):
+        return Database(_kafka_log(text, log_options), owns_log=True)
     if "://" in text:
-        raise ConfigError(f"unsupported target {text!r}: give a directory for the embedded log")
+        raise ConfigError(
+            f"unsupported target {text!r}: give a directory (embedded log) or kafka://host:port"
+        )
     return Database(EmbeddedLog(text, **log_options), owns_log=True)
+
+
+def _kafka_log(url: str, options: dict[str, Any]) -> Log:
+    try:
+        from kafkakv.log.kafka import KafkaLog, parse_kafka_url
+    except ImportError as exc:  # confluent-kafka is an optional dependency
+        raise ConfigError(
+            f"{url}: the Kafka backend needs confluent-kafka (pip install 'kafkakv[kafka]')"
+        ) from exc
+    bootstrap, settings = parse_kafka_url(url)
+    config = {**settings, **options.pop("config", {})}
+    return KafkaLog(bootstrap, config=config, **options)
 
 
 class Database(Closeable):

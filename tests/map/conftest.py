@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 import kafkakv
+from kafkakv.log import Log
+from kafkakv.log.kafka import KafkaLog
 from kafkakv.map import ReplicaMap
-from tests.conftest import LOG_BACKENDS
+from tests.conftest import KAFKA_TIMEOUT, LOG_BACKENDS
 
 STORES = ["dict", "sorted", "lmdb"]
 
@@ -24,7 +26,27 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """What ``kafkakv.connect`` takes to reach a fresh log of each backend."""
     if request.param == "embedded":
         return str(tmp_path / "log")
+    if request.param == "kafka":
+        return "kafka://" + request.getfixturevalue("kafka_cluster").bootstrap
     raise AssertionError(f"unknown backend {request.param}")  # pragma: no cover
+
+
+embedded_only = pytest.mark.parametrize("target", ["embedded"], indirect=True)
+"""For tests that drive the log's compaction or retention themselves, which only the embedded
+log lets a client do (Kafka's brokers run their cleaner on their own schedule). What they check
+on Kafka is covered by tests/kafka (aborted transactions, markers, killed flushers)."""
+
+
+def compact_if_possible(log: Log, topic: str) -> None:
+    """Compact ``topic`` now where the log can; on Kafka the brokers decide when. Tests that
+    call this must hold whether or not compaction ran."""
+    if not isinstance(log, KafkaLog):
+        log.compact(topic)
+
+
+def log_options(target: str) -> dict[str, Any]:
+    """What ``kafkakv.connect`` gets besides the target in the map suite."""
+    return {"timeout": KAFKA_TIMEOUT} if target.startswith("kafka://") else {}
 
 
 @pytest.fixture(params=STORES)
@@ -45,7 +67,7 @@ def open_map(target: str, store_kind: str, map_name: str, tmp_path: Path) -> Ite
     counter = itertools.count()
 
     def open_one(name: str | None = None, **options: Any) -> ReplicaMap[Any, Any]:
-        db = kafkakv.connect(target)
+        db = kafkakv.connect(target, **log_options(target))
         dbs.append(db)
         options.setdefault("store", store_kind)
         if options["store"] == "lmdb":

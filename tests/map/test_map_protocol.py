@@ -42,7 +42,7 @@ from kafkakv.log.base import (
 from kafkakv.map import FLUSH_POINT_KEY, ReplicaMap
 from kafkakv.map.ops import OpCode, decode_op
 from kafkakv.store import LmdbStore, Positions, Store
-from tests.map.conftest import OpenMap
+from tests.map.conftest import OpenMap, compact_if_possible, embedded_only
 
 STR = codec_for("str")
 JSON = codec_for("json")
@@ -262,6 +262,7 @@ def test_automatic_flush_writes_plain_records_and_flush_points(
     assert decoded(after) == dict(m)
 
 
+@embedded_only
 def test_fresh_replica_after_flushes_and_compactions_equals_the_others(
     open_map: OpenMap, db: kafkakv.Database, map_name: str
 ) -> None:
@@ -302,6 +303,7 @@ def test_fresh_replica_after_flushes_and_compactions_equals_the_others(
     assert fresh.check() == [] and open_map() == model
 
 
+@embedded_only
 def test_bootstrap_does_not_stall_on_offset_gaps(
     open_map: OpenMap, db: kafkakv.Database, map_name: str
 ) -> None:
@@ -320,6 +322,7 @@ def test_bootstrap_does_not_stall_on_offset_gaps(
     assert fresh == m == {f"k{j}": 59 for j in range(5)}
 
 
+@embedded_only
 # -- fencing and stale flushes ------------------------------------------------------------
 def test_flush_storm_from_two_replicas_never_regresses_data(
     open_map: OpenMap, db: kafkakv.Database, map_name: str
@@ -583,6 +586,7 @@ def test_a_fenced_replica_can_flush_again(
     assert decoded(latest) == {"k": 4}
 
 
+@embedded_only
 def test_removed_ops_before_a_flush_raise_data_loss(
     target: str, db: kafkakv.Database, map_name: str
 ) -> None:
@@ -623,7 +627,7 @@ def test_several_maps_share_one_topic_set(
         b["only-b"] = True
         del a["k0"]
         b.flush()  # flushes both maps: one engine
-        db.log.compact(map_name)
+        compact_if_possible(db.log, map_name)
         a["k1"] = "late"  # after the last flush: from the ops topic
         second = open_maps("second")
         assert second["a"] == a and second["b"] == b
@@ -669,7 +673,7 @@ def test_shard_replicas_hold_only_their_partitions(
     full.sync()
     assert full[mine] == "from-low"
     full.flush()
-    db.log.compact(map_name)
+    compact_if_possible(db.log, map_name)
     fresh_high = open_map(shard=[2, 3])
     assert fresh_high == high == {k: v for k, v in full.items() if full.partition_of(k) >= 2}
     with pytest.raises(ConfigError):
@@ -740,7 +744,7 @@ def test_persistent_store_resumes_where_it_stopped(
     for i in range(1, 1000, 20):
         del other[f"k{i}"]
     other.flush()
-    db.log.compact(map_name)
+    compact_if_possible(db.log, map_name)
     counting = _CountingStore(LmdbStore(path))
     again = open_map(store=counting)
     assert again == other
@@ -752,6 +756,7 @@ def test_persistent_store_resumes_where_it_stopped(
     assert reopened == other
 
 
+@embedded_only
 @pytest.mark.parametrize("store_kind", ["lmdb"])
 def test_persistent_store_reloads_when_its_ops_are_gone(
     open_map: OpenMap, db: kafkakv.Database, map_name: str, tmp_path: Path

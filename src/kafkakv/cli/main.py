@@ -34,6 +34,7 @@ from kafkakv import __version__
 from kafkakv.cli.devcluster_commands import dev_cluster_group
 from kafkakv.cli.map_commands import map_group
 from kafkakv.cli.options import log_path_option
+from kafkakv.cli.topics_commands import init_existing_command, topics_group
 from kafkakv.errors import KafkaKVError, LogError
 from kafkakv.log import CleanResult, EmbeddedLog, Record
 
@@ -201,6 +202,8 @@ def main() -> None:
 
 
 main.add_command(map_group)
+main.add_command(topics_group)
+main.add_command(init_existing_command)
 main.add_command(dev_cluster_group)
 
 

@@ -146,6 +146,10 @@ class MapTarget:
                 "no log directory: pass --path/-p or set KAFKAKV_LOG",
                 ctx=click.get_current_context(silent=True),
             )
+        if self.path.startswith("kafka://"):
+            with connect(self.path) as db:
+                yield db.map(name, key_codec=key_codec, value_codec=value_codec)
+            return
         if not create and not os.path.isdir(self.path):
             raise MapCommandError(f"no log at {self.path}: the directory does not exist")
         with connect(self.path, background_cleaner=False) as db:

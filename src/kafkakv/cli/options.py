@@ -12,6 +12,6 @@ log_path_option = click.option(
     envvar="KAFKAKV_LOG",
     show_envvar=True,
     type=click.Path(file_okay=False, dir_okay=True),
-    help="Directory of the embedded log.",
+    help="Directory of the embedded log (map commands also take kafka://host:port,...).",
 )
-"""``--path/-p DIR`` (or ``KAFKAKV_LOG``): the embedded log a command works on."""
+"""``--path/-p DIR`` (or ``KAFKAKV_LOG``): the log a command works on."""

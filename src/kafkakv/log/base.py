@@ -126,6 +126,10 @@ class Log(Closeable):
     def topics(self) -> list[str]:
         """Names of all topics, sorted."""
 
+    def new_topic_replication(self) -> int:
+        """How many copies of each partition a topic created here gets (1 on one machine)."""
+        return 1
+
     @abstractmethod
     def partitions(self, topic: str) -> int:
         """Number of partitions of ``topic``."""

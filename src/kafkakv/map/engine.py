@@ -44,6 +44,7 @@ from kafkakv.errors import (
     DecodeError,
     FencedError,
     KafkaKVError,
+    LogUnavailableError,
     OperationFailedError,
     OperationTimeoutError,
     RecordTooLargeError,
@@ -70,6 +71,7 @@ _LINGER = 0.0005  # how long the sender lets a small batch grow (Kafka's linger.
 _WAIT_SLICE = 0.5  # the follower thread re-checks its state this often
 _FOLLOW_PAUSE = 0.0002  # what the follower waits after a wake-up before taking the lock
 _LOCAL_GRACE = 0.005  # the follower idles this long after a local writer applied
+_RETRY_PAUSE = 1.0  # the follower waits this long after the log could not answer
 
 
 _FUTURE_GUARD = threading.Lock()
@@ -595,6 +597,13 @@ class ReplicaEngine:
                             self._apply_available(p)
             except ClosedError:
                 return
+            except (LogUnavailableError, OperationTimeoutError) as exc:
+                # Brokers down or a leader moving: reads from the store go on, and following
+                # resumes when the log answers again.
+                if self._closed:
+                    return
+                log.warning("replica of %s cannot follow for now: %s", self.topics.data, exc)
+                time.sleep(_RETRY_PAUSE)
             except Exception as exc:  # the log failed under us: say so to every caller
                 if self._closed:
                     return

@@ -65,7 +65,8 @@ __all__ = ["KafkaLog", "KafkaLogWriter"]
 
 log = logging.getLogger("kafkakv.log.kafka")
 
-_PROPAGATION_S = 5.0  # how long a new topic may stay unknown to some brokers
+_PROPAGATION_S = 5.0  # how long a new topic's configs may stay unknown to some brokers
+_UNKNOWN_TOPIC_GRACE_S = 1.0  # how long a topic missing from the metadata is asked for again
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
 """How long the brokers let a writer's transaction stay open before aborting it: the longest a
@@ -166,7 +167,7 @@ class KafkaLog(Log):
     ) -> None:
         self.settings = ClientSettings(bootstrap, config, timeout)
         self.timeout = self.settings.timeout
-        self.replication_factor = replication_factor
+        self._replication = replication_factor
         self.transaction_timeout_ms = transaction_timeout_ms
         self._admin = AdminClient(self.settings.admin())
         self._producer = Producer(self.settings.producer())
@@ -225,7 +226,7 @@ class KafkaLog(Log):
         topic = NewTopic(
             name,
             num_partitions=partitions,
-            replication_factor=self.replication_factor,
+            replication_factor=self._replication,
             config=wanted,
         )
         futures = self._admin.create_topics(
@@ -264,6 +265,23 @@ class KafkaLog(Log):
                 raise OperationTimeoutError(f"topic {name!r} has no leader for every partition")
             time.sleep(0.05)
 
+    def new_topic_replication(self) -> int:
+        """``replication_factor``, or the brokers' ``default.replication.factor``."""
+        if self._replication > 0:
+            return self._replication
+        self._check_open()
+        try:
+            meta = self._admin.list_topics(timeout=self.timeout)
+            broker = ConfigResource(ResourceType.BROKER, str(next(iter(meta.brokers))))
+            entries = self._admin.describe_configs([broker], request_timeout=self.timeout)[
+                broker
+            ].result()
+        except (KafkaException, StopIteration) as exc:
+            raise LogUnavailableError(f"cannot read the brokers' defaults: {exc}") from None
+        entry = entries.get("default.replication.factor")
+        self._replication = int(entry.value) if entry is not None and entry.value else 1
+        return self._replication
+
     def topics(self) -> list[str]:
         """Every topic except Kafka's internal ones (``__consumer_offsets``...), sorted."""
         self._check_open()
@@ -289,13 +307,20 @@ class KafkaLog(Log):
             return info
         if not isinstance(topic, str):
             raise UnknownTopicError(f"no topic {topic!r}")
-        try:
-            meta = self._admin.list_topics(topic=topic, timeout=self.timeout)
-        except KafkaException as exc:
-            raise self._failure(f"looking up topic {topic!r}", exc) from None
-        found = meta.topics.get(topic)
-        if found is None or found.error is not None:
-            raise UnknownTopicError(f"no topic {topic!r} on {self.settings.bootstrap}")
+        deadline = time.monotonic() + _UNKNOWN_TOPIC_GRACE_S
+        while True:
+            try:
+                meta = self._admin.list_topics(topic=topic, timeout=self.timeout)
+            except KafkaException as exc:
+                raise self._failure(f"looking up topic {topic!r}", exc) from None
+            found = meta.topics.get(topic)
+            if found is not None and found.error is None:
+                break
+            # A topic another process just created may be unknown to this broker for a
+            # moment (metadata spreads asynchronously): ask again before saying it is not.
+            if time.monotonic() > deadline:
+                raise UnknownTopicError(f"no topic {topic!r} on {self.settings.bootstrap}")
+            time.sleep(0.05)
         config = self._describe(topic)
         info = _TopicInfo(
             partitions=len(found.partitions),

@@ -22,6 +22,9 @@ from typing import Any
 from kafkakv.errors import ConfigError
 
 _LIBRDKAFKA_LOG = logging.getLogger("kafkakv.librdkafka")
+# librdkafka reports every refused connection while a broker restarts; kafkakv raises what
+# matters itself. Its lines reach the application's handlers only if it configured logging.
+_LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 
 __all__ = ["ClientConfig", "ClientSettings", "parse_kafka_url"]
 

@@ -1,0 +1,139 @@
+"""``kafkakv topics create|verify`` and ``kafkakv init-existing``: a map's topics from the shell.
+
+TARGET (``--target/-t`` or ``KAFKAKV_TARGET``) is an embedded log directory or
+``kafka://host:port[,host:port...]``. NAME is a map's name: its topics are NAME, NAME_ops and
+NAME_flush, created with the settings the map's protocol needs (``docs/maps.md``).
+
+Exit codes: 0 success; 1 ``verify`` found a missing topic or a wrong setting; 2 a usage error or
+an error kafkakv raised (``error: <message>``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kafkakv.db import Database, connect
+from kafkakv.errors import TopicMismatchError
+from kafkakv.map.topics import MapTopics, adopt_existing, ensure_topics
+
+__all__ = ["init_existing_command", "topics_group"]
+
+EXIT_MISMATCH = 1
+
+target_option = click.option(
+    "--target",
+    "-t",
+    envvar="KAFKAKV_TARGET",
+    show_envvar=True,
+    required=True,
+    help="An embedded log directory, or kafka://host:port[,host:port...].",
+)
+
+# The settings worth showing: what the protocol requires of each topic.
+_SHOWN = (
+    "cleanup.policy",
+    "retention.ms",
+    "retention.bytes",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+    "min.compaction.lag.ms",
+)
+
+
+@contextmanager
+def _database(target: str) -> Iterator[Database]:
+    options = {} if "://" in target else {"background_cleaner": False}
+    with connect(target, **options) as db:
+        yield db
+
+
+def _describe(db: Database, topics: MapTopics) -> None:
+    table = Table(title=f"map {topics.data!r}")
+    table.add_column("topic")
+    table.add_column("partitions", justify="right")
+    for name in _SHOWN:
+        table.add_column(name)
+    for topic in (topics.data, topics.ops, topics.flush):
+        config = db.log.topic_config(topic)
+        table.add_row(topic, str(db.log.partitions(topic)), *(config.get(n, "") for n in _SHOWN))
+    Console(file=sys.stdout, width=200).print(table)
+
+
+@click.group("topics")
+def topics_group() -> None:
+    """Create or verify the three topics of a map."""
+
+
+@topics_group.command("create")
+@target_option
+@click.argument("name")
+@click.option(
+    "--partitions",
+    "-n",
+    type=click.IntRange(1, 100_000),
+    default=None,
+    help="Partition count (default: that of existing topics, else 1).",
+)
+def create_command(target: str, name: str, partitions: int | None) -> None:
+    """Create NAME, NAME_ops and NAME_flush (those missing), then verify all three."""
+    topics = MapTopics.for_name(name)
+    with _database(target) as db:
+        ensure_topics(db.log, topics, partitions)
+        _describe(db, topics)
+
+
+@topics_group.command("verify")
+@target_option
+@click.argument("name")
+def verify_command(target: str, name: str) -> None:
+    """Check that NAME's topics exist with the settings a map needs; exit 1 when not."""
+    topics = MapTopics.for_name(name)
+    with _database(target) as db:
+        missing = [t for t in (topics.data, topics.ops, topics.flush) if t not in db.log.topics()]
+        if missing:
+            click.echo(f"missing: {', '.join(missing)}", err=True)
+            sys.exit(EXIT_MISMATCH)
+        try:
+            count = ensure_topics(db.log, topics, None)
+        except TopicMismatchError as exc:
+            click.echo(f"wrong: {exc}", err=True)
+            sys.exit(EXIT_MISMATCH)
+        _describe(db, topics)
+        click.echo(f"ok: map {name!r} has sound topics ({count} partitions)")
+
+
+@click.command("init-existing")
+@target_option
+@click.argument("topic")
+def init_existing_command(target: str, topic: str) -> None:
+    """Adopt the compacted TOPIC (written by another program) as the data topic of map TOPIC.
+
+    Refuses when the ops topic has records, when partition counts differ, or when records
+    are not in the partition Kafka's default partitioner would choose. Reads every record
+    once to check that, with a progress line.
+    """
+    topics = MapTopics.for_name(topic)
+    with (
+        _database(target) as db,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("checking {task.fields[topic]}: {task.completed:,} records"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as progress,
+    ):
+        task = progress.add_task("check", topic=topic, total=None)
+        report = adopt_existing(db.log, topics, lambda n: progress.update(task, completed=n))
+    total = sum(report.records.values())
+    click.echo(
+        f"adopted {topic!r}: {total:,} records in {len(report.records)} partitions; "
+        f"created {topics.ops!r} and {topics.flush!r}. Open it with db.map({topic!r})."
+    )
