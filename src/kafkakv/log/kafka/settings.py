@@ -37,6 +37,19 @@ _REQUIRED: dict[str, tuple[str, set[str]]] = {
     "enable.idempotence": ("true", {"true"}),
     "isolation.level": ("read_committed", {"read_committed"}),
 }
+# Setting-name prefixes that mean something to one kind of client only; librdkafka warns when
+# another kind gets them.
+_PRODUCER_ONLY = (
+    "acks",
+    "linger.",
+    "message.",
+    "queue.buffering",
+    "batch.",
+    "partitioner",
+    "compression",
+    "transaction",
+)
+_CONSUMER_ONLY = ("fetch.", "isolation.", "auto.offset", "queued.")
 _OWNED = {"group.id", "enable.auto.commit", "enable.partition.eof", "transactional.id"}
 
 
@@ -101,7 +114,7 @@ class ClientSettings:
             "message.timeout.ms": str(int(self.timeout * 1000)),
             "queue.buffering.max.messages": "500000",
         }
-        out.update(self._only(("fetch.", "isolation.", "auto.offset", "queued.")))
+        out.update(self._only(_CONSUMER_ONLY))
         return out
 
     def transactional(self, transactional_id: str, transaction_timeout_ms: int) -> ClientConfig:
@@ -129,39 +142,11 @@ class ClientSettings:
             "queued.max.messages.kbytes": "16384",
             "socket.nagle.disable": "true",
         }
-        out.update(
-            self._only(
-                (
-                    "acks",
-                    "linger.",
-                    "message.",
-                    "queue.buffering",
-                    "batch.",
-                    "partitioner",
-                    "compression",
-                    "transaction",
-                )
-            )
-        )
+        out.update(self._only(_PRODUCER_ONLY))
         return out
 
     def admin(self) -> ClientConfig:
-        return self._only(
-            (
-                "acks",
-                "linger.",
-                "message.",
-                "queue.buffering",
-                "batch.",
-                "partitioner",
-                "compression",
-                "transaction",
-                "fetch.",
-                "isolation.",
-                "auto.offset",
-                "queued.",
-            )
-        )
+        return self._only(_PRODUCER_ONLY + _CONSUMER_ONLY)
 
 
 def _as_text(name: str, value: Any) -> str:
