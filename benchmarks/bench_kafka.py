@@ -55,7 +55,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -67,6 +66,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgpack
+from _common import VALUE, key, lat, machine
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
@@ -77,7 +77,6 @@ from kafkakv.errors import UnknownTopicError
 from kafkakv.log.kafka.settings import ClientSettings
 from kafkakv.map import FLUSH_POINT_KEY
 
-VALUE = b"v" * 100
 BASE_PORT = 18092
 TIMEOUT = 60.0  # for every client call: the machine may be busy
 FLUSH_PERIOD = 5000
@@ -89,20 +88,6 @@ def benchmark_jvm_options() -> tuple[str, ...]:
     slow = ("-XX:TieredStopAtLevel=", "-XX:+UseSerialGC")
     kept = [flag for flag in DEFAULT_JVM_OPTIONS if not flag.startswith(slow)]
     return (*kept, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20")
-
-
-def key(i: int) -> str:
-    return f"{i:016d}"
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def lat(samples_ns: list[int]) -> dict[str, float]:
-    us = [s / 1e3 for s in samples_ns]
-    return {"p50_us": pct(us, 0.5), "p90_us": pct(us, 0.9), "p99_us": pct(us, 0.99)}
 
 
 def load() -> list[float]:
@@ -426,17 +411,6 @@ class Bench:
             f">= 300,000) | raw read into dict {theirs:.3f} s ({keys / theirs:,.0f} keys/s) | "
             f"ratio {mine / theirs:.2f}x"
         )
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} x {cpu}, {mem:.1f} GiB, Python {platform.python_version()}"
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

@@ -42,7 +42,6 @@ import gc
 import json
 import multiprocessing as mp
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -54,26 +53,11 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
+from _common import VALUE, key, lat, machine
 
 import kafkakv
 from kafkakv.log import EmbeddedLog, Record
 from kafkakv.map import FLUSH_POINT_KEY
-
-VALUE = b"v" * 100
-
-
-def key(i: int) -> str:
-    return f"{i:016d}"
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def lat(samples_ns: list[int]) -> dict[str, float]:
-    us = [s / 1e3 for s in samples_ns]
-    return {"p50_us": pct(us, 0.5), "p90_us": pct(us, 0.9), "p99_us": pct(us, 0.99)}
 
 
 class Bench:
@@ -344,17 +328,6 @@ def _log_writer(path: str, n: int) -> None:
         log.append("raw", 0, [Record(b"ping", str(time.monotonic_ns()).encode())])
         time.sleep(0.002)
     log.close()
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} x {cpu}, {mem:.1f} GiB, Python {platform.python_version()}"
 
 
 def main() -> None:

@@ -1,0 +1,41 @@
+"""What every benchmark script shares: the workload's keys and values, percentiles, the machine.
+
+The scripts run as ``python benchmarks/<script>.py``, so this directory is on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+VALUE = b"v" * 100
+"""The value of every update: 100 bytes."""
+
+
+def key(i: int) -> str:
+    """The ``i``-th key: 16 characters."""
+    return f"{i:016d}"
+
+
+def pct(samples: list[float], q: float) -> float:
+    """The ``q`` quantile of ``samples`` (nearest rank)."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def lat(samples_ns: list[int]) -> dict[str, float]:
+    """p50/p90/p99 in microseconds of latencies given in nanoseconds."""
+    us = [s / 1e3 for s in samples_ns]
+    return {"p50_us": pct(us, 0.5), "p90_us": pct(us, 0.9), "p99_us": pct(us, 0.99)}
+
+
+def machine() -> str:
+    """CPU count and model, memory and Python version, for the results."""
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} x {cpu}, {mem:.1f} GiB, Python {platform.python_version()}"
