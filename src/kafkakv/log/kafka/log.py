@@ -65,8 +65,11 @@ __all__ = ["KafkaLog", "KafkaLogWriter"]
 
 log = logging.getLogger("kafkakv.log.kafka")
 
-_PROPAGATION_S = 5.0  # how long a new topic's configs may stay unknown to some brokers
-_UNKNOWN_TOPIC_GRACE_S = 1.0  # how long a topic missing from the metadata is asked for again
+_PROPAGATION_S = 2.0
+"""How long a topic another client just created may stay unknown to the broker asked (metadata
+spreads asynchronously): lookups ask again for this long before saying there is no topic."""
+
+_Headers = list[tuple[str, str | bytes | None]] | None  # built once, not per record
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
 """How long the brokers let a writer's transaction stay open before aborting it: the longest a
@@ -136,7 +139,7 @@ def _produce(
                     p,
                     on_delivery=cb,
                     timestamp=ts or 0,
-                    headers=cast(list[tuple[str, str | bytes | None]] | None, headers),
+                    headers=cast(_Headers, headers),
                 )
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
@@ -295,19 +298,21 @@ class KafkaLog(Log):
         return self._info(topic).partitions
 
     def topic_config(self, topic: str) -> dict[str, str]:
-        """Every config entry of ``topic`` as the brokers report it."""
-        self._info(topic)
-        return self._describe(topic)
+        """Every config entry of ``topic`` as the brokers report it (fresh, not cached)."""
+        return self._load(topic)[1]
 
-    def _info(self, topic: str, refresh: bool = False) -> _TopicInfo:
+    def _info(self, topic: str) -> _TopicInfo:
         """Partition count and the settings appends check, cached per topic."""
         self._check_open()
         info = self._topics.get(topic)
-        if info is not None and not refresh:
-            return info
+        return info if info is not None else self._load(topic)[0]
+
+    def _load(self, topic: str) -> tuple[_TopicInfo, dict[str, str]]:
+        """Ask the cluster for ``topic``'s metadata and config; cache what appends check."""
+        self._check_open()
         if not isinstance(topic, str):
             raise UnknownTopicError(f"no topic {topic!r}")
-        deadline = time.monotonic() + _UNKNOWN_TOPIC_GRACE_S
+        deadline = time.monotonic() + _PROPAGATION_S
         while True:
             try:
                 meta = self._admin.list_topics(topic=topic, timeout=self.timeout)
@@ -316,9 +321,7 @@ class KafkaLog(Log):
             found = meta.topics.get(topic)
             if found is not None and found.error is None:
                 break
-            # A topic another process just created may be unknown to this broker for a
-            # moment (metadata spreads asynchronously): ask again before saying it is not.
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline:  # see _PROPAGATION_S
                 raise UnknownTopicError(f"no topic {topic!r} on {self.settings.bootstrap}")
             time.sleep(0.05)
         config = self._describe(topic)
@@ -328,11 +331,11 @@ class KafkaLog(Log):
             max_message_bytes=int(config.get("max.message.bytes", "1048588")),
         )
         self._topics[topic] = info
-        return info
+        return info, config
 
     def _describe(self, topic: str) -> dict[str, str]:
         resource = ConfigResource(ResourceType.TOPIC, topic)
-        deadline = time.monotonic() + min(self.timeout, _PROPAGATION_S)
+        deadline = time.monotonic() + _PROPAGATION_S
         while True:
             try:
                 entries = self._admin.describe_configs([resource], request_timeout=self.timeout)[
@@ -343,7 +346,6 @@ class KafkaLog(Log):
                 }
             except KafkaException as exc:
                 err = _error_of(exc)
-                # A topic just created is not known to every broker yet: ask again shortly.
                 unknown = err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
                 if not unknown or time.monotonic() > deadline:
                     raise self._failure(f"describing topic {topic!r}", exc) from None

@@ -62,7 +62,9 @@ class Reader:
         self.consumer = Consumer(config)
         self.timeout = timeout
         self._bounds = bounds
-        self._parts: dict[tuple[str, int], _Part] = {}
+        # Keyed as Message.topic()/partition() answer (typed Optional), so the per-message
+        # lookup needs no conversion.
+        self._parts: dict[tuple[str | None, int | None], _Part] = {}
         self.closed = False
 
     def close(self) -> None:
@@ -118,15 +120,15 @@ class Reader:
         messages = [first, *self.consumer.consume(_CONSUME_BATCH, 0)]
         parts = self._parts
         for m in messages:
-            part = parts.get(cast(tuple[str, int], (m.topic(), m.partition())))
+            part = parts.get((m.topic(), m.partition()))
             if part is None:
                 continue
             err = m.error()
             if err is not None:
                 self._event(part, m, err)
                 continue
-            offset = cast(int, m.offset())
-            if offset < part.next:
+            offset = m.offset()
+            if offset is None or offset < part.next:
                 continue  # fetched before a seek
             part.next = offset + 1
             part.eof = False
