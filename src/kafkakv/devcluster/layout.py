@@ -196,10 +196,16 @@ def render_properties(config: Mapping[str, str], comment: str = "") -> str:
 def new_cluster_id() -> str:
     """A fresh cluster id in Kafka's form: a random UUID as 22 characters of URL-safe base64.
 
+    Never one that starts with ``-`` (as Kafka's own ``Uuid.randomUuid``): the storage tool
+    would read it as an option and refuse to format (1 id in 64 otherwise).
+
     >>> len(new_cluster_id())
     22
     """
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+        if not text.startswith("-"):
+            return text
 
 
 def _java_prefix(
