@@ -621,7 +621,27 @@ class KafkaLogWriter(LogWriter):
             topic, p = next(iter(batches))
             raise self._log._append_failure(topic, p, delivery.error)
         producer.commit_transaction(timeout)
-        return {tp: delivery.firsts[tp] for tp in batches}
+        firsts = {tp: delivery.firsts[tp] for tp in batches}
+        self._await_visible({tp: firsts[tp] + len(rows) for tp, rows in batches.items()})
+        return firsts
+
+    def _await_visible(self, ends: Mapping[TP, int]) -> None:
+        """Return once every partition's last stable offset reaches ``ends``.
+
+        ``commit_transaction`` returns when the coordinator has decided; the commit markers
+        that make the records readable to ``read_committed`` readers are written after. The
+        Log contract (and the embedded log) has a writer's records readable when its append
+        returns, so wait for them: a few milliseconds, once per transaction.
+        """
+        deadline = time.monotonic() + self._log.timeout
+        for (topic, p), end in ends.items():
+            while self._log._bounds(topic, p)[1] < end:
+                if time.monotonic() > deadline:
+                    raise OperationTimeoutError(
+                        f"writer {self._id!r} committed, but {topic}[{p}] did not become "
+                        f"readable within {self._log.timeout} s"
+                    )
+                time.sleep(0.002)
 
     def _transaction_failure(self, exc: KafkaException) -> Exception:
         err = _error_of(exc)
