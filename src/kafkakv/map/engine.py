@@ -727,13 +727,20 @@ class ReplicaEngine:
             covered = self._applied[p] - 1
             if covered <= self._flushed[p]:
                 return None  # stale: someone flushed this far already
-            records: list[Record] = []
-            for key in self._dirty[p]:
-                state = self._state_for(key)
-                if state is None:
-                    log.debug("not flushing %s[%d]: keys of another map", data, p)
-                    return None
-                records.append(Record(key, state.store.get(key[len(state.prefix) :])))
+            records: list[Record]
+            if self._plain:  # one map, record key = store key: one lookup per key
+                get = self.maps[0].store.get
+                records = [
+                    _new_tuple(Record, (k, get(k), (), None, None, None)) for k in self._dirty[p]
+                ]
+            else:
+                records = []
+                for key in self._dirty[p]:
+                    state = self._state_for(key)
+                    if state is None:
+                        log.debug("not flushing %s[%d]: keys of another map", data, p)
+                        return None
+                    records.append(Record(key, state.store.get(key[len(state.prefix) :])))
             if not records:
                 return None
         records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))

@@ -36,7 +36,7 @@ import msgpack
 
 from kafkakv.errors import CorruptLogError, InvalidRecordError
 from kafkakv.log.base import Record
-from kafkakv.log.records import check_record
+from kafkakv.log.records import RECORD_OVERHEAD, check_record
 
 __all__ = [
     "ATTR_TRANSACTIONAL",
@@ -115,9 +115,19 @@ def encode_records(
     base_ts: int | None = None
     max_ts = -(2**63)
     for i, r in enumerate(records):
-        key, value, headers, ts = check_record(
-            i, r, max_message_bytes=max_message_bytes, null_keys=null_keys
-        )
+        if (  # the common record, checked inline: bytes key and value, nothing else
+            type(r) is Record
+            and type(key := r[0]) is bytes
+            and type(value := r[1]) is bytes
+            and not r[2]
+            and r[3] is None
+            and len(key) + len(value) + RECORD_OVERHEAD <= max_message_bytes
+        ):
+            headers, ts = None, None
+        else:
+            key, value, headers, ts = check_record(
+                i, r, max_message_bytes=max_message_bytes, null_keys=null_keys
+            )
         if ts is None:
             ts = now_ms
         if base_ts is None:
