@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -67,6 +67,7 @@ FLUSH_POINT_KEY = b"\x00kafkakv:flush-point"
 
 _READ_BATCH = 5000  # at least _SEND_BATCH: a read never splits a batch the sender wrote
 _SEND_BATCH = 5000  # async updates appended in one batch at most
+_LOAD_BYTES = 32 << 20  # bytes of data records read at once while bootstrapping
 _LINGER = 0.0005  # how long the sender lets a small batch grow (Kafka's linger.ms)
 _WAIT_SLICE = 0.5  # the follower thread re-checks its state this often
 _FOLLOW_PAUSE = 0.0002  # what the follower waits after a wake-up before taking the lock
@@ -812,23 +813,40 @@ class ReplicaEngine:
         flushed = -1
         position = self.log.start_offset(data, p)
         while True:
-            records = self.log.read(data, p, position, max_records=_READ_BATCH * 5)
-            if not records:  # stop on an empty read, not at an offset: gaps cannot stall it
-                return flushed
-            changes: dict[int, dict[bytes, bytes | None]] = {}
-            for record in records:
-                key = record.key
-                if key == FLUSH_POINT_KEY:
-                    flushed = max(flushed, _flush_point(record.value))
-                    continue
-                owner = self._state_for(key)
-                if owner is None or key is None:
-                    continue
-                changes.setdefault(id(owner), {})[key[len(owner.prefix) :]] = record.value
-            for state in self.maps:
-                if id(state) in changes:
-                    state.store.write(changes[id(state)], {})
+            with gc_paused():  # one tuple per record, none of them garbage: see gcpause
+                records = self.log.read(
+                    data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
+                )
+                if not records:  # stop on an empty read, not at an offset: gaps cannot stall it
+                    return flushed
+                if self._plain:  # record key = store key; a dict built at C speed
+                    batch = {r[0]: r[1] for r in records}
+                    batch.pop(None, None)
+                    if FLUSH_POINT_KEY in batch:
+                        del batch[FLUSH_POINT_KEY]
+                        flushed = max(flushed, _last_flush_point(records))
+                    self.maps[0].store.write(cast(dict[bytes, bytes | None], batch), {})
+                else:
+                    flushed = max(flushed, self._load_shared(records))
             position = (records[-1].offset or 0) + 1
+
+    def _load_shared(self, records: Sequence[Record]) -> int:
+        """Write data records of several maps to their stores; return the flush point seen."""
+        flushed = -1
+        changes: dict[int, dict[bytes, bytes | None]] = {}
+        for record in records:
+            key = record.key
+            if key == FLUSH_POINT_KEY:
+                flushed = max(flushed, _flush_point(record.value))
+                continue
+            owner = self._state_for(key)
+            if owner is None or key is None:
+                continue
+            changes.setdefault(id(owner), {})[key[len(owner.prefix) :]] = record.value
+        for state in self.maps:
+            if id(state) in changes:
+                state.store.write(changes[id(state)], {})
+        return flushed
 
     def _keys_of(self, state: MapState, p: int) -> Iterable[bytes]:
         prefix = state.prefix
@@ -836,6 +854,10 @@ class ReplicaEngine:
 
 
 _BARRIER = encode_op(OpCode.BARRIER, b"", 0)
+
+
+def _last_flush_point(records: Sequence[Record]) -> int:
+    return max(_flush_point(r.value) for r in records if r.key == FLUSH_POINT_KEY)
 
 
 def _flush_point(value: bytes | None) -> int:
