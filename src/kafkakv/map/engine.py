@@ -435,9 +435,18 @@ class ReplicaEngine:
                         records = [
                             _new_tuple(Record, (k, v, (), None, None, None)) for k, v, _ in batch
                         ]
-                        self.log.send(self.topics.ops, p, records)
+                        self.log.send(self.topics.ops, p, records, self._send_failed)
                     except Exception as exc:  # fail these updates; keep sending others
                         self._fail_pending([seq for _, _, seq in batch], exc)
+
+    def _send_failed(self, record: Record, exc: BaseException) -> None:
+        """A record of a pipelined send that the log could not store: fail its update."""
+        try:
+            seq = decode_op(record.value).seq
+        except DecodeError:  # cannot happen for a record this engine encoded
+            log.error("a failed send of %s: %s", self.topics.ops, exc)
+            return
+        self._fail_pending([seq], exc)
 
     # -- applying -----------------------------------------------------------------------
     def apply_until(self, p: int, offset: int, deadline: float) -> None:
