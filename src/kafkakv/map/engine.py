@@ -44,6 +44,7 @@ from kafkakv.errors import (
     DecodeError,
     FencedError,
     KafkaKVError,
+    LogError,
     LogUnavailableError,
     OperationFailedError,
     OperationTimeoutError,
@@ -703,9 +704,9 @@ class ReplicaEngine:
         writer fences any other flusher; the replica then catches up with the ops topic, so
         the last flush point is known before deciding; values are collected under the lock;
         data, flush point and ``FLUSHED`` mark go out in one atomic batch. When another
-        replica's flusher fenced this one meanwhile, the writer is reopened and the whole
-        decision made again, once; a second fence raises
-        :class:`~kafkakv.errors.FencedError` (nothing was written, nothing is lost).
+        replica's flusher fenced this one meanwhile (or its transaction failed otherwise), the
+        writer is reopened and the whole decision made again, once; a second failure raises,
+        e.g. :class:`~kafkakv.errors.FencedError` (nothing was written, nothing is lost).
         """
         self.check_usable()
         request = msgpack.packb([self.origin, self._applied[p]])  # who asked, and how far
@@ -713,11 +714,17 @@ class ReplicaEngine:
         with self._flush_locks[p]:
             try:
                 return self._flush_once(p)
-            except FencedError:
+            except LogUnavailableError:
+                self._drop_writer(p)
+                raise
+            except LogError:
+                # Fenced by another replica's flusher, or the transaction lost a race with
+                # one (Kafka may answer such a commit with an unexpected error): nothing was
+                # written. Drop the writer and decide again with a fresh one, once.
                 self._drop_writer(p)
             try:
                 return self._flush_once(p)
-            except FencedError:
+            except LogError:
                 self._drop_writer(p)
                 raise
 

@@ -726,7 +726,10 @@ class KafkaLogWriter(LogWriter):
             if self._closed:
                 return
             self._closed = True
-            self._producer.flush(min(self._log.timeout, 5.0))
+            try:
+                self._producer.flush(min(self._log.timeout, 5.0))
+            except KafkaException as exc:  # a fenced producer reports its fatal error again
+                log.debug("closing writer %s: %s", self._id, _text(exc))
 
 
 def _error_of(exc: KafkaException) -> KafkaError | None:
