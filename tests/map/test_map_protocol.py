@@ -521,6 +521,30 @@ def _stall_next_flush(
     return gate, thread, outcome
 
 
+def test_a_flush_mark_crossed_during_a_flush_is_flushed_after_it(
+    gated: tuple[_GatedLog, kafkakv.Database], map_name: str
+) -> None:
+    # The automatic flusher is busy (stalled here) while this replica's ops cross the next
+    # flush marks; no more ops come. The marks must still be flushed once it is free.
+    log, gdb = gated
+    gate = log.gate = _Gate()
+    m = gdb.map(map_name, flush_period=5)
+    for i in range(5):
+        m[f"k{i}"] = i  # the fifth op crosses the first mark: the flusher stalls on it
+    assert gate.entered.wait(10)
+    for i in range(5, 17):
+        m[f"k{i}"] = i  # two more marks crossed while that flush is stalled
+    gate.release.set()
+    last = log.end_offset(f"{map_name}_ops", 0) - 1
+
+    def covered() -> int:
+        return max(data_view(read_all(log, map_name, 0))[1], default=-1)
+
+    wait_for(lambda: covered() >= last, 10, "a flush covering every op")
+    latest, _ = data_view(read_all(log, map_name, 0))
+    assert decoded(latest) == {f"k{i}": i for i in range(17)}
+
+
 @pytest.mark.parametrize("store_kind", ["dict"])
 def test_zombie_flush_of_another_replica_is_fenced(
     gated: tuple[_GatedLog, kafkakv.Database], open_map: OpenMap, map_name: str

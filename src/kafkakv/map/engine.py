@@ -275,6 +275,9 @@ class ReplicaEngine:
         self._flushed = dict.fromkeys(self.held, -1)  # last ops offset a flush covered
         self._dirty: dict[int, dict[bytes, int]] = {p: {} for p in self.held}
         self._flush_asked: set[int] = set()
+        # Per partition, the last own op that crossed a flush mark while a flush was running:
+        # the flusher takes it up when that flush ends, so no mark goes unflushed.
+        self._flush_missed: dict[int, int] = {}
         self._next_flush = dict.fromkeys(self.held, settings.flush_period - 1)
         self._pending: dict[int, OpFuture] = {}
         self._events: collections.deque[tuple[Callable[[Any, Any], None], Any, Any]] = (
@@ -496,38 +499,43 @@ class ReplicaEngine:
         ``after`` (exclusive). Lock held."""
         changes: dict[int, dict[bytes, bytes | None]] = {}
         dirty = self._dirty[p]
-        period = self.settings.flush_period
         events = self._events
         pending_ops = self._pending
         origin = self.origin
         last = self._applied[p] - 1
         freed = 0
         plain = self.maps[0] if self._plain else None
-        for record in records:
-            offset = record.offset
+        if plain is not None:  # one map, record key = store key: resolved once per batch
+            plain_overlay: dict[bytes, bytes | None] = {}
+            changes[id(plain)] = plain_overlay
+        next_flush = self._next_flush[p]
+        for key, value, _, _, _, offset in records:
             assert offset is not None
             last = offset
             try:
-                code, op_origin, seq, args = decode_op(record.value)
+                code, op_origin, seq, args = decode_op(value)
             except DecodeError as exc:
                 self.errors.append(ApplyError(p, offset, str(exc)))
                 continue
             if code >= OpCode.BARRIER:  # control records
                 if code is OpCode.FLUSHED:
                     self._mark_flushed(p, args[0])
+                    next_flush = self._next_flush[p]
                 continue
-            key = record.key
-            state = plain or self._state_for(key)
             mine = op_origin == origin
             pending = pending_ops.pop(seq, None) if mine else None
-            if key is None or state is None:
-                if key is not None:
-                    dirty[key] = offset  # another map's key: this replica cannot flush it
+            if key is None:
                 continue
-            user_key = key[len(state.prefix) :] if state.prefix else key
-            overlay = changes.get(id(state))
-            if overlay is None:
-                overlay = changes[id(state)] = {}
+            if plain is not None:
+                state, user_key, overlay = plain, key, plain_overlay
+            else:
+                found = self._state_for(key)
+                if found is None:
+                    dirty[key] = offset  # another map's key: this replica cannot flush it
+                    continue
+                state = found
+                user_key = key[len(state.prefix) :] if state.prefix else key
+                overlay = changes.setdefault(id(state), {})
             current = overlay[user_key] if user_key in overlay else state.store.get(user_key)
             new: bytes | Keep | None
             if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
@@ -549,10 +557,12 @@ class ReplicaEngine:
             if pending is not None:
                 freed += pending.slot
                 events.append((_complete, pending, result))
-            if mine and offset >= self._next_flush[p] and p not in self._flush_asked:
-                self._flush_asked.add(p)
-                self._next_flush[p] = offset + period  # at most one attempt per period
-                self._flush_queue.put(p)
+            if mine and offset >= next_flush:
+                if p in self._flush_asked:
+                    self._flush_missed[p] = offset
+                else:
+                    self._ask_flush(p, offset)
+                    next_flush = self._next_flush[p]
         after = max(after, last + 1)
         position = {p: Positions(after, self._flushed[p])}
         for state in self.maps:
@@ -563,6 +573,12 @@ class ReplicaEngine:
             fn, target, arg = events.popleft()
             fn(target, arg)
         self._slots.give(freed)
+
+    def _ask_flush(self, p: int, offset: int) -> None:
+        """Queue a flush of ``p`` for the op at ``offset``: at most one per period. Lock held."""
+        self._flush_asked.add(p)
+        self._next_flush[p] = offset + self.settings.flush_period
+        self._flush_queue.put(p)
 
     def _state_for(self, key: bytes | None) -> MapState | None:
         if key is None:
@@ -695,6 +711,9 @@ class ReplicaEngine:
             finally:
                 with self._lock:
                     self._flush_asked.discard(p)
+                    missed = self._flush_missed.pop(p, -1)
+                    if missed > self._flushed[p] and not self._closed:
+                        self._ask_flush(p, missed)
 
     def flush(self, p: int) -> int | None:
         """Flush partition ``p`` now; return the ops offset covered, or None when there was
