@@ -138,6 +138,19 @@ def test_send_refuses_invalid_records_before_storing_any(
     assert log.end_offset(topic, 0) == 0
 
 
+def test_a_reader_at_the_end_reads_the_records_its_process_just_appended(
+    log: Log, topic: str
+) -> None:
+    log.create_topic(topic, 1)
+    position = 0
+    for n in range(30):
+        offset = log.append(topic, 0, [Record(b"k", b"%d" % n)])
+        got = log.read(topic, 0, position)
+        assert [r.value for r in got] == [b"%d" % n], f"append {n} at {offset}"
+        position = (got[-1].offset or 0) + 1
+        assert log.read(topic, 0, position) == []  # and now this reader is at the end
+
+
 def test_read_from_the_middle_of_a_batch_and_at_the_end(log: Log, topic: str) -> None:
     log.create_topic(topic, 1)
     log.append(topic, 0, [Record(None, b"%d" % i) for i in range(10)])

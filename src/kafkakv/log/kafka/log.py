@@ -207,6 +207,7 @@ class KafkaLog(Log):
         self._readers_lock = threading.Lock()
         self._batch_writer: KafkaLogWriter | None = None
         self._bulk: Producer | None = None  # for send() with on_failure: made on first use
+        self._written: dict[TP, int] = {}  # see _wrote
         self._bulk_poller: threading.Thread | None = None
         self._batch_lock = threading.Lock()
         self._closed = False
@@ -451,7 +452,17 @@ class KafkaLog(Log):
             )
         if delivery.error is not None:
             raise self._append_failure(topic, partition, delivery.error)
-        return delivery.firsts[(topic, partition)]
+        first = delivery.firsts[(topic, partition)]
+        self._wrote(topic, partition, first + len(rows))
+        return first
+
+    def _wrote(self, topic: str, partition: int, end: int) -> None:
+        """Note that this process's records of ``topic[partition]`` reach ``end``: its readers
+        then wait for them rather than report the end of the partition before (a consumer may
+        not have fetched them yet)."""
+        key = (topic, partition)
+        if self._written.get(key, -1) < end:  # racing writers: a lower end is harmless
+            self._written[key] = end
 
     def _append_failure(self, topic: str, partition: int, err: KafkaError) -> Exception:
         code = err.code()
@@ -487,6 +498,7 @@ class KafkaLog(Log):
                 self.settings.consumer(f"kafkakv-reader-{uuid.uuid4().hex}"),
                 self.timeout,
                 self._bounds,
+                self._written,
             )
             self._local.reader = reader
             with self._readers_lock:
@@ -685,6 +697,8 @@ class KafkaLogWriter(LogWriter):
             raise self._log._append_failure(topic, p, delivery.error)
         producer.commit_transaction(timeout)
         firsts = {tp: delivery.firsts[tp] for tp in batches}
+        for (topic, p), rows in batches.items():
+            self._log._wrote(topic, p, firsts[(topic, p)] + len(rows))
         self._await_visible({tp: firsts[tp] + len(rows) for tp, rows in batches.items()})
         return firsts
 

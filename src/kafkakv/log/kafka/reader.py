@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -31,6 +31,12 @@ log = logging.getLogger("kafkakv.log.kafka")
 _CONSUME_BATCH = 10_000  # messages taken from librdkafka per consume() call
 _SLICE = 0.1  # longest single consume() while waiting, so close() is noticed
 _FORWARD_LIMIT = 100_000  # a read this far ahead of the consumer seeks rather than skims
+# A partition nobody has read lately whose buffer grows past either limit is unassigned: the
+# consumer stops fetching it, and its next read seeks afresh. (Its records arrive with those
+# of the partitions this thread does read: without this, the data topic a thread bootstrapped
+# from would fill its memory with every later flush.)
+_IDLE_RECORDS = 100_000
+_IDLE_BYTES = 64 << 20
 
 _EOF = KafkaError._PARTITION_EOF
 _OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
@@ -40,7 +46,7 @@ _new_record = tuple.__new__
 class _Part:
     """The state of one assigned partition in one reader."""
 
-    __slots__ = ("eof", "failure", "head", "known_end", "lo", "next", "records", "size")
+    __slots__ = ("eof", "failure", "head", "known_end", "lo", "next", "records", "size", "used")
 
     def __init__(self, offset: int) -> None:
         self.reset(offset)
@@ -56,6 +62,7 @@ class _Part:
         self.eof = False  # the consumer reported the end at `next`, nothing arrived since
         self.failure: LogError | None = None
         self.known_end = -1  # the end offset asked of the broker when positioned here
+        self.used = 0  # the reader's call count when this partition was last read
 
     def skip_below(self, offset: int) -> None:
         """Drop buffered records below ``offset``."""
@@ -70,13 +77,23 @@ class _Part:
 class Reader:
     """One thread's consumer and its per-partition buffers. Not thread-safe by design."""
 
-    def __init__(self, config: ClientConfig, timeout: float, bounds: Bounds) -> None:
+    def __init__(
+        self,
+        config: ClientConfig,
+        timeout: float,
+        bounds: Bounds,
+        written: Mapping[tuple[str, int], int] | None = None,
+    ) -> None:
         self.consumer = Consumer(config)
         self.timeout = timeout
         self._bounds = bounds
+        # How far this process's own appends reach, per partition: a read below that is not
+        # at the end, whatever the consumer last reported (read your own writes).
+        self._written: Mapping[tuple[str, int], int] = written if written is not None else {}
         # Keyed as Message.topic()/partition() answer (typed Optional), so the per-message
         # lookup needs no conversion.
         self._parts: dict[tuple[str | None, int | None], _Part] = {}
+        self._calls = 0  # read and wait_any calls so far
         self.closed = False
 
     def close(self) -> None:
@@ -94,6 +111,7 @@ class Reader:
         if part is not None and part.lo <= offset <= part.next + _FORWARD_LIMIT:
             part.lo = offset
             part.skip_below(offset)
+            part.used = self._calls
             return part
         low, high = self._bounds(topic, partition)
         if offset < low:
@@ -110,6 +128,7 @@ class Reader:
             part.reset(start)
         part.lo = offset
         part.known_end = high
+        part.used = self._calls
         return part
 
     def _seek(self, tp: TopicPartition) -> None:
@@ -173,6 +192,14 @@ class Reader:
             )
         if part is not None:
             part.next, part.size = nxt, size
+        for tp, idle in list(parts.items()):
+            if self._calls - idle.used > 2 and (
+                len(idle.records) - idle.head > _IDLE_RECORDS or idle.size > _IDLE_BYTES
+            ):
+                del parts[tp]
+                name, number = cast(tuple[str, int], tp)
+                self.consumer.incremental_unassign([TopicPartition(name, number)])
+                log.debug("stopped fetching %s[%d]: not read lately", name, number)
 
     def _event(self, part: _Part, m: Message, err: KafkaError) -> None:
         code = err.code()
@@ -195,6 +222,7 @@ class Reader:
     def read(
         self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> Batch:
+        self._calls += 1
         part = self._position(topic, partition, offset)
         deadline = time.monotonic() + self.timeout
         while True:
@@ -205,7 +233,9 @@ class Reader:
                 raise failure
             if part.head < len(part.records):
                 return self._take(part, max_records, max_bytes)
-            if part.eof or self._at_high_watermark(topic, partition, part):
+            if (part.eof or self._at_high_watermark(topic, partition, part)) and self._written.get(
+                (topic, partition), -1
+            ) <= max(offset, part.next):
                 self._pump(0)  # whatever arrived since the end was reported
                 if part.head < len(part.records):
                     continue
@@ -261,6 +291,7 @@ class Reader:
     def wait_any(
         self, positions: dict[tuple[str, int], int], timeout: float | None
     ) -> set[tuple[str, int]]:
+        self._calls += 1
         parts = {tp: self._position(tp[0], tp[1], offset) for tp, offset in positions.items()}
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
