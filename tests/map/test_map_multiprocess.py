@@ -243,7 +243,9 @@ def test_random_updates_with_kill_9_converge_to_a_replay_of_the_ops_log(
     checked = _check_results(tmp_path, decided)
     total_ops = sum(f[6] for f in finals)
     print(f"{kills} kills, {len(decided)} ops decided, {checked} results checked")
-    assert kills >= 3 and total_ops > 100 and checked > 100
+    # Enough work over the whole run; the final incarnations (0.5 s each) did some too. (Their
+    # own count is no fixed number: on a loaded 2-core machine with Kafka it can be a handful.)
+    assert kills >= 3 and total_ops > 0 and len(decided) > 100 and checked > 100
     for _, slot, incarnation, contents, store_problems, errors, _ops in finals:
         assert errors == [], f"worker {slot}/{incarnation}: {errors}"
         assert store_problems == [], f"worker {slot}/{incarnation} store: {store_problems}"
