@@ -105,12 +105,11 @@ class RecordDecoder:
                     append((dkey(kb), None))  # type: ignore[arg-type]
                 else:
                     append((dkey(kb), dvalue(vb)))  # type: ignore[arg-type]
-            except Exception:
-                if kb is None:
-                    exc = ValueError(_NO_KEY)
-                elif kb == FLUSH_POINT_KEY:
+            except Exception as exc:
+                if kb == FLUSH_POINT_KEY:
                     continue
-                errors.append(_failure(p, offset, kb, exc))
+                error = ValueError(_NO_KEY) if kb is None else exc
+                errors.append(_failure(p, offset, kb, error))
                 continue
             if kb == FLUSH_POINT_KEY:
                 changes.pop()
