@@ -37,9 +37,9 @@ def test_serve_exposes_every_series_of_a_directory(
     ):
         assert line in body, line
     assert f"kafkakv_directory_ready_seconds{{{labels}}}" in body
-    # Closed: the port is free again, and nothing answers there.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", server.port))
+    # Closed: nothing answers there any more.
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=5)
     d.close()
     assert (
         registry.get_sample_value(
