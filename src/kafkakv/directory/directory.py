@@ -426,28 +426,28 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
     def _read(self, p: int) -> bool:
         """Read one batch of ``p`` and apply it; False when there was nothing to read."""
         position = self._positions[p]
-        records, after = self.log.read_batch(
-            self.topic, p, position, max_records=_READ_RECORDS, max_bytes=_READ_BYTES
-        )
-        if not records:
-            if after > position:  # offsets that hold nothing to see: step over them
-                self._advance(p, [], after)
-            return False
-        self._advance(p, records, after)
+        with gc_paused():  # thousands of short-lived objects per batch: see gcpause
+            records, after = self.log.read_batch(
+                self.topic, p, position, max_records=_READ_RECORDS, max_bytes=_READ_BYTES
+            )
+            if not records:
+                if after > position:  # offsets that hold nothing to see: step over them
+                    self._advance(p, [], after)
+                return False
+            self._advance(p, records, after)
         return True
 
     def _advance(self, p: int, records: list[Record], after: int) -> None:
         if records:
             last = records[-1].offset
             after = max(after, (last if last is not None else -1) + 1)
-        with gc_paused():  # thousands of short-lived objects per batch: see gcpause
-            changes, errors = self._decoder.decode(records)
-            listeners = self._listeners
-            old: list[Any] | None = [] if listeners else None
-            with self._apply_lock:
-                self._check_open()
-                self._table.apply(changes, {p: after}, old)
-                self._positions[p] = after
+        changes, errors = self._decoder.decode(records)
+        listeners = self._listeners
+        old: list[Any] | None = [] if listeners else None
+        with self._apply_lock:
+            self._check_open()
+            self._table.apply(changes, {p: after}, old)
+            self._positions[p] = after
         self.records_applied += len(records)
         self._metrics.records.inc(len(records))
         self._metrics.set_position(p, after)

@@ -12,6 +12,7 @@ and :class:`StoreTable` (bytes in any :class:`~kafkakv.store.Store`, such as the
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
@@ -23,6 +24,8 @@ from kafkakv.errors import ClosedError
 from kafkakv.store.base import Positions, Store
 
 __all__ = ["MemoryTable", "StoreTable"]
+
+_second = operator.itemgetter(1)
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -85,7 +88,9 @@ class MemoryTable(Table[K, V]):
         with self._lock:
             self._live()
             data = self._data
-            if old is None:
+            if old is None and None not in map(_second, changes):
+                data.update(changes)
+            elif old is None:
                 for key, value in changes:
                     if value is None:
                         data.pop(key, None)
