@@ -12,6 +12,7 @@ and :class:`StoreTable` (bytes in any :class:`~kafkakv.store.Store`, such as the
 
 from __future__ import annotations
 
+import itertools
 import operator
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,6 +27,7 @@ from kafkakv.store.base import Positions, Store
 __all__ = ["MemoryTable", "StoreTable"]
 
 _second = operator.itemgetter(1)
+_NONES = itertools.repeat(None)  # "is any value None" at C speed, without calling __eq__
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -88,7 +90,7 @@ class MemoryTable(Table[K, V]):
         with self._lock:
             self._live()
             data = self._data
-            if old is None and None not in map(_second, changes):
+            if old is None and not any(map(operator.is_, map(_second, changes), _NONES)):
                 data.update(changes)
             elif old is None:
                 for key, value in changes:
