@@ -306,3 +306,22 @@ def test_reads_from_many_threads_while_following(
     for t in threads:
         t.join(10)
     assert not failures, failures[0]
+
+
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
+def test_a_log_that_fails_under_it_stops_following_and_keeps_serving(
+    dlog: Any, make_topic: Any, registry: CollectorRegistry
+) -> None:
+    topic = make_topic()
+    topic.put("a", 1)
+    db = kafkakv.connect(dlog)
+    d = db.directory(topic.name, metrics=registry)
+    late = db.directory(topic.name, name="late", start=False, metrics=registry)
+    dlog.close()
+    eventually(lambda: d.state is DirectoryState.FAILED)
+    assert isinstance(d.failure, ClosedError) and d["a"] == 1 and d.ready
+    late.start()
+    with pytest.raises(ClosedError):
+        late.wait_ready(10)
+    assert late.state is DirectoryState.FAILED and not late.ready
+    db.close()

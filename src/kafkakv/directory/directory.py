@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, ValuesView
 from typing import Any, Generic, TypeVar, cast
 
 from prometheus_client import CollectorRegistry
@@ -55,6 +55,7 @@ V = TypeVar("V")
 
 _READ_RECORDS = 50_000  # records asked for per read while loading and following
 _READ_BYTES = 64 << 20  # bytes asked for per read
+_BATCHES_PER_TURN = 4  # batches read from one partition before looking at the others
 _WAIT_SLICE = 0.5  # the follower re-checks close() this often
 _END_REFRESH = 1.0  # end offsets are asked for the metrics at most this often
 _RETRY_PAUSE = 1.0  # after the log could not answer
@@ -116,7 +117,7 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
         keys, values = codec_for(key_codec), codec_for(value_codec)
         if transform is not None and not callable(transform):
             raise ConfigError(f"transform must be callable, not {transform!r}")
-        if not isinstance(max_errors, int) or max_errors < 1:
+        if type(max_errors) is not int or max_errors < 1:
             raise ConfigError(f"max_errors is an int >= 1, not {max_errors!r}")
         count = log.partitions(topic)  # UnknownTopicError for a missing topic
         held = list(range(count)) if partitions is None else list(partitions)
@@ -163,7 +164,7 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
         latest ``max_errors``)."""
         self.failure: BaseException | None = None
         """The error that stopped following, or ``None``."""
-        self._on_close: list[Any] = []
+        self._on_close: list[Callable[[Directory[Any, Any]], None]] = []  # Database's hook
 
     @staticmethod
     def _open_table(
@@ -413,7 +414,9 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
         waiting = {(self.topic, p): self._positions[p] for p in self.partitions}
         ready = self.log.wait_any(waiting, _WAIT_SLICE)
         for _, p in sorted(ready):
-            while self._read(p):
+            for _ in range(_BATCHES_PER_TURN):  # a busy partition does not starve the others
+                if not self._read(p):
+                    break
                 self._check_open()
         self._metrics.entries.set(len(self._table))
         if time.monotonic() - self._last_refresh >= _END_REFRESH:
