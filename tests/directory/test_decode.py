@@ -70,6 +70,7 @@ def test_transform_sees_the_whole_record_and_decides() -> None:
             (None, b'{"kind": "drop"}'),  # keyless and dropped: nothing to delete
             (b"k6", b'{"kind": "keyless"}'),
             (b"k7", b'{"kind": "odd"}'),
+            (b"k8", b"null"),  # decodes to None: a delete, no transform either
         )
     )
     assert changes == [
@@ -77,6 +78,7 @@ def test_transform_sees_the_whole_record_and_decides() -> None:
         ("k2", None),
         ("other", None),
         ("k4", None),
+        ("k8", None),
     ]
     assert [e.offset for e in errors] == [15, 16]
     assert "key None" in errors[0].error and "not a pair" in errors[1].error

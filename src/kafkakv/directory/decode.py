@@ -4,8 +4,8 @@
 
 * a record whose key is the map flush-point marker (:data:`~kafkakv.map.FLUSH_POINT_KEY`) is
   skipped, so a directory on a replicated map's data topic shows only the map's entries;
-* a tombstone (``value is None``) deletes the record's decoded key (the transform is not
-  called: there is no row to transform);
+* a tombstone (``value is None``, or a value that decodes to ``None`` such as JSON ``null``)
+  deletes the record's decoded key (the transform is not called: there is no row);
 * otherwise key and value are decoded, then, with a transform, ``transform(record)`` decides:
   ``(key, value)`` sets the key, ``(key, None)`` deletes it, ``None`` deletes the record's
   own key;
@@ -47,6 +47,7 @@ Encode = Callable[[Any, Any], tuple[bytes, bytes | None]]
 
 
 _first = operator.itemgetter(0)
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level constructor (hot path)
 
 
 def fast_decoder(codec: Codec[Any]) -> Callable[[bytes], Any]:
@@ -124,8 +125,10 @@ class RecordDecoder:
                     value = None
                 else:
                     value = dvalue(vb)
-                    if transform is not None:
-                        row = DirectoryRecord(key, value, p or 0, offset or 0, headers, ts)
+                    if transform is not None and value is not None:
+                        row = _new_tuple(
+                            DirectoryRecord, (key, value, p or 0, offset or 0, headers, ts)
+                        )
                         entry = transform(row)
                         if entry is None:
                             value = None
