@@ -4,6 +4,7 @@ transactions, compacted records, transactions still open."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 import kafkakv
 from kafkakv.devcluster import Cluster
-from kafkakv.log import Record
+from kafkakv.log import Batch, EmbeddedLog, Record
 from tests.conftest import KAFKA_TIMEOUT
 from tests.directory.conftest import sample, terminal_rows
 from tests.directory.test_directory import eventually
@@ -79,6 +80,9 @@ def test_aborted_and_open_transactions(
     producer.produce(topic.name, b"3", b"plain", 0)
     producer.flush(KAFKA_TIMEOUT)
     producer.abort_transaction(KAFKA_TIMEOUT)
+    # The abort marker is written after abort_transaction returns; until then the last stable
+    # offset stays at the aborted records, and that is what a directory would wait for.
+    eventually(lambda: db.log.end_offset(topic.name, 0) == 4)
     d = db.directory(topic.name, metrics=registry, timeout=30)
     assert dict(d.items()) == {"plain": 1}
     assert d.positions() == {0: db.log.end_offset(topic.name, 0)}
@@ -91,3 +95,32 @@ def test_aborted_and_open_transactions(
     producer.commit_transaction(KAFKA_TIMEOUT)
     eventually(lambda: "pending" in later and "pending" in d)
     assert later["pending"] == 4
+
+
+class LaggingLog(EmbeddedLog):
+    """An embedded log whose first reads find nothing yet, as a Kafka consumer does whose
+    last fetch is older than the end offset a directory captured."""
+
+    def __init__(self, path: Path, lagging_reads: int) -> None:
+        super().__init__(path, background_cleaner=False)
+        self.lagging_reads = lagging_reads
+
+    def read_batch(self, topic: str, partition: int, offset: int, **limits: Any) -> Batch:
+        if self.lagging_reads > 0:
+            self.lagging_reads -= 1
+            return Batch([], offset)
+        return super().read_batch(topic, partition, offset, **limits)
+
+
+def test_an_empty_read_below_the_target_is_not_the_end(
+    tmp_path: Path, registry: CollectorRegistry
+) -> None:
+    with LaggingLog(tmp_path / "log", lagging_reads=0) as lg:
+        lg.create_topic("rows", 1, {"cleanup.policy": "compact"})
+        lg.append("rows", 0, [Record(k, v) for k, v in terminal_rows(50)])
+        lg.lagging_reads = 3
+        db = kafkakv.connect(lg)
+        d = db.directory("rows", metrics=registry, timeout=10)
+        assert len(d) == 50 and lg.lagging_reads == 0
+        assert d.positions() == {0: 50}
+        db.close()

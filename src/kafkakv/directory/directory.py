@@ -5,11 +5,11 @@ The thread shell around :mod:`kafkakv.directory.decode` (what each record means)
 
 1. captures the end offset of every partition it holds (the *targets*);
 2. resumes from the positions a persistent table kept, or reads from the start;
-3. reads each partition in large batches until its position reaches its target, or until a
-   read finds nothing more to see (the log's end moved past the target's offsets, which were
-   transaction markers, aborted or compacted records). Positions advance by
-   :meth:`Log.read_batch`'s ``next_offset``, never by "the last record seen", so gaps at any
-   place cannot stall loading. Then the directory is *ready*;
+3. reads each partition in large batches until its position reaches its target. Positions
+   advance by :meth:`Log.read_batch`'s ``next_offset``, never by "the last record seen", so
+   offsets that hold nothing to read (transaction markers, aborted or compacted records) at
+   any place, the end included, cannot stall loading; an empty read is never taken for the
+   end (a Kafka consumer may not have fetched up to the target yet). Then it is *ready*;
 4. follows: waits for new records on all its partitions at once (:meth:`Log.wait_any`),
    applies them, calls listeners, and refreshes end offsets for the metrics once a second.
 
@@ -56,6 +56,7 @@ V = TypeVar("V")
 _READ_RECORDS = 50_000  # records asked for per read while loading and following
 _READ_BYTES = 64 << 20  # bytes asked for per read
 _BATCHES_PER_TURN = 4  # batches read from one partition before looking at the others
+_EMPTY_READ_PAUSE = 0.005  # before reading again below the target after an empty read
 _WAIT_SLICE = 0.5  # the follower re-checks close() this often
 _END_REFRESH = 1.0  # end offsets are asked for the metrics at most this often
 _RETRY_PAUSE = 1.0  # after the log could not answer
@@ -386,8 +387,14 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
             target = self._targets[p]
             while self._positions[p] < target:
                 self._check_open()
-                if not self._read(p):
-                    break  # nothing more to see below the end: the rest are gaps
+                position = self._positions[p]
+                if not self._read(p) and self._positions[p] == position:
+                    # An empty read that did not move: the log has not delivered what lies
+                    # below the target yet (a Kafka consumer whose last fetch is older than
+                    # the target). Never take that for the end: ask again shortly. Gaps are
+                    # stepped over by read_batch's next offset, so this cannot spin forever
+                    # on a log that keeps its contract; wait_ready's timeout bounds it anyway.
+                    self._closing.wait(_EMPTY_READ_PAUSE)
         with self._apply_lock:  # every partition's position, even those with no records
             self._check_open()
             self._table.apply([], self._positions, None)
