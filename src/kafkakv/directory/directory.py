@@ -383,6 +383,14 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
             raise ClosedError(f"directory {self.name!r} is closed")
 
     def _load(self) -> None:
+        # The collector stays paused for the whole load, not per batch: what a load allocates
+        # (decoded rows) cannot form cycles, and with the pause lifted between batches every
+        # full collection scans every row loaded so far (quadratic-ish in the table's size).
+        with gc_paused():
+            self._load_partitions()
+        self._finish_load()
+
+    def _load_partitions(self) -> None:
         for p in self.partitions:
             target = self._targets[p]
             while self._positions[p] < target:
@@ -395,6 +403,8 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
                     # stepped over by read_batch's next offset, so this cannot spin forever
                     # on a log that keeps its contract; wait_ready's timeout bounds it anyway.
                     self._closing.wait(_EMPTY_READ_PAUSE)
+
+    def _finish_load(self) -> None:
         with self._apply_lock:  # every partition's position, even those with no records
             self._check_open()
             self._table.apply([], self._positions, None)
