@@ -3,6 +3,7 @@ API, transforms, errors, listeners, partitions, lifecycle and metrics."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -32,13 +33,21 @@ def eventually(check: Any, timeout: float = 20.0) -> None:
 
 
 def test_loads_everything_present_at_start(
-    db: kafkakv.Database, make_topic: Any, registry: CollectorRegistry
+    db: kafkakv.Database,
+    make_topic: Any,
+    registry: CollectorRegistry,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     topic = make_topic()
     topic.write(terminal_rows(300))
     topic.put("T0000007", {"acquirerId": "changed"})  # a later row wins
     topic.write([(b"T0000008", None)])  # a tombstone deletes
-    d = db.directory(topic.name, metrics=registry)
+    with caplog.at_level(logging.INFO, logger="kafkakv.directory"):
+        d = db.directory(topic.name, metrics=registry)
+    ready_lines = [r.getMessage() for r in caplog.records if "ready" in r.getMessage()]
+    assert len(ready_lines) == 1, ready_lines
+    assert f"directory {topic.name} ready: 299 keys from 302 records" in ready_lines[0]
+    assert ready_lines[0].endswith(" s, 0 errors")
     assert d.ready and d.state is DirectoryState.READY
     assert len(d) == 299
     assert d["T0000007"] == {"acquirerId": "changed"}
