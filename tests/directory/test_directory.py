@@ -211,17 +211,23 @@ def test_bad_options_raise_typed_errors(
     assert second.ready and first.ready
 
 
+def held_back(release: threading.Event, seconds: float) -> Any:
+    """A transform that waits for ``release`` (at most ``seconds``) before each row."""
+
+    def transform(record: DirectoryRecord) -> tuple[Any, Any]:
+        release.wait(seconds)
+        return record.key, record.value
+
+    return transform
+
+
 def test_non_blocking_start_and_wait_ready_timeout(
     db: kafkakv.Database, make_topic: Any, registry: CollectorRegistry
 ) -> None:
     topic = make_topic()
     topic.write(terminal_rows(20))
     release = threading.Event()
-
-    def slow(record: DirectoryRecord) -> tuple[Any, Any]:
-        release.wait(10)
-        return record.key, record.value
-
+    slow = held_back(release, 10)
     d = db.directory(topic.name, transform=slow, start=False, metrics=registry)
     assert d.state is DirectoryState.NEW and not d.ready
     with pytest.raises(ConfigError, match="not started"):
@@ -244,11 +250,7 @@ def test_blocking_open_times_out_and_closes(
     topic = make_topic()
     topic.write(terminal_rows(3))
     release = threading.Event()
-
-    def stuck(record: DirectoryRecord) -> tuple[Any, Any]:
-        release.wait(5)
-        return record.key, record.value
-
+    stuck = held_back(release, 5)
     with pytest.raises(OperationTimeoutError):
         db.directory(topic.name, transform=stuck, timeout=0.3, metrics=registry)
     release.set()
