@@ -38,8 +38,8 @@ values) and the default dict store.
 Each figure is the median of ``--runs`` runs (default 7; ``--quick``: 3) after one warm-up
 run that is discarded; the runs of a figure and of its baseline alternate. The ratio is
 directory / baseline (1.0: as fast as the plain loop), of wall-clock medians. Next to each
-wall-clock median is the median CPU time of this process (all its threads; not the brokers'),
-which a virtual machine's stolen time and other processes inflate less than wall time.
+wall-clock median is the median CPU time of this process (all its threads; not the brokers'):
+where it is far below the wall time, the run was waiting (for brokers, for a CPU).
 """
 
 from __future__ import annotations
