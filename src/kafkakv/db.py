@@ -258,9 +258,9 @@ class Database(Closeable):
         return directory
 
     def _forget(self, directory: Directory[Any, Any]) -> None:
+        # By identity: a directory is a Mapping, and == would compare every entry.
         with self._lock:
-            if directory in self._directories:
-                self._directories.remove(directory)
+            self._directories = [d for d in self._directories if d is not directory]
 
     def close(self) -> None:
         """Close every map and directory opened here, then the log if this database opened

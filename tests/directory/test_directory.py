@@ -279,6 +279,11 @@ def test_close_makes_reads_raise_and_database_close_closes_it(
         sample(registry, "kafkakv_directory_ready", directory=topic.name, topic=topic.name) is None
     )
     assert other["a"] == 1
+    with db.directory(topic.name, name="scoped", metrics=registry) as scoped:
+        assert scoped["a"] == 1
+    assert scoped.state is DirectoryState.CLOSED
+    with pytest.raises(ClosedError):
+        "a" in scoped  # noqa: B015
     db.close()
     assert other.state is DirectoryState.CLOSED
     with pytest.raises(ClosedError):

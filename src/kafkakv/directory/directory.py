@@ -408,24 +408,27 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
         with self._apply_lock:  # every partition's position, even those with no records
             self._check_open()
             self._table.apply([], self._positions, None)
-        self._metrics.entries.set(len(self._table))
-        with self._cond:
-            self._ready_at = now = time.monotonic()
-            if self._state is DirectoryState.LOADING:
-                self._state = DirectoryState.READY
-            self._cond.notify_all()
+        entries = len(self._table)
+        self._metrics.entries.set(entries)
+        now = time.monotonic()
         self._metrics.set_ready(now - self._started)
+        # Logged before waiters wake: whoever waited for readiness finds the line written.
         log.info(
             "directory %s ready: %d keys from %d records of %s (%d partitions) in %.3f s, "
             "%d errors",
             self.name,
-            len(self._table),
+            entries,
             self.records_applied,
             self.topic,
             len(self.partitions),
             now - self._started,
             self.error_count,
         )
+        with self._cond:
+            self._ready_at = now
+            if self._state is DirectoryState.LOADING:
+                self._state = DirectoryState.READY
+            self._cond.notify_all()
 
     def _follow_once(self) -> None:
         waiting = {(self.topic, p): self._positions[p] for p in self.partitions}
