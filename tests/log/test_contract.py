@@ -96,6 +96,61 @@ def test_append_returns_consecutive_offsets_and_read_returns_records(log: Log, t
     assert log.end_offset(topic, 1) == 1
 
 
+def read_all(log: Log, topic: str, partition: int, count: int, timeout: float) -> list[Record]:
+    """The first ``count`` records of a partition, waiting up to ``timeout`` for them."""
+    got: list[Record] = []
+    position, deadline = 0, time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        batch = log.read_batch(topic, partition, position, max_records=1000)
+        got += batch.records
+        position = batch.next_offset
+        if not batch.records:
+            log.wait(topic, partition, position, 0.2)
+    return got
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["blocking", "pipelined"])
+def test_send_appends_every_record_in_order(log: Log, topic: str, pipelined: bool) -> None:
+    log.create_topic(topic, 2)
+    failures: list[tuple[Record, BaseException]] = []
+    on_failure = (lambda r, e: failures.append((r, e))) if pipelined else None
+    sent = [Record(b"k%d" % i, b"v%d" % i) for i in range(3000)]
+    for i in range(0, len(sent), 500):
+        log.send(topic, 1, sent[i : i + 500], on_failure)
+    got = read_all(log, topic, 1, len(sent), timeout=30)
+    assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in sent]
+    offsets = [r.offset for r in got]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    assert failures == []
+    assert log.end_offset(topic, 0) == 0  # nothing went to the other partition
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["blocking", "pipelined"])
+def test_send_refuses_invalid_records_before_storing_any(
+    log: Log, topic: str, pipelined: bool
+) -> None:
+    log.create_topic(topic, 1, {"cleanup.policy": "compact"})
+    on_failure = (lambda r, e: None) if pipelined else None
+    with pytest.raises(InvalidRecordError, match="key"):
+        log.send(topic, 0, [Record(b"a", b"1"), Record(None, b"2")], on_failure)
+    with pytest.raises(InvalidRecordError):
+        log.send(topic, 0, [Record(b"a", "text")], on_failure)  # type: ignore[arg-type]
+    assert log.end_offset(topic, 0) == 0
+
+
+def test_a_reader_at_the_end_reads_the_records_its_process_just_appended(
+    log: Log, topic: str
+) -> None:
+    log.create_topic(topic, 1)
+    position = 0
+    for n in range(30):
+        offset = log.append(topic, 0, [Record(b"k", b"%d" % n)])
+        got = log.read(topic, 0, position)
+        assert [r.value for r in got] == [b"%d" % n], f"append {n} at {offset}"
+        position = (got[-1].offset or 0) + 1
+        assert log.read(topic, 0, position) == []  # and now this reader is at the end
+
+
 def test_read_from_the_middle_of_a_batch_and_at_the_end(log: Log, topic: str) -> None:
     log.create_topic(topic, 1)
     log.append(topic, 0, [Record(None, b"%d" % i) for i in range(10)])

@@ -10,13 +10,22 @@ records, leaving gaps; nothing is ever renumbered.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from kafkakv.lifecycle import Closeable
 
-__all__ = ["Batch", "CleanResult", "Log", "LogWriter", "Problem", "Record", "TopicPartition"]
+__all__ = [
+    "Batch",
+    "CleanResult",
+    "FailureCallback",
+    "Log",
+    "LogWriter",
+    "Problem",
+    "Record",
+    "TopicPartition",
+]
 
 TopicPartition = tuple[str, int]
 """A ``(topic, partition)`` pair."""
@@ -49,6 +58,10 @@ class Batch(NamedTuple):
     next_offset: int
     """One past the last record, or further when the backend knows that the offsets between
     hold nothing a reader will ever see (transaction markers, aborted or compacted records)."""
+
+
+FailureCallback = Callable[[Record, BaseException], None]
+"""``on_failure(record, error)`` of a pipelined :meth:`Log.send`: a record it could not store."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,12 +161,25 @@ class Log(Closeable):
         topic's ``max.message.bytes``; nothing is appended then.
         """
 
-    def send(self, topic: str, partition: int, records: Sequence[Record]) -> None:
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        on_failure: FailureCallback | None = None,
+    ) -> None:
         """Append ``records`` in order, as :meth:`append` does, without the atomicity.
 
         For bulk streams whose records stand alone (a map's updates): a backend may split them
-        over several writes, and a failure may leave a prefix of them appended. Returns once
-        every record is stored; raises as :meth:`append`. The default is :meth:`append`.
+        over several writes, and a failure may leave some of them appended. Raises as
+        :meth:`append` for records that are invalid, before any is stored.
+
+        Without ``on_failure``, returns once every record is stored and raises any failure.
+        With it, a backend that writes over a network may return once the records are on
+        their way (pipelined, as Kafka's producer does); each record it then fails to store
+        is passed to ``on_failure(record, error)``, once, from another thread, and records
+        after it may still be stored. A backend that stores synchronously (the default,
+        :meth:`append`) raises instead. Either way, a record is readable only once stored.
         """
         self.append(topic, partition, records)
 

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -44,6 +44,7 @@ from kafkakv.errors import (
     DecodeError,
     FencedError,
     KafkaKVError,
+    LogError,
     LogUnavailableError,
     OperationFailedError,
     OperationTimeoutError,
@@ -67,6 +68,7 @@ FLUSH_POINT_KEY = b"\x00kafkakv:flush-point"
 
 _READ_BATCH = 5000  # at least _SEND_BATCH: a read never splits a batch the sender wrote
 _SEND_BATCH = 5000  # async updates appended in one batch at most
+_LOAD_BYTES = 32 << 20  # bytes of data records read at once while bootstrapping
 _LINGER = 0.0005  # how long the sender lets a small batch grow (Kafka's linger.ms)
 _WAIT_SLICE = 0.5  # the follower thread re-checks its state this often
 _FOLLOW_PAUSE = 0.0002  # what the follower waits after a wake-up before taking the lock
@@ -273,6 +275,9 @@ class ReplicaEngine:
         self._flushed = dict.fromkeys(self.held, -1)  # last ops offset a flush covered
         self._dirty: dict[int, dict[bytes, int]] = {p: {} for p in self.held}
         self._flush_asked: set[int] = set()
+        # Per partition, the last own op that crossed a flush mark while a flush was running:
+        # the flusher takes it up when that flush ends, so no mark goes unflushed.
+        self._flush_missed: dict[int, int] = {}
         self._next_flush = dict.fromkeys(self.held, settings.flush_period - 1)
         self._pending: dict[int, OpFuture] = {}
         self._events: collections.deque[tuple[Callable[[Any, Any], None], Any, Any]] = (
@@ -434,9 +439,18 @@ class ReplicaEngine:
                         records = [
                             _new_tuple(Record, (k, v, (), None, None, None)) for k, v, _ in batch
                         ]
-                        self.log.send(self.topics.ops, p, records)
+                        self.log.send(self.topics.ops, p, records, self._send_failed)
                     except Exception as exc:  # fail these updates; keep sending others
                         self._fail_pending([seq for _, _, seq in batch], exc)
+
+    def _send_failed(self, record: Record, exc: BaseException) -> None:
+        """A record of a pipelined send that the log could not store: fail its update."""
+        try:
+            seq = decode_op(record.value).seq
+        except DecodeError:  # cannot happen for a record this engine encoded
+            log.error("a failed send of %s: %s", self.topics.ops, exc)
+            return
+        self._fail_pending([seq], exc)
 
     # -- applying -----------------------------------------------------------------------
     def apply_until(self, p: int, offset: int, deadline: float) -> None:
@@ -485,38 +499,43 @@ class ReplicaEngine:
         ``after`` (exclusive). Lock held."""
         changes: dict[int, dict[bytes, bytes | None]] = {}
         dirty = self._dirty[p]
-        period = self.settings.flush_period
         events = self._events
         pending_ops = self._pending
         origin = self.origin
         last = self._applied[p] - 1
         freed = 0
         plain = self.maps[0] if self._plain else None
-        for record in records:
-            offset = record.offset
+        if plain is not None:  # one map, record key = store key: resolved once per batch
+            plain_overlay: dict[bytes, bytes | None] = {}
+            changes[id(plain)] = plain_overlay
+        next_flush = self._next_flush[p]
+        for key, value, _, _, _, offset in records:
             assert offset is not None
             last = offset
             try:
-                code, op_origin, seq, args = decode_op(record.value)
+                code, op_origin, seq, args = decode_op(value)
             except DecodeError as exc:
                 self.errors.append(ApplyError(p, offset, str(exc)))
                 continue
             if code >= OpCode.BARRIER:  # control records
                 if code is OpCode.FLUSHED:
                     self._mark_flushed(p, args[0])
+                    next_flush = self._next_flush[p]
                 continue
-            key = record.key
-            state = plain or self._state_for(key)
             mine = op_origin == origin
             pending = pending_ops.pop(seq, None) if mine else None
-            if key is None or state is None:
-                if key is not None:
-                    dirty[key] = offset  # another map's key: this replica cannot flush it
+            if key is None:
                 continue
-            user_key = key[len(state.prefix) :] if state.prefix else key
-            overlay = changes.get(id(state))
-            if overlay is None:
-                overlay = changes[id(state)] = {}
+            if plain is not None:
+                state, user_key, overlay = plain, key, plain_overlay
+            else:
+                found = self._state_for(key)
+                if found is None:
+                    dirty[key] = offset  # another map's key: this replica cannot flush it
+                    continue
+                state = found
+                user_key = key[len(state.prefix) :] if state.prefix else key
+                overlay = changes.setdefault(id(state), {})
             current = overlay[user_key] if user_key in overlay else state.store.get(user_key)
             new: bytes | Keep | None
             if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
@@ -538,10 +557,12 @@ class ReplicaEngine:
             if pending is not None:
                 freed += pending.slot
                 events.append((_complete, pending, result))
-            if mine and offset >= self._next_flush[p] and p not in self._flush_asked:
-                self._flush_asked.add(p)
-                self._next_flush[p] = offset + period  # at most one attempt per period
-                self._flush_queue.put(p)
+            if mine and offset >= next_flush:
+                if p in self._flush_asked:
+                    self._flush_missed[p] = offset
+                else:
+                    self._ask_flush(p, offset)
+                    next_flush = self._next_flush[p]
         after = max(after, last + 1)
         position = {p: Positions(after, self._flushed[p])}
         for state in self.maps:
@@ -552,6 +573,12 @@ class ReplicaEngine:
             fn, target, arg = events.popleft()
             fn(target, arg)
         self._slots.give(freed)
+
+    def _ask_flush(self, p: int, offset: int) -> None:
+        """Queue a flush of ``p`` for the op at ``offset``: at most one per period. Lock held."""
+        self._flush_asked.add(p)
+        self._next_flush[p] = offset + self.settings.flush_period
+        self._flush_queue.put(p)
 
     def _state_for(self, key: bytes | None) -> MapState | None:
         if key is None:
@@ -684,6 +711,9 @@ class ReplicaEngine:
             finally:
                 with self._lock:
                     self._flush_asked.discard(p)
+                    missed = self._flush_missed.pop(p, -1)
+                    if missed > self._flushed[p] and not self._closed:
+                        self._ask_flush(p, missed)
 
     def flush(self, p: int) -> int | None:
         """Flush partition ``p`` now; return the ops offset covered, or None when there was
@@ -693,9 +723,9 @@ class ReplicaEngine:
         writer fences any other flusher; the replica then catches up with the ops topic, so
         the last flush point is known before deciding; values are collected under the lock;
         data, flush point and ``FLUSHED`` mark go out in one atomic batch. When another
-        replica's flusher fenced this one meanwhile, the writer is reopened and the whole
-        decision made again, once; a second fence raises
-        :class:`~kafkakv.errors.FencedError` (nothing was written, nothing is lost).
+        replica's flusher fenced this one meanwhile (or its transaction failed otherwise), the
+        writer is reopened and the whole decision made again, once; a second failure raises,
+        e.g. :class:`~kafkakv.errors.FencedError` (nothing was written, nothing is lost).
         """
         self.check_usable()
         request = msgpack.packb([self.origin, self._applied[p]])  # who asked, and how far
@@ -703,11 +733,17 @@ class ReplicaEngine:
         with self._flush_locks[p]:
             try:
                 return self._flush_once(p)
-            except FencedError:
+            except LogUnavailableError:
+                self._drop_writer(p)
+                raise
+            except LogError:
+                # Fenced by another replica's flusher, or the transaction lost a race with
+                # one (Kafka may answer such a commit with an unexpected error): nothing was
+                # written. Drop the writer and decide again with a fresh one, once.
                 self._drop_writer(p)
             try:
                 return self._flush_once(p)
-            except FencedError:
+            except LogError:
                 self._drop_writer(p)
                 raise
 
@@ -812,23 +848,40 @@ class ReplicaEngine:
         flushed = -1
         position = self.log.start_offset(data, p)
         while True:
-            records = self.log.read(data, p, position, max_records=_READ_BATCH * 5)
-            if not records:  # stop on an empty read, not at an offset: gaps cannot stall it
-                return flushed
-            changes: dict[int, dict[bytes, bytes | None]] = {}
-            for record in records:
-                key = record.key
-                if key == FLUSH_POINT_KEY:
-                    flushed = max(flushed, _flush_point(record.value))
-                    continue
-                owner = self._state_for(key)
-                if owner is None or key is None:
-                    continue
-                changes.setdefault(id(owner), {})[key[len(owner.prefix) :]] = record.value
-            for state in self.maps:
-                if id(state) in changes:
-                    state.store.write(changes[id(state)], {})
+            with gc_paused():  # one tuple per record, none of them garbage: see gcpause
+                records = self.log.read(
+                    data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
+                )
+                if not records:  # stop on an empty read, not at an offset: gaps cannot stall it
+                    return flushed
+                if self._plain:  # record key = store key; a dict built at C speed
+                    batch = {r[0]: r[1] for r in records}
+                    batch.pop(None, None)
+                    if FLUSH_POINT_KEY in batch:
+                        del batch[FLUSH_POINT_KEY]
+                        flushed = max(flushed, _last_flush_point(records))
+                    self.maps[0].store.write(cast(dict[bytes, bytes | None], batch), {})
+                else:
+                    flushed = max(flushed, self._load_shared(records))
             position = (records[-1].offset or 0) + 1
+
+    def _load_shared(self, records: Sequence[Record]) -> int:
+        """Write data records of several maps to their stores; return the flush point seen."""
+        flushed = -1
+        changes: dict[int, dict[bytes, bytes | None]] = {}
+        for record in records:
+            key = record.key
+            if key == FLUSH_POINT_KEY:
+                flushed = max(flushed, _flush_point(record.value))
+                continue
+            owner = self._state_for(key)
+            if owner is None or key is None:
+                continue
+            changes.setdefault(id(owner), {})[key[len(owner.prefix) :]] = record.value
+        for state in self.maps:
+            if id(state) in changes:
+                state.store.write(changes[id(state)], {})
+        return flushed
 
     def _keys_of(self, state: MapState, p: int) -> Iterable[bytes]:
         prefix = state.prefix
@@ -836,6 +889,10 @@ class ReplicaEngine:
 
 
 _BARRIER = encode_op(OpCode.BARRIER, b"", 0)
+
+
+def _last_flush_point(records: Sequence[Record]) -> int:
+    return max(_flush_point(r.value) for r in records if r.key == FLUSH_POINT_KEY)
 
 
 def _flush_point(value: bytes | None) -> int:

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -54,7 +54,7 @@ from kafkakv.errors import (
     UnknownTopicError,
     UnsupportedOperationError,
 )
-from kafkakv.log.base import Batch, CleanResult, Log, LogWriter, Problem, Record
+from kafkakv.log.base import Batch, CleanResult, FailureCallback, Log, LogWriter, Problem, Record
 from kafkakv.log.base import TopicPartition as TP
 from kafkakv.log.config import parse_topic_config, validate_topic_name
 from kafkakv.log.kafka.reader import Reader
@@ -126,8 +126,33 @@ class _Delivery:
             self.done.set()
 
 
+class _Failures:
+    """The delivery callback of a pipelined :meth:`KafkaLog.send`: called for failed records
+    only; hands each, with its error translated, to the caller's ``on_failure``."""
+
+    __slots__ = ("_log", "_on_failure")
+
+    def __init__(self, owner: KafkaLog, on_failure: FailureCallback) -> None:
+        self._log = owner
+        self._on_failure = on_failure
+
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            return
+        topic, partition = cast(str, msg.topic()), cast(int, msg.partition())
+        record = Record(msg.key(), msg.value(), partition=partition)
+        try:
+            self._on_failure(record, self._log._append_failure(topic, partition, err))
+        except Exception:  # an exception here would be lost inside librdkafka's poll
+            log.exception("on_failure of a send to %s[%d] raised", topic, partition)
+
+
 def _produce(
-    producer: Producer, topic: str, p: int, rows: list[CheckedRecord], cb: _Delivery
+    producer: Producer,
+    topic: str,
+    p: int,
+    rows: list[CheckedRecord],
+    cb: Callable[[KafkaError | None, Message], None],
 ) -> None:
     for key, value, headers, ts in rows:
         while True:
@@ -181,6 +206,9 @@ class KafkaLog(Log):
         self._readers: weakref.WeakSet[Reader] = weakref.WeakSet()
         self._readers_lock = threading.Lock()
         self._batch_writer: KafkaLogWriter | None = None
+        self._bulk: Producer | None = None  # for send() with on_failure: made on first use
+        self._written: dict[TP, int] = {}  # see _wrote
+        self._bulk_poller: threading.Thread | None = None
         self._batch_lock = threading.Lock()
         self._closed = False
         self._check_reachable()
@@ -202,8 +230,9 @@ class KafkaLog(Log):
                 f"{_text(exc)}"
             ) from None
 
-    def _poll_loop(self) -> None:
-        producer = self._producer
+    def _poll_loop(self, producer: Producer | None = None) -> None:
+        if producer is None:  # (not `or`: a Producer with nothing queued is falsy)
+            producer = self._producer
         while not self._closed:
             try:
                 producer.poll(0.1)
@@ -377,9 +406,41 @@ class KafkaLog(Log):
             return writer.append_checked({(topic, partition): rows})[(topic, partition)]
         return self._deliver(topic, partition, rows)
 
-    def send(self, topic: str, partition: int, records: Sequence[Record]) -> None:
-        """Produce every record (in order, idempotently) and wait for all acknowledgements."""
-        self._deliver(topic, partition, self._checked(topic, partition, records))
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        on_failure: FailureCallback | None = None,
+    ) -> None:
+        """Produce every record (in order, idempotently). Without ``on_failure``, wait for all
+        acknowledgements; with it, return once librdkafka has queued them.
+
+        The pipelined form uses a second producer that reports failed records only
+        (``delivery.report.only.error``), so a record that is stored costs no Python call at
+        all; a failed one is passed to ``on_failure`` from that producer's poll thread.
+        """
+        rows = self._checked(topic, partition, records)
+        if on_failure is None:
+            self._deliver(topic, partition, rows)
+            return
+        _produce(self._bulk_producer(), topic, partition, rows, _Failures(self, on_failure))
+
+    def _bulk_producer(self) -> Producer:
+        with self._batch_lock:
+            self._check_open()
+            if self._bulk is None:
+                config = self.settings.producer()
+                config["delivery.report.only.error"] = True
+                self._bulk = Producer(config)
+                self._bulk_poller = threading.Thread(
+                    target=self._poll_loop,
+                    args=(self._bulk,),
+                    name="kafkakv-kafka-send-failures",
+                    daemon=True,
+                )
+                self._bulk_poller.start()
+            return self._bulk
 
     def _deliver(self, topic: str, partition: int, rows: list[CheckedRecord]) -> int:
         delivery = _Delivery(len(rows))
@@ -391,7 +452,17 @@ class KafkaLog(Log):
             )
         if delivery.error is not None:
             raise self._append_failure(topic, partition, delivery.error)
-        return delivery.firsts[(topic, partition)]
+        first = delivery.firsts[(topic, partition)]
+        self._wrote(topic, partition, first + len(rows))
+        return first
+
+    def _wrote(self, topic: str, partition: int, end: int) -> None:
+        """Note that this process's records of ``topic[partition]`` reach ``end``: its readers
+        then wait for them rather than report the end of the partition before (a consumer may
+        not have fetched them yet)."""
+        key = (topic, partition)
+        if self._written.get(key, -1) < end:  # racing writers: a lower end is harmless
+            self._written[key] = end
 
     def _append_failure(self, topic: str, partition: int, err: KafkaError) -> Exception:
         code = err.code()
@@ -427,6 +498,7 @@ class KafkaLog(Log):
                 self.settings.consumer(f"kafkakv-reader-{uuid.uuid4().hex}"),
                 self.timeout,
                 self._bounds,
+                self._written,
             )
             self._local.reader = reader
             with self._readers_lock:
@@ -543,6 +615,8 @@ class KafkaLog(Log):
             return
         self._closed = True
         self._poller.join(timeout=1)
+        if self._bulk_poller is not None:
+            self._bulk_poller.join(timeout=1)
         self._close_clients()
 
     def _close_clients(self) -> None:
@@ -552,9 +626,10 @@ class KafkaLog(Log):
             reader.close()
         if self._batch_writer is not None:
             self._batch_writer.close()
-        remaining = self._producer.flush(min(self.timeout, 5.0))
-        if remaining:
-            log.warning("closing with %d records not acknowledged", remaining)
+        for producer in (self._producer, self._bulk):
+            remaining = 0 if producer is None else producer.flush(min(self.timeout, 5.0))
+            if remaining:
+                log.warning("closing with %d records not acknowledged", remaining)
         with self._meta_lock:
             self._meta.close()
 
@@ -622,6 +697,8 @@ class KafkaLogWriter(LogWriter):
             raise self._log._append_failure(topic, p, delivery.error)
         producer.commit_transaction(timeout)
         firsts = {tp: delivery.firsts[tp] for tp in batches}
+        for (topic, p), rows in batches.items():
+            self._log._wrote(topic, p, firsts[(topic, p)] + len(rows))
         self._await_visible({tp: firsts[tp] + len(rows) for tp, rows in batches.items()})
         return firsts
 
@@ -663,7 +740,10 @@ class KafkaLogWriter(LogWriter):
             if self._closed:
                 return
             self._closed = True
-            self._producer.flush(min(self._log.timeout, 5.0))
+            try:
+                self._producer.flush(min(self._log.timeout, 5.0))
+            except KafkaException as exc:  # a fenced producer reports its fatal error again
+                log.debug("closing writer %s: %s", self._id, _text(exc))
 
 
 def _error_of(exc: KafkaException) -> KafkaError | None:

@@ -12,11 +12,10 @@ far a reader may step over offsets that hold nothing.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -32,6 +31,12 @@ log = logging.getLogger("kafkakv.log.kafka")
 _CONSUME_BATCH = 10_000  # messages taken from librdkafka per consume() call
 _SLICE = 0.1  # longest single consume() while waiting, so close() is noticed
 _FORWARD_LIMIT = 100_000  # a read this far ahead of the consumer seeks rather than skims
+# A partition nobody has read lately whose buffer grows past either limit is unassigned: the
+# consumer stops fetching it, and its next read seeks afresh. (Its records arrive with those
+# of the partitions this thread does read: without this, the data topic a thread bootstrapped
+# from would fill its memory with every later flush.)
+_IDLE_RECORDS = 100_000
+_IDLE_BYTES = 64 << 20
 
 _EOF = KafkaError._PARTITION_EOF
 _OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
@@ -41,30 +46,54 @@ _new_record = tuple.__new__
 class _Part:
     """The state of one assigned partition in one reader."""
 
-    __slots__ = ("eof", "failure", "known_end", "lo", "next", "records")
+    __slots__ = ("eof", "failure", "head", "known_end", "lo", "next", "records", "size", "used")
 
     def __init__(self, offset: int) -> None:
         self.reset(offset)
 
     def reset(self, offset: int) -> None:
-        self.records: collections.deque[Record] = collections.deque()
+        # Delivered records not read yet are records[head:], holding `size` bytes of keys and
+        # values: a list and an index, so that a read takes a whole run with one slice.
+        self.records: list[Record] = []
+        self.head = 0
+        self.size = 0
         self.lo = offset  # records below this are not wanted (dropped as they arrive)
         self.next = offset  # one past the last offset the consumer delivered or reported
         self.eof = False  # the consumer reported the end at `next`, nothing arrived since
         self.failure: LogError | None = None
         self.known_end = -1  # the end offset asked of the broker when positioned here
+        self.used = 0  # the reader's call count when this partition was last read
+
+    def skip_below(self, offset: int) -> None:
+        """Drop buffered records below ``offset``."""
+        records, head = self.records, self.head
+        while head < len(records) and cast(int, records[head].offset) < offset:
+            r = records[head]
+            self.size -= len(r.key or b"") + len(r.value or b"")
+            head += 1
+        self.head = head
 
 
 class Reader:
     """One thread's consumer and its per-partition buffers. Not thread-safe by design."""
 
-    def __init__(self, config: ClientConfig, timeout: float, bounds: Bounds) -> None:
+    def __init__(
+        self,
+        config: ClientConfig,
+        timeout: float,
+        bounds: Bounds,
+        written: Mapping[tuple[str, int], int] | None = None,
+    ) -> None:
         self.consumer = Consumer(config)
         self.timeout = timeout
         self._bounds = bounds
+        # How far this process's own appends reach, per partition: a read below that is not
+        # at the end, whatever the consumer last reported (read your own writes).
+        self._written: Mapping[tuple[str, int], int] = written if written is not None else {}
         # Keyed as Message.topic()/partition() answer (typed Optional), so the per-message
         # lookup needs no conversion.
         self._parts: dict[tuple[str | None, int | None], _Part] = {}
+        self._calls = 0  # read and wait_any calls so far
         self.closed = False
 
     def close(self) -> None:
@@ -81,9 +110,8 @@ class Reader:
         part = self._parts.get(key)
         if part is not None and part.lo <= offset <= part.next + _FORWARD_LIMIT:
             part.lo = offset
-            records = part.records
-            while records and cast(int, records[0].offset) < offset:
-                records.popleft()
+            part.skip_below(offset)
+            part.used = self._calls
             return part
         low, high = self._bounds(topic, partition)
         if offset < low:
@@ -100,6 +128,7 @@ class Reader:
             part.reset(start)
         part.lo = offset
         part.known_end = high
+        part.used = self._calls
         return part
 
     def _seek(self, tp: TopicPartition) -> None:
@@ -117,30 +146,60 @@ class Reader:
         first = self.consumer.poll(timeout)
         if first is None:
             return
-        messages = [first, *self.consumer.consume(_CONSUME_BATCH, 0)]
+        messages = self.consumer.consume(_CONSUME_BATCH, 0)
+        messages.insert(0, first)
+        # Per message only what a Record needs: this loop is the cost of every Kafka read.
+        # Messages come in runs of one partition; a run's bookkeeping is kept in locals and
+        # stored once when the run ends.
         parts = self._parts
+        part: _Part | None = None
+        where: tuple[str | None, int | None] = (None, None)
+        lo = nxt = size = 0
+        append: Callable[[Record], None] = _discard
         for m in messages:
-            part = parts.get((m.topic(), m.partition()))
-            if part is None:
+            partition = m.partition()
+            topic = m.topic()
+            if partition != where[1] or topic != where[0]:
+                if part is not None:
+                    part.next, part.size = nxt, size
+                where = (topic, partition)
+                part = parts.get(where)
+                if part is None:
+                    append = _discard
+                    continue
+                lo, nxt, size, append = part.lo, part.next, part.size, part.records.append
+            elif part is None:
                 continue
             err = m.error()
             if err is not None:
+                part.next, part.size = nxt, size
                 self._event(part, m, err)
+                nxt = part.next
                 continue
-            offset = m.offset()
-            if offset is None or offset < part.next:
+            offset = cast(int, m.offset())
+            if offset < nxt:
                 continue  # fetched before a seek
-            part.next = offset + 1
+            nxt = offset + 1
             part.eof = False
-            if offset < part.lo:
+            if offset < lo:
                 continue
-            _, ts = m.timestamp()
-            part.records.append(
+            key, value = m.key(), m.value()
+            size += (len(key) if key else 0) + (len(value) if value else 0)
+            append(
                 _new_record(
-                    Record,
-                    (m.key(), m.value(), m.headers() or (), ts, m.partition(), offset),
+                    Record, (key, value, m.headers() or (), m.timestamp()[1], partition, offset)
                 )
             )
+        if part is not None:
+            part.next, part.size = nxt, size
+        for tp, idle in list(parts.items()):
+            if self._calls - idle.used > 2 and (
+                len(idle.records) - idle.head > _IDLE_RECORDS or idle.size > _IDLE_BYTES
+            ):
+                del parts[tp]
+                name, number = cast(tuple[str, int], tp)
+                self.consumer.incremental_unassign([TopicPartition(name, number)])
+                log.debug("stopped fetching %s[%d]: not read lately", name, number)
 
     def _event(self, part: _Part, m: Message, err: KafkaError) -> None:
         code = err.code()
@@ -163,6 +222,7 @@ class Reader:
     def read(
         self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> Batch:
+        self._calls += 1
         part = self._position(topic, partition, offset)
         deadline = time.monotonic() + self.timeout
         while True:
@@ -171,11 +231,13 @@ class Reader:
                 del self._parts[(topic, partition)]
                 self.consumer.incremental_unassign([TopicPartition(topic, partition)])
                 raise failure
-            if part.records:
+            if part.head < len(part.records):
                 return self._take(part, max_records, max_bytes)
-            if part.eof or self._at_high_watermark(topic, partition, part):
+            if (part.eof or self._at_high_watermark(topic, partition, part)) and self._written.get(
+                (topic, partition), -1
+            ) <= max(offset, part.next):
                 self._pump(0)  # whatever arrived since the end was reported
-                if part.records:
+                if part.head < len(part.records):
                     continue
                 return Batch([], max(part.next, offset))
             remaining = deadline - time.monotonic()
@@ -198,23 +260,38 @@ class Reader:
 
     @staticmethod
     def _take(part: _Part, max_records: int, max_bytes: int) -> Batch:
-        records = part.records
-        out: list[Record] = []
-        size = 0
-        while records and len(out) < max_records:
-            r = records[0]
-            size += len(r.key or b"") + len(r.value or b"")
-            if out and size > max_bytes:
+        records, head = part.records, part.head
+        if len(records) - head <= max_records and part.size <= max_bytes:
+            out = records[head:] if head else records  # the common case: take everything
+            part.records, part.head, part.size = [], 0, 0
+            part.lo = cast(int, out[-1].offset) + 1
+            return Batch(out, part.next)
+        stop, size = head, 0
+        limit = min(len(records), head + max_records)
+        while stop < limit:
+            r = records[stop]
+            bytes_ = len(r.key or b"") + len(r.value or b"")
+            if stop > head and size + bytes_ > max_bytes:
                 break
-            out.append(records.popleft())
-        last = cast(int, out[-1].offset)
-        part.lo = last + 1
-        after = cast(int, records[0].offset) if records else part.next
+            size += bytes_
+            stop += 1
+        out = records[head:stop]
+        part.size -= size
+        if stop == len(records):
+            part.records, part.head = [], 0
+        elif stop > 4096 and stop * 2 > len(records):
+            del records[:stop]  # keep the list from growing without end
+            part.head = 0
+        else:
+            part.head = stop
+        part.lo = cast(int, out[-1].offset) + 1
+        after = cast(int, records[part.head].offset) if part.records else part.next
         return Batch(out, after)
 
     def wait_any(
         self, positions: dict[tuple[str, int], int], timeout: float | None
     ) -> set[tuple[str, int]]:
+        self._calls += 1
         parts = {tp: self._position(tp[0], tp[1], offset) for tp, offset in positions.items()}
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -236,6 +313,10 @@ class Reader:
             if self.closed:
                 return set()
             self._pump(wait)
+
+
+def _discard(_: Record) -> None:
+    """Where records of a partition nobody asked about would go (they never get here)."""
 
 
 Bounds = Callable[[str, int], tuple[int, int]]
