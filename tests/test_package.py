@@ -6,18 +6,20 @@ import importlib
 import pkgutil
 
 import kafkakv
+import kafkakv.directory
 import kafkakv.errors
 import kafkakv.log
 
 
 def test_all_is_explicit_and_every_name_exists() -> None:
-    for module in (kafkakv, kafkakv.log, kafkakv.errors):
+    for module in (kafkakv, kafkakv.log, kafkakv.errors, kafkakv.directory):
         assert module.__all__ == sorted(module.__all__, key=str.lower) or len(
             set(module.__all__)
         ) == len(module.__all__)
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.__all__ names missing {name}"
     assert {"EmbeddedLog", "Record", "KafkaKVError", "partition_for"} <= set(kafkakv.__all__)
+    assert {"Directory", "DirectoryRecord", "RecordError", "metrics"} <= set(kafkakv.__all__)
 
 
 def test_every_module_imports_and_declares_all() -> None:

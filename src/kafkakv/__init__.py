@@ -1,7 +1,8 @@
 """kafkakv: a replicated key-value database for Python on a partitioned log."""
 
-from kafkakv import codecs, errors, functions
+from kafkakv import codecs, errors, functions, metrics
 from kafkakv.db import Database, connect
+from kafkakv.directory import Directory, DirectoryRecord, RecordError
 from kafkakv.errors import KafkaKVError
 from kafkakv.log import EmbeddedLog, FsyncPolicy, Log, LogWriter, Record, partition_for
 from kafkakv.map import MapSettings, OpFuture, ReplicaMap, SortedReplicaMap
@@ -12,6 +13,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Database",
     "DictStore",
+    "Directory",
+    "DirectoryRecord",
     "EmbeddedLog",
     "FsyncPolicy",
     "KafkaKVError",
@@ -21,6 +24,7 @@ __all__ = [
     "MapSettings",
     "OpFuture",
     "Record",
+    "RecordError",
     "ReplicaMap",
     "SortedReplicaMap",
     "SortedStore",
@@ -30,5 +34,6 @@ __all__ = [
     "connect",
     "errors",
     "functions",
+    "metrics",
     "partition_for",
 ]

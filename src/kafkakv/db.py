@@ -15,7 +15,10 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from kafkakv.codecs import Codec, codec_for
+from kafkakv.directory import Directory, Transform
 from kafkakv.errors import ClosedError, ConfigError
 from kafkakv.lifecycle import Closeable
 from kafkakv.log.base import Log
@@ -74,6 +77,7 @@ class Database(Closeable):
         self.log = log
         self._owns_log = owns_log
         self._engines: list[ReplicaEngine] = []
+        self._directories: list[Directory[Any, Any]] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -195,13 +199,80 @@ class Database(Closeable):
             self._engines.append(engine)
         return [(SortedReplicaMap if _sorted(s) else ReplicaMap)(engine, s) for s in states]
 
+    def directory(
+        self,
+        topic: str,
+        *,
+        key_codec: str | Codec[Any] = "str",
+        value_codec: str | Codec[Any] = "json",
+        transform: Transform | None = None,
+        store: str | Store = "dict",
+        store_path: str | os.PathLike[str] | None = None,
+        partitions: Iterable[int] | None = None,
+        name: str | None = None,
+        metrics: CollectorRegistry | None = None,
+        max_errors: int = 1000,
+        start: bool = True,
+        timeout: float = 60.0,
+    ) -> Directory[Any, Any]:
+        """Open a read-only replica of ``topic`` (written by anyone: a connector, a service,
+        a map's flushes) and, unless ``start=False``, wait until it is ready.
+
+        Ready means every record present when it started is loaded; it then follows the
+        topic in the background. With ``start=False`` call :meth:`Directory.start` (returns
+        at once) and :meth:`Directory.wait_ready` or check :attr:`Directory.ready`. Options:
+        see :class:`~kafkakv.directory.Directory`. Closed with the database.
+
+        Costs reading the topic (or, with a persistent store, what was added since it last
+        ran). Raises :class:`~kafkakv.errors.UnknownTopicError` for a missing topic,
+        :class:`~kafkakv.errors.ConfigError` for bad options, and
+        :class:`~kafkakv.errors.OperationTimeoutError` when not ready within ``timeout``
+        seconds (the directory is closed then).
+        """
+        with self._lock:
+            if self._closed:
+                raise ClosedError("database is closed")
+        directory: Directory[Any, Any] = Directory(
+            self.log,
+            topic,
+            key_codec=key_codec,
+            value_codec=value_codec,
+            transform=transform,
+            store=store,
+            store_path=store_path,
+            partitions=partitions,
+            name=name,
+            metrics=metrics,
+            max_errors=max_errors,
+        )
+        with self._lock:
+            self._directories.append(directory)
+        directory._on_close.append(self._forget)
+        if start:
+            try:
+                directory.start()
+                directory.wait_ready(timeout)
+            except BaseException:
+                directory.close()
+                raise
+        return directory
+
+    def _forget(self, directory: Directory[Any, Any]) -> None:
+        # By identity: a directory is a Mapping, and == would compare every entry.
+        with self._lock:
+            self._directories = [d for d in self._directories if d is not directory]
+
     def close(self) -> None:
-        """Close every map opened here, then the log if this database opened it."""
+        """Close every map and directory opened here, then the log if this database opened
+        it."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             engines, self._engines = self._engines, []
+            directories, self._directories = self._directories, []
+        for directory in directories:
+            directory.close()
         for engine in engines:
             engine.close()
         if self._owns_log:
