@@ -244,7 +244,9 @@ def test_automatic_flush_writes_plain_records_and_flush_points(
             if r.value is not None:
                 assert set(JSON.decode(r.value)) == {"i"}
     # One flush point per flush, each matching the FLUSHED mark of its batch, increasing.
-    assert points == sorted(set(points)) and len(points) >= 5
+    # (How many: the 360 ops take a few tens of ms, and marks crossed while a flush runs are
+    # covered by the one flush that follows it, so a slow flusher makes fewer, larger flushes.)
+    assert points == sorted(set(points)) and len(points) >= 2
     assert points == flush_marks()[: len(points)]
     # The data topic is the map as of its last flush point; later ops complete it.
     ops = read_all(db.log, ops_topic, 0)
