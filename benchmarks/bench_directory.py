@@ -61,7 +61,8 @@ from typing import Any
 import orjson
 from _common import machine
 from bench_kafka import benchmark_jvm_options, load
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from bench_kafka import read_into_dict as kafka_read_into_dict
+from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
@@ -208,28 +209,15 @@ def bench_restart(root: str, n: int, runs: int) -> dict[str, Any]:
 # -- Kafka -------------------------------------------------------------------------------------
 
 
+def _decoded(msg: Message) -> tuple[str, Any]:
+    return msg.key().decode(), orjson.loads(msg.value())  # type: ignore[union-attr,arg-type]
+
+
 def kafka_baseline(bootstrap: str, topic: str, expect: int) -> None:
     settings = ClientSettings(bootstrap, None, TIMEOUT)
     consumer = Consumer(settings.consumer(f"bench-dir-{uuid.uuid4().hex[:8]}"))
     try:
-        tp = TopicPartition(topic, 0)
-        low, high = consumer.get_watermark_offsets(tp, timeout=TIMEOUT)
-        consumer.assign([TopicPartition(topic, 0, low)])
-        out: dict[str, Any] = {}
-        position = low
-        deadline = time.monotonic() + TIMEOUT
-        while position < high:
-            for msg in consumer.consume(min(10_000, high - position), 1.0):
-                problem = msg.error()
-                if problem is None:
-                    out[msg.key().decode()] = orjson.loads(msg.value())  # type: ignore[union-attr,arg-type]
-                    position = (msg.offset() or 0) + 1
-                elif problem.code() == KafkaError._PARTITION_EOF:
-                    position = max(position, msg.offset() or 0)
-                else:
-                    raise KafkaException(problem)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic} took over {TIMEOUT} s")
+        out = kafka_read_into_dict(consumer, topic, _decoded)
         if len(out) != expect:
             raise RuntimeError(f"baseline read {len(out)} keys, not {expect}")
     finally:

@@ -167,12 +167,15 @@ class RoundTrip:
             _check_deadline(deadline, "the record coming back")
 
 
-def read_into_dict(consumer: Consumer, topic: str) -> dict[bytes | None, bytes | None]:
-    """Every record of partition 0 of ``topic`` up to its end now, latest value per key."""
+def read_into_dict(
+    consumer: Consumer, topic: str, entry: Callable[[Message], tuple[Any, Any]] | None = None
+) -> dict[Any, Any]:
+    """Every record of partition 0 of ``topic`` up to its end now, latest value per key:
+    the raw key and value, or what ``entry(message)`` makes of them."""
     tp = TopicPartition(topic, 0)
     low, high = consumer.get_watermark_offsets(tp, timeout=TIMEOUT)
     consumer.assign([TopicPartition(topic, 0, low)])
-    state: dict[bytes | None, bytes | None] = {}
+    state: dict[Any, Any] = {}
     position = low
     deadline = time.monotonic() + TIMEOUT
     while position < high:
@@ -180,7 +183,11 @@ def read_into_dict(consumer: Consumer, topic: str) -> dict[bytes | None, bytes |
         for msg in consumer.consume(min(10_000, high - position), 1.0):
             problem = msg.error()
             if problem is None:
-                state[msg.key()] = msg.value()
+                if entry is None:
+                    state[msg.key()] = msg.value()
+                else:
+                    k, v = entry(msg)
+                    state[k] = v
                 position = (msg.offset() or 0) + 1
             elif problem.code() == KafkaError._PARTITION_EOF:
                 position = max(position, msg.offset() or 0)
