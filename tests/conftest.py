@@ -11,7 +11,7 @@ import pytest
 from kafkakv.log import EmbeddedLog, Log
 from kafkakv.log.kafka import KafkaLog
 
-pytest_plugins = ["tests.kafka_cluster"]
+pytest_plugins = ["tests.kafka_cluster", "tests.pipeline_fixtures"]
 
 LOG_BACKENDS = ["embedded", "kafka"]
 """Every Log backend the contract suite runs on. ``kafka`` is the 3-broker test cluster."""

@@ -33,6 +33,10 @@
     │   │                                 a cluster already running, a wait that timed out
     │   └── JarFetchError                 java or mvn missing, or Maven failed to fetch the
     │                                     broker jars (the message ends with Maven's output)
+    ├── PostgresError                     a PostgreSQL server (kafkakv.pipeline.postgres) could
+    │                                     not be started or reached, or refused a statement
+    ├── PipelineError                     a Spark job of kafkakv.pipeline failed: Spark's own
+    │                                     error, a missing JDBC driver, a damaged position
     └── MapError                          anything the replicated map refuses or fails at
         ├── TopicMismatchError (ConfigError)
         │                                 a map's existing topics have the wrong settings
@@ -73,6 +77,8 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OperationFailedError",
     "OperationTimeoutError",
+    "PipelineError",
+    "PostgresError",
     "RecordTooLargeError",
     "StoreError",
     "TopicExistsError",
@@ -238,3 +244,17 @@ class JarFetchError(ClusterError):
     """The broker jars could not be fetched: ``java`` or ``mvn`` is not installed, Maven
     failed or timed out (the message ends with the tail of its output), or another process
     held the cache lock for too long."""
+
+
+class PostgresError(KafkaKVError):
+    """A PostgreSQL server could not be started or reached, or refused a statement: the
+    server binaries missing (``pip install 'kafkakv[spark]'``), ``initdb`` or the server
+    failing (the message ends with the tail of its log), a start that timed out, a connection
+    refused (the message names ``host:port``). ``__cause__`` holds psycopg's error, if any."""
+
+
+class PipelineError(KafkaKVError):
+    """A Spark job of :mod:`kafkakv.pipeline` failed: Spark raised (the message gives the
+    first line that says why, a kafkakv error raised in a worker among them; ``__cause__``
+    holds Spark's exception), the PostgreSQL JDBC driver is not on Spark's class path, or a
+    stored ingest position does not read back."""

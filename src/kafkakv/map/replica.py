@@ -325,6 +325,18 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
     def remove_listener(self, listener: Listener) -> None:
         self._state.listeners.remove(listener)
 
+    def encoded_items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) pair as its codecs encoded it, for exporters that copy bytes
+        (the Spark data source): no decoding, one pass over the store. Local, like ``items``
+        (after a barrier when the map is linearizable)."""
+        self._barrier()
+        return self._store.items()
+
+    def applied_offsets(self) -> dict[int, int]:
+        """For each partition held, the ops offset the replica has applied up to (the next
+        one it will apply): everything before it is reflected in the local state."""
+        return {p: positions.applied for p, positions in self._engine.positions().items()}
+
     def errors(self) -> list[ApplyError]:
         """Ops that failed when applied or did not decode (the latest 1000), oldest first."""
         return list(self._engine.errors)

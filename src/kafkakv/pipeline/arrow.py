@@ -1,0 +1,139 @@
+"""Encoded keys and values to Arrow columns and back, without Spark and without I/O.
+
+The data source's column types follow the codec: ``str`` and ``json`` are Spark strings (a
+``json`` column holds the JSON text, as ``to_json`` writes it), ``int`` is a ``bigint``,
+``bytes`` and ``msgpack`` are ``binary``. Reading copies the stored bytes into Arrow in bulk
+(a cast from binary to string checks UTF-8 once per column); only ``int`` decodes one value at
+a time. Writing goes the other way and checks every value its codec must accept: JSON text
+must parse, so a bad row fails the task with :class:`~kafkakv.errors.EncodeError` before its
+batch is appended.
+
+>>> import pyarrow as pa
+>>> encode_column(pa.array(["a", None]), "str", "key")
+Traceback (most recent call last):
+...
+kafkakv.errors.EncodeError: key: row 1 is null; a key cannot be null
+>>> decode_column([b'{"a":1}'], "json", "value").to_pylist()
+['{"a":1}']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from kafkakv.codecs import codec_for
+from kafkakv.errors import DecodeError, EncodeError
+
+__all__ = ["decode_column", "encode_column", "json_columns", "spark_type"]
+
+_SPARK_TYPES = {"str": "string", "json": "string", "int": "bigint", "bytes": "binary"}
+
+
+def spark_type(codec: str) -> str:
+    """The Spark SQL type of a key or value column for ``codec``."""
+    return _SPARK_TYPES.get(codec, "binary")
+
+
+def decode_column(encoded: Sequence[bytes], codec: str, what: str) -> pa.Array[Any]:
+    """An Arrow column of ``encoded`` values as :func:`spark_type` says.
+
+    Raises :class:`~kafkakv.errors.DecodeError` for text that is not UTF-8 or an ``int`` that
+    is not 8 bytes.
+    """
+    if codec == "int":
+        decode = codec_for("int").decode
+        return pa.array([decode(b) for b in encoded], pa.int64())
+    column = pa.array(encoded, pa.binary())
+    if codec in ("str", "json"):
+        try:
+            return column.cast(pa.string())
+        except pa.ArrowInvalid as exc:
+            raise DecodeError(f"{what}: stored bytes are not UTF-8 text ({exc})") from exc
+    return column
+
+
+def encode_column(column: pa.Array[Any] | pa.ChunkedArray[Any], codec: str, what: str) -> list[Any]:
+    """The encoded bytes of each value of ``column`` (``None`` where it is null).
+
+    Keys (``what == "key"``) may not be null; a JSON key is re-encoded so that equal keys give
+    equal bytes. Raises :class:`~kafkakv.errors.EncodeError` naming the row for a null key, a
+    value of the wrong type or JSON that does not parse.
+    """
+    is_key = what == "key"
+    if is_key and column.null_count:
+        row = column.is_null().to_pylist().index(True)
+        raise EncodeError(f"{what}: row {row} is null; a key cannot be null")
+    if codec in ("str", "bytes", "msgpack"):
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            if codec != "str":
+                raise EncodeError(f"{what}: a {codec} column must be binary, not string")
+            column = column.cast(pa.binary())
+        elif not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+            raise EncodeError(
+                f"{what}: a {codec} column must be string or binary, not {column.type}"
+            )
+        values: list[Any] = column.to_pylist()
+        if codec == "msgpack":
+            _check_each(values, codec_for("msgpack").decode, what)
+        return values
+    if codec == "int":
+        if not pa.types.is_integer(column.type):
+            raise EncodeError(f"{what}: an int column must hold integers, not {column.type}")
+        encode = codec_for("int").encode
+        return [None if v is None else encode(v) for v in column.to_pylist()]
+    # json: the column holds JSON text (string) or its UTF-8 bytes (binary)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.binary())
+    elif not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+        raise EncodeError(f"{what}: a json column holds JSON text, not {column.type}")
+    texts: list[Any] = column.to_pylist()
+    parsed = _check_each(texts, orjson.loads, what)
+    if is_key:
+        dumps = codec_for("json").encode
+        return [dumps(v) for v in parsed]
+    return texts
+
+
+def _check_each(values: list[Any], decode: Any, what: str) -> list[Any]:
+    out: list[Any] = []
+    for row, value in enumerate(values):
+        if value is None:
+            out.append(None)
+            continue
+        try:
+            out.append(decode(value))
+        except Exception as exc:
+            raise EncodeError(f"{what}: row {row} does not decode: {exc}") from exc
+    return out
+
+
+def json_columns(
+    encoded: Sequence[bytes], fields: Sequence[tuple[str, pa.DataType]], what: str
+) -> list[pa.Array[Any]]:
+    """One Arrow column per ``(name, type)`` in ``fields``, holding that member of each JSON
+    object in ``encoded`` (null where it is missing or the value is not an object).
+
+    Raises :class:`~kafkakv.errors.DecodeError` naming the column when a member does not fit
+    its type, or a value is not JSON.
+    """
+    objects = []
+    for value in encoded:
+        try:
+            obj = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"{what}: a value is not JSON: {exc}") from exc
+        objects.append(obj if isinstance(obj, dict) else None)
+    columns = []
+    for name, arrow_type in fields:
+        members = [None if o is None else o.get(name) for o in objects]
+        try:
+            columns.append(pa.array(members, arrow_type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise DecodeError(
+                f"{what}: JSON member {name!r} does not fit {arrow_type}: {exc}"
+            ) from exc
+    return columns

@@ -1,0 +1,210 @@
+"""Ingest a PostgreSQL table into a map or a directory topic with Spark, incrementally.
+
+The *timestamp+incrementing* mode of a JDBC source connector: every run reads the rows
+strictly after the last ``(timestamp, id)`` it saw, in that order, and only rows older than a
+safety delay (a row whose transaction is still open may carry an earlier timestamp than rows
+already committed; the delay gives it time to commit before the position passes it). Each row
+becomes a key and a JSON value (:class:`~kafkakv.pipeline.mapping.TableMapping`); an inactive
+row deletes its key.
+
+The position is a value in the map ``kafkakv-ingest`` on the target log itself, keyed by the
+job's name, written once the run's rows are appended: it is as durable as the data, and a run
+that fails before then is repeated by the next one (puts and deletes are idempotent). A run
+that finds no new row appends nothing.
+
+Steps and their cost: one query on PostgreSQL for the bound (and for the id range that splits
+the read over Spark tasks), one JDBC read of the new rows (kept by Spark for two passes: the
+count and position, then the write), and one append per log partition and Arrow batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kafkakv.errors import ConfigError, PipelineError, TopicMismatchError
+from kafkakv.map.topics import ensure_topics
+from kafkakv.pipeline.jdbc import TableSource
+from kafkakv.pipeline.mapping import TableMapping
+from kafkakv.pipeline.options import SourceOptions
+from kafkakv.pipeline.session import spark_action
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["POSITIONS_MAP", "IngestJob", "IngestResult", "Position"]
+
+POSITIONS_MAP = "kafkakv-ingest"
+"""The map, on the target log, holding every ingest job's position."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Position:
+    """The last ``(timestamp, id)`` ingested: the timestamp as PostgreSQL prints it (exact, and
+    parsed back exactly), the id as a number or text."""
+
+    timestamp: str
+    id: int | str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"timestamp": self.timestamp, "id": self.id}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Position:
+        if not isinstance(value, dict) or not isinstance(value.get("timestamp"), str):
+            raise PipelineError(f"a stored ingest position is damaged: {value!r}")
+        return cls(value["timestamp"], value["id"])
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What one run did. ``rows`` counts every row read (``deletes`` of them inactive)."""
+
+    job: str
+    rows: int
+    deletes: int
+    before: Position | None
+    after: Position | None
+    seconds: float
+
+
+@dataclass
+class IngestJob:
+    """Incremental ingest of ``source`` into ``target`` (a map, or a plain topic that
+    directories read).
+
+    ``timestamp_column`` and ``id_column`` order the rows (the id breaks ties between equal
+    timestamps; both should be indexed together). ``delay``: seconds a row must be old before
+    it is read. ``partitions``: for the target's topics when they are created. ``name``: the
+    job's position key (default ``<table> -> <target>``).
+    """
+
+    spark: SparkSession
+    source: TableSource
+    target: SourceOptions
+    mapping: TableMapping
+    timestamp_column: str
+    id_column: str
+    delay: float = 0.0
+    partitions: int | None = None
+    name: str | None = None
+    progress: Progress = field(default=lambda _line: None)
+
+    def __post_init__(self) -> None:
+        if self.delay < 0:
+            raise ConfigError(f"delay must be >= 0 seconds, not {self.delay!r}")
+        if self.target.value_codec != "json":
+            raise ConfigError(
+                f"ingest writes JSON values; {self.target.what} has value codec "
+                f"{self.target.value_codec!r}"
+            )
+        if self.target.key_codec not in ("str", "int"):
+            raise ConfigError(f"ingest writes str or int keys, not {self.target.key_codec!r}")
+
+    @property
+    def job(self) -> str:
+        return self.name or f"{self.source.table} -> {self.target.what}"
+
+    def position(self) -> Position | None:
+        """The stored position of this job (None before its first run)."""
+        with self.target.connect() as db:
+            positions = db.map(POSITIONS_MAP, timeout=self.target.timeout)
+            stored = positions.get(self.job)
+        return None if stored is None else Position.from_json(stored)
+
+    def run(self) -> IngestResult:
+        """Read the new rows and append them; return what was done.
+
+        Raises :class:`~kafkakv.errors.PostgresError` when PostgreSQL cannot be reached,
+        :class:`~kafkakv.errors.ConfigError` for a missing table or column,
+        :class:`~kafkakv.errors.PipelineError` when Spark fails (a missing JDBC driver among
+        others) and the log's errors for the target.
+        """
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        source, mapping = self.source, self.mapping
+        columns = source.columns()
+        mapping.check(columns)
+        for needed in (self.timestamp_column, self.id_column):
+            if needed not in columns:
+                raise ConfigError(f"table {source.table} has no column {needed!r}")
+        self._prepare_target()
+        before = self.position()
+        bound = source.now_minus(self.delay)
+        self.progress(
+            f"reading {source.table} rows after {before or 'the start'} and before {bound}"
+        )
+        df = source.read_incremental(
+            self.spark, self.timestamp_column, self.id_column, before, bound
+        )
+        if df is None:
+            self.progress("no new rows: nothing written")
+            return IngestResult(self.job, 0, 0, before, before, time.monotonic() - started)
+        df = df.persist()
+        try:
+            key_type = "bigint" if self.target.key_codec == "int" else "string"
+            mapped = mapping.apply(df, key_type)
+            summary = spark_action(
+                lambda: mapped.agg(
+                    F.count(F.lit(1)).alias("rows"),
+                    F.count_if(F.col("value").isNull()).alias("deletes"),
+                ).first(),
+                f"reading {source.table}",
+            )
+            rows, deletes = (0, 0) if summary is None else (summary["rows"], summary["deletes"])
+            after = _last_position(df, self.timestamp_column, self.id_column)
+            self.progress(f"writing {rows} rows ({deletes} deletes) to {self.target.what}")
+            spark_action(
+                lambda: (
+                    mapped.select("key", "value")
+                    .write.format("kafkakv")
+                    .options(**self.target.to_options())
+                    .mode("append")
+                    .save()
+                ),
+                f"writing to {self.target.what}",
+            )
+        finally:
+            df.unpersist()
+        with self.target.connect() as db:
+            db.map(POSITIONS_MAP, timeout=self.target.timeout)[self.job] = after.to_json()
+        self.progress(f"position now {after.timestamp} / {after.id}")
+        return IngestResult(self.job, rows, deletes, before, after, time.monotonic() - started)
+
+    def _prepare_target(self) -> None:
+        """Create the target's topics if missing (a map's three, or a compacted topic), or
+        check that an existing topic is compacted."""
+        target = self.target
+        with target.connect() as db:
+            if target.map is not None:
+                ensure_topics(db.log, target.map_topics, self.partitions)
+                return
+            topic = str(target.topic)
+            if topic not in db.log.topics():
+                db.log.create_topic(topic, self.partitions or 1, {"cleanup.policy": "compact"})
+                self.progress(f"created compacted topic {topic!r}")
+                return
+            policy = db.log.topic_config(topic).get("cleanup.policy", "")
+            if "compact" not in policy.split(","):
+                raise TopicMismatchError(
+                    f"topic {topic!r} has cleanup.policy={policy}: a directory topic must be "
+                    "compacted, or deleted keys come back"
+                )
+
+
+def _last_position(df: Any, ts: str, ident: str) -> Position:
+    from pyspark.sql import functions as F
+
+    from kafkakv.pipeline.jdbc import TS_TEXT
+
+    last = df.agg(
+        F.max_by(F.struct(F.col(TS_TEXT), F.col(ident)), F.struct(F.col(ts), F.col(ident)))
+    ).first()
+    assert last is not None
+    text, ident_value = last[0]
+    return Position(text, ident_value if isinstance(ident_value, int) else str(ident_value))

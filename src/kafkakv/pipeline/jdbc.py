@@ -1,0 +1,150 @@
+"""A PostgreSQL table as Spark reads it through JDBC, and the few queries the jobs ask first.
+
+Spark's JDBC source does the bulk read (split over tasks by id range when the id is an
+integer); psycopg asks the small questions before it (the table's columns, the database's
+clock, the id range), so that a missing table or column is a clear error before any Spark job
+starts, and a run with nothing new costs one query instead of a Spark job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kafkakv.errors import ConfigError, PostgresError
+from kafkakv.pipeline.postgres import PostgresConnection
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from kafkakv.pipeline.ingest import Position
+
+__all__ = ["TS_TEXT", "TableSource", "quote_ident"]
+
+TS_TEXT = "__kafkakv_ts"
+"""Extra column of an incremental read: the row's timestamp as PostgreSQL prints it, which is
+what the position keeps (Spark's timestamps would lose the column's own type and zone)."""
+
+_SPLIT_MIN_ROWS = 50_000
+"""Below this id span one JDBC task reads everything."""
+
+
+def quote_ident(name: str) -> str:
+    """A PostgreSQL identifier, quoted; ``schema.table`` quotes each part.
+
+    >>> quote_ident('public.terminal_acquirer'), quote_ident('we"ird')
+    ('"public"."terminal_acquirer"', '"we""ird"')
+    """
+    if not name or any(not part for part in name.split(".")):
+        raise ConfigError(f"not a table or column name: {name!r}")
+    return ".".join('"' + part.replace('"', '""') + '"' for part in name.split("."))
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ConfigError(f"an ingest position id is an int or str, not {value!r}")
+    if isinstance(value, int):
+        return str(value)
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """``table`` (optionally ``schema.table``) on the server ``connection`` names.
+    ``fetch_size``: rows per JDBC round trip."""
+
+    connection: PostgresConnection
+    table: str
+    fetch_size: int = 10_000
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with self.connection.connect() as conn:
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(sql.encode(), params)
+                    return list(cur.fetchall()) if cur.description else []
+            except psycopg.errors.UndefinedTable as exc:
+                raise ConfigError(
+                    f"table {self.table} does not exist in database "
+                    f"{self.connection.database!r} on {self.connection.host}:"
+                    f"{self.connection.port}"
+                ) from exc
+            except psycopg.Error as exc:
+                raise PostgresError(f"PostgreSQL refused a query on {self.table}: {exc}") from exc
+
+    def columns(self) -> list[str]:
+        """The table's column names, in order (one query)."""
+        import psycopg
+
+        with self.connection.connect() as conn, conn.cursor() as cur:
+            try:
+                cur.execute(f"SELECT * FROM {quote_ident(self.table)} LIMIT 0".encode())
+            except psycopg.errors.UndefinedTable as exc:
+                raise ConfigError(
+                    f"table {self.table} does not exist in database "
+                    f"{self.connection.database!r} on {self.connection.host}:"
+                    f"{self.connection.port}"
+                ) from exc
+            assert cur.description is not None
+            return [d.name for d in cur.description]
+
+    def now_minus(self, delay: float) -> str:
+        """The database's clock minus ``delay`` seconds, as ``timestamptz`` text."""
+        rows = self._query("SELECT (now() - make_interval(secs => %s))::text", (delay,))
+        return str(rows[0][0])
+
+    def _incremental_sql(self, ts: str, ident: str, after: Position | None, bound: str) -> str:
+        t, i = quote_ident(ts), quote_ident(ident)
+        where = f"src.{t} < {_literal(bound)}::timestamptz"
+        if after is not None:
+            at = _literal(after.timestamp)
+            where += f" AND (src.{t} > {at} OR (src.{t} = {at} AND src.{i} > {_literal(after.id)}))"
+        return (
+            f"SELECT src.*, src.{t}::text AS {quote_ident(TS_TEXT)} "
+            f"FROM {quote_ident(self.table)} src WHERE {where}"
+        )
+
+    def read_incremental(
+        self,
+        spark: SparkSession,
+        ts: str,
+        ident: str,
+        after: Position | None,
+        bound: str,
+    ) -> DataFrame | None:
+        """The rows after ``after`` and before ``bound`` (None when there are none: one
+        query tells). Lazy: Spark reads when an action runs."""
+        sql = self._incremental_sql(ts, ident, after, bound)
+        low, high, any_row = self._query(
+            f"SELECT min(q.{quote_ident(ident)}), max(q.{quote_ident(ident)}), "
+            f"bool_or(true) FROM ({sql}) q"
+        )[0]
+        if not any_row:
+            return None
+        split = None
+        if isinstance(low, int) and isinstance(high, int) and high - low >= _SPLIT_MIN_ROWS:
+            split = (ident, low, high)
+        return self._read(spark, f"({sql}) AS kafkakv_src", split)
+
+    def read_all(self, spark: SparkSession) -> DataFrame:
+        """Every row of the table (lazy)."""
+        return self._read(spark, quote_ident(self.table), None)
+
+    def _read(
+        self, spark: SparkSession, dbtable: str, split: tuple[str, int, int] | None
+    ) -> DataFrame:
+        reader = spark.read.format("jdbc").option("url", self.connection.jdbc_url)
+        for key, value in self.connection.jdbc_properties.items():
+            reader = reader.option(key, value)
+        reader = reader.option("dbtable", dbtable).option("fetchsize", str(self.fetch_size))
+        if split is not None:
+            column, low, high = split
+            reader = (
+                reader.option("partitionColumn", column)
+                .option("lowerBound", str(low))
+                .option("upperBound", str(high + 1))
+                .option("numPartitions", str(spark.sparkContext.defaultParallelism))
+            )
+        return reader.load()

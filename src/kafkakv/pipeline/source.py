@@ -1,0 +1,325 @@
+"""``spark.read.format("kafkakv")`` and ``df.write.format("kafkakv")``: maps and topics as
+Spark tables, through PySpark's Python Data Source API.
+
+Reading gives one Spark partition per log partition, each yielding Arrow record batches:
+
+- a **map**: the task opens a replica of the map limited to its partition, which does the map's
+  bootstrap (the data topic, then the ops after the last flush), and copies the replica's
+  encoded pairs into Arrow. The planner notes each partition's ops end offset first, and a task
+  fails rather than return a state older than that: the snapshot holds every update that
+  completed before the read was planned. ``offset`` is the ops offset the partition's snapshot
+  reflects (the same for all its rows).
+- a **topic**: the task reads its partition from the start up to the end offset noted by the
+  planner and keeps the latest value of each key (a tombstone removes it); ``offset`` is the
+  offset of the record that holds the value.
+
+Columns are ``key``, ``value``, ``partition`` and ``offset`` (types from the codecs: see
+:mod:`kafkakv.pipeline.arrow`). Give a schema with other columns as well (``json`` values only)
+and each one is the member of that name of the value's JSON object.
+
+Writing (mode ``append``) takes ``key`` and ``value`` columns. Into a **map**, each row becomes
+one update on its ops topic, a put (a null value: a remove), in the partition the map uses for
+that key, so live replicas apply it like any other update; nothing waits for the updates to be
+applied. Into a **topic**, each row becomes one record (a null value: a tombstone) in the
+partition Kafka's Java producer would pick. Rows of one Spark task keep their order within a
+log partition; rows of different tasks interleave. A task that fails may have appended part of
+its rows (puts and removes are idempotent, so running the job again repairs it).
+
+The data source pickles only :class:`~kafkakv.pipeline.options.SourceOptions` (strings); every
+task opens its own connection to the log and closes it before it ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import StructType
+
+from kafkakv.errors import (
+    ConfigError,
+    DataLossError,
+    RecordTooLargeError,
+    UnknownTopicError,
+)
+from kafkakv.log.base import Log, Record
+from kafkakv.log.partitioner import partition_for
+from kafkakv.map.ops import OpCode, encode_op
+from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
+from kafkakv.pipeline.options import SourceOptions
+
+__all__ = ["KafkaKVDataSource"]
+
+BATCH_ROWS = 65_536
+"""Rows per Arrow batch a read task yields."""
+
+_READ_BYTES = 8 << 20
+_BUILTIN = ("key", "value", "partition", "offset")
+
+
+class KafkaKVDataSource(DataSource):
+    """The ``kafkakv`` format. Options: see :class:`~kafkakv.pipeline.options.SourceOptions`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafkakv"
+
+    def _settings(self) -> SourceOptions:
+        return SourceOptions.from_options(self.options)
+
+    def schema(self) -> str:
+        opts = self._settings()
+        return (
+            f"key {spark_type(opts.key_codec)}, value {spark_type(opts.value_codec)}, "
+            "partition int, offset bigint"
+        )
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaKVReader(self._settings(), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        if overwrite:
+            raise ConfigError(
+                "the kafkakv data source appends (a map merges the rows as updates): "
+                "use mode('append')"
+            )
+        missing = [c for c in ("key", "value") if c not in schema.fieldNames()]
+        if missing:
+            raise ConfigError(f"writing to kafkakv needs columns key and value; missing {missing}")
+        return KafkaKVWriter(self._settings())
+
+
+class LogPartition(InputPartition):
+    """One read task: a log partition and the end offset noted when the read was planned."""
+
+    def __init__(self, partition: int, end: int) -> None:
+        super().__init__((partition, end))
+        self.partition = partition
+        self.end = end
+
+
+class KafkaKVReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.fields = [(f.name, to_arrow_type(f.dataType)) for f in schema.fields]
+        extra = [name for name, _ in self.fields if name not in _BUILTIN]
+        if extra and opts.value_codec != "json":
+            raise ConfigError(
+                f"columns {extra} are read from JSON values; {opts.what} has value codec "
+                f"{opts.value_codec!r}"
+            )
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Note every partition's end offset (one metadata call per partition)."""
+        with self.opts.connect() as db:
+            topic = _require_topics(db.log, self.opts)
+            count = db.log.partitions(topic)
+            return [LogPartition(p, db.log.end_offset(topic, p)) for p in range(count)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LogPartition)
+        if self.opts.map is not None:
+            yield from self._read_map(partition)
+        else:
+            yield from self._read_topic(partition)
+
+    def _read_map(self, part: LogPartition) -> Iterator[pa.RecordBatch]:
+        opts = self.opts
+        assert opts.map is not None
+        with opts.connect() as db:
+            replica = db.map(
+                opts.map,
+                shard=[part.partition],
+                key_codec=opts.key_codec,
+                value_codec=opts.value_codec,
+                topics=opts.topics,
+                timeout=opts.timeout,
+            )
+            applied = replica.applied_offsets()[part.partition]
+            if applied < part.end:  # the bootstrap reads to the end: this cannot happen
+                raise DataLossError(
+                    f"{opts.what} partition {part.partition}: the replica reached ops offset "
+                    f"{applied}, short of {part.end} noted when the read was planned"
+                )
+            pairs = replica.encoded_items()
+            while True:
+                chunk = list(itertools.islice(pairs, BATCH_ROWS))
+                if not chunk:
+                    return
+                keys, values = zip(*chunk, strict=True)
+                yield self._batch(part.partition, keys, values, [applied] * len(keys))
+
+    def _read_topic(self, part: LogPartition) -> Iterator[pa.RecordBatch]:
+        opts = self.opts
+        latest: dict[bytes, tuple[bytes, int]] = {}
+        with opts.connect() as db:
+            log, topic, p = db.log, opts.data_topic, part.partition
+            offset = log.start_offset(topic, p)
+            while offset < part.end:
+                batch = log.read_batch(topic, p, offset, max_records=50_000, max_bytes=_READ_BYTES)
+                for record in batch.records:
+                    if record.offset is None or record.offset >= part.end:
+                        break
+                    if record.key is None:
+                        continue  # not a key-value record: nothing to keep
+                    if record.value is None:
+                        latest.pop(record.key, None)
+                    else:
+                        latest[record.key] = (record.value, record.offset)
+                if batch.next_offset <= offset:
+                    break  # nothing more is readable below the end offset
+                offset = batch.next_offset
+        items = iter(latest.items())
+        while True:
+            chunk = list(itertools.islice(items, BATCH_ROWS))
+            if not chunk:
+                return
+            keys = [k for k, _ in chunk]
+            values = [v for _, (v, _o) in chunk]
+            offsets = [o for _, (_v, o) in chunk]
+            yield self._batch(p, keys, values, offsets)
+
+    def _batch(
+        self,
+        p: int,
+        keys: Sequence[bytes],
+        values: Sequence[bytes],
+        offsets: Sequence[int],
+    ) -> pa.RecordBatch:
+        opts = self.opts
+        where = f"{opts.what} partition {p}"
+        n = len(keys)
+        extra = [(name, t) for name, t in self.fields if name not in _BUILTIN]
+        decoded = dict(zip([n for n, _ in extra], json_columns(values, extra, where), strict=True))
+        arrays = []
+        for name, arrow_type in self.fields:
+            if name == "key":
+                column = decode_column(keys, opts.key_codec, f"{where}: key")
+            elif name == "value":
+                column = decode_column(values, opts.value_codec, f"{where}: value")
+            elif name == "partition":
+                column = pa.array([p] * n, pa.int32())
+            elif name == "offset":
+                column = pa.array(offsets, pa.int64())
+            else:
+                column = decoded[name]
+            if column.type != arrow_type:
+                try:
+                    column = column.cast(arrow_type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise ConfigError(
+                        f"column {name!r} of {opts.what} is {column.type}, which does not "
+                        f"convert to the schema's {arrow_type}"
+                    ) from exc
+            arrays.append(column)
+        return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in self.fields])
+
+
+def _require_topics(log: Log, opts: SourceOptions) -> str:
+    """The topic whose partitions the job follows; raises UnknownTopicError when the map's
+    topics or the topic do not exist (reading never creates them)."""
+    existing = set(log.topics())
+    if opts.map is not None:
+        topics = opts.map_topics
+        missing = [t for t in (topics.data, topics.ops, topics.flush) if t not in existing]
+        if missing:
+            raise UnknownTopicError(f"{opts.what} does not exist on {opts.target}: no {missing}")
+        return topics.ops
+    if opts.topic not in existing:
+        raise UnknownTopicError(f"{opts.what} does not exist on {opts.target}")
+    return str(opts.topic)
+
+
+@dataclass
+class Written(WriterCommitMessage):
+    """What one write task appended."""
+
+    rows: int
+    removes: int
+
+
+class KafkaKVWriter(DataSourceArrowWriter):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:  # type: ignore[override]
+        opts = self.opts
+        rows = removes = 0
+        with opts.connect() as db:
+            log = db.log
+            topic = _require_topics(log, opts)
+            count = log.partitions(topic)
+            limit = int(log.topic_config(topic)["max.message.bytes"])
+            to_records = _MapRecords(opts) if opts.map is not None else _TopicRecords(opts)
+            for batch in iterator:
+                keys = encode_column(batch.column("key"), opts.key_codec, "key")
+                values = encode_column(batch.column("value"), opts.value_codec, "value")
+                by_partition = to_records(keys, values, count, limit)
+                for p, records in by_partition.items():
+                    log.send(topic, p, records)
+                rows += len(keys)
+                removes += sum(1 for v in values if v is None)
+        return Written(rows, removes)
+
+
+class _TopicRecords:
+    """Rows to plain records, by the partition Kafka's producer would pick."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def __call__(
+        self, keys: list[bytes], values: list[bytes | None], count: int, limit: int
+    ) -> dict[int, list[Record]]:
+        out: dict[int, list[Record]] = {}
+        for key, value in zip(keys, values, strict=True):
+            _check_size(len(key) + (0 if value is None else len(value)), limit, self.opts)
+            p = partition_for(key, count) if count > 1 else 0
+            out.setdefault(p, []).append(Record(key, value))
+        return out
+
+
+class _MapRecords:
+    """Rows to ops records: a put per value, a remove per null, from one origin whose
+    sequence numbers no replica waits for."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.prefix = opts.record_prefix
+        self.origin = os.urandom(8)
+        self.seq = itertools.count(1)
+
+    def __call__(
+        self, keys: list[bytes], values: list[bytes | None], count: int, limit: int
+    ) -> dict[int, list[Record]]:
+        out: dict[int, list[Record]] = {}
+        prefix, origin, seq = self.prefix, self.origin, self.seq
+        for key, value in zip(keys, values, strict=True):
+            record_key = prefix + key
+            if value is None:
+                op = encode_op(OpCode.REMOVE, origin, next(seq))
+            else:
+                op = encode_op(OpCode.PUT, origin, next(seq), (value,))
+            _check_size(len(record_key) + len(op), limit, self.opts)
+            p = partition_for(record_key, count) if count > 1 else 0
+            out.setdefault(p, []).append(Record(record_key, op))
+        return out
+
+
+def _check_size(size: int, limit: int, opts: SourceOptions) -> None:
+    if size > limit:
+        raise RecordTooLargeError(
+            f"a row of {size} bytes is over {opts.what}'s max.message.bytes={limit}; "
+            "nothing of its batch was appended"
+        )

