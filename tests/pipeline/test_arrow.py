@@ -1,0 +1,79 @@
+"""Keys and values between encoded bytes and Arrow columns (no Spark, no I/O)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from kafkakv.codecs import codec_for
+from kafkakv.errors import DecodeError, EncodeError
+from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
+
+
+@pytest.mark.parametrize(
+    ("codec", "values"),
+    [
+        ("str", ["a", "é", ""]),
+        ("int", [0, -1, 2**62]),
+        ("bytes", [b"\x00\xff", b""]),
+        ("json", [{"a": 1}, [1, 2], "x"]),
+        ("msgpack", [{"a": [1, 2]}, 3]),
+    ],
+)
+def test_read_then_write_gives_back_the_same_bytes(codec: str, values: list[object]) -> None:
+    c = codec_for(codec)
+    encoded = [c.encode(v) for v in values]
+    column = decode_column(encoded, codec, "value")
+    assert (
+        str(column.type)
+        == {"string": "string", "bigint": "int64", "binary": "binary"}[spark_type(codec)]
+    )
+    assert encode_column(column, codec, "value") == encoded
+
+
+def test_str_and_json_columns_are_text_and_int_is_numeric() -> None:
+    assert decode_column([b'{"a":1}'], "json", "v").to_pylist() == ['{"a":1}']
+    assert decode_column([codec_for("int").encode(-5)], "int", "k").to_pylist() == [-5]
+
+
+def test_text_that_is_not_utf8_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError, match="not UTF-8"):
+        decode_column([b"\xff\xfe"], "str", "topic 't' partition 0: key")
+
+
+def test_a_null_key_is_refused_with_its_row() -> None:
+    with pytest.raises(EncodeError, match="row 2 is null"):
+        encode_column(pa.array(["a", "b", None]), "str", "key")
+
+
+def test_a_null_value_is_a_delete() -> None:
+    assert encode_column(pa.array(["1", None]), "json", "value") == [b"1", None]
+
+
+def test_invalid_json_is_refused_before_anything_is_written() -> None:
+    with pytest.raises(EncodeError, match="row 1 does not decode"):
+        encode_column(pa.array(['{"a": 1}', "{not json"]), "json", "value")
+
+
+def test_json_keys_are_canonical_so_equal_keys_give_equal_bytes() -> None:
+    out = encode_column(pa.array(['{"b": 1, "a": 2}', '{"a":2,"b":1}']), "json", "key")
+    assert out[0] == out[1] == codec_for("json").encode({"a": 2, "b": 1})
+
+
+def test_a_column_of_the_wrong_type_is_refused() -> None:
+    with pytest.raises(EncodeError, match="int column must hold integers"):
+        encode_column(pa.array(["1"]), "int", "key")
+    with pytest.raises(EncodeError, match="must be binary"):
+        encode_column(pa.array(["x"]), "bytes", "value")
+
+
+def test_json_members_become_typed_columns() -> None:
+    values = [b'{"id": 1, "name": "a"}', b'{"id": 2}', b"[1]"]
+    ids, names = json_columns(values, [("id", pa.int64()), ("name", pa.string())], "v")
+    assert ids.to_pylist() == [1, 2, None]
+    assert names.to_pylist() == ["a", None, None]
+
+
+def test_a_json_member_of_the_wrong_type_names_the_column() -> None:
+    with pytest.raises(DecodeError, match="member 'id'"):
+        json_columns([b'{"id": "x"}'], [("id", pa.int64())], "v")

@@ -1,0 +1,184 @@
+"""The ``kafkakv`` Spark data source on both logs: snapshots of maps and topics, writes as map
+updates and as topic records."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from typing import Any
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
+
+import kafkakv
+from kafkakv.log.partitioner import partition_for
+from kafkakv.pipeline import SourceOptions
+from kafkakv.pipeline.source import KafkaKVDataSource
+
+
+def _read(spark: Any, schema: str | None = None, **options: str) -> list[Any]:
+    reader = spark.read.format("kafkakv").options(**options)
+    if schema is not None:
+        reader = reader.schema(schema)
+    return reader.load().collect()
+
+
+def test_a_map_snapshot_holds_flushed_and_unflushed_updates(
+    spark: Any, target: str, name: str
+) -> None:
+    with kafkakv.connect(target) as db:
+        m = db.map(name, partitions=3, flush_period=50)
+        for i in range(120):
+            m[f"k{i}"] = {"i": i}
+        m.flush()  # the data topic holds these
+        for i in range(100, 130):
+            m[f"k{i}"] = {"i": -i}  # ops after the flush, overwriting flushed keys too
+        del m["k3"]
+        expected = {k: v for k, v in m.items()}
+        partitions = {k: m.partition_of(k) for k in expected}
+    rows = _read(spark, target=target, map=name)
+    got = {r["key"]: kafkakv.codecs.codec_for("json").decode(r["value"].encode()) for r in rows}
+    assert got == expected
+    assert len(rows) == len(expected) == 129
+    assert {r["key"]: r["partition"] for r in rows} == partitions
+    assert {r["partition"] for r in rows} == {0, 1, 2}
+
+
+def test_decoded_json_columns_follow_the_given_schema(spark: Any, target: str, name: str) -> None:
+    with kafkakv.connect(target) as db:
+        m = db.map(name)
+        m["a"] = {"terminalId": "a", "mcc": 5411, "extra": True}
+        m["b"] = {"terminalId": "b"}
+    rows = _read(spark, "key string, terminalId string, mcc int", target=target, map=name)
+    assert sorted((r["key"], r["terminalId"], r["mcc"]) for r in rows) == [
+        ("a", "a", 5411),
+        ("b", "b", None),
+    ]
+
+
+def test_int_keys_and_a_shared_topic_set(spark: Any, tmp_path: Any) -> None:
+    target = str(tmp_path / "log")
+    with kafkakv.connect(target) as db:
+        maps = db.maps("shared", ["left", "right"], partitions=2, key_codec="int")
+        for i in range(10):
+            maps["left"][i] = {"side": "left"}
+        maps["right"][100] = {"side": "right"}
+    left = _read(spark, target=target, map="left", topics="shared", key_codec="int")
+    right = _read(spark, target=target, map="right", topics="shared", key_codec="int")
+    assert sorted(r["key"] for r in left) == list(range(10))
+    assert [r["key"] for r in right] == [100]
+
+
+def test_a_topic_snapshot_keeps_the_latest_value_and_drops_tombstones(
+    spark: Any, target: str, name: str
+) -> None:
+    with kafkakv.connect(target) as db:
+        db.log.create_topic(name, 2, {"cleanup.policy": "compact"})
+        offsets = {}
+        for key, value in [(b"a", b'"1"'), (b"b", b'"2"'), (b"a", b'"3"'), (b"b", None)]:
+            offsets[key] = db.log.append(name, partition_for(key, 2), [kafkakv.Record(key, value)])
+    rows = _read(spark, target=target, topic=name)
+    assert [(r["key"], r["value"]) for r in rows] == [("a", '"3"')]
+    assert rows[0]["partition"] == partition_for(b"a", 2)
+    assert rows[0]["offset"] == offsets[b"a"]  # the record that holds the value
+
+
+def test_rows_written_to_a_map_reach_a_live_replica_in_its_partitions(
+    spark: Any, target: str, name: str
+) -> None:
+    with kafkakv.connect(target) as db:
+        live = db.map(name, partitions=3)
+        live["gone"] = {"old": True}
+        live["kept"] = {"old": True}
+        arrived = threading.Event()
+        seen: list[str] = []
+
+        def listener(key: Any, old: Any, new: Any, mine: bool) -> None:
+            seen.append(key)
+            if len(seen) >= 501:
+                arrived.set()
+
+        live.add_listener(listener)
+        df = spark.range(500).select(
+            F.concat(F.lit("w"), F.col("id").cast("string")).alias("key"),
+            F.to_json(F.struct(F.col("id").alias("n"))).alias("value"),
+        )
+        deletes = spark.createDataFrame([("gone", None)], "key string, value string")
+        options = SourceOptions(target, map=name).to_options()
+        df.union(deletes).write.format("kafkakv").options(**options).mode("append").save()
+        assert arrived.wait(30), f"the live replica saw {len(seen)} of 501 updates"
+        assert live["w42"] == {"n": 42}
+        assert "gone" not in live
+        assert live["kept"] == {"old": True}
+        assert len(live) == 501
+        # Another replica, bootstrapping from the log, agrees (same partitions, same state).
+        with kafkakv.connect(target) as db2:
+            other = db2.map(name)
+            assert dict(other.items()) == dict(live.items())
+            for key in ("w0", "w499", "kept"):
+                assert other.partition_of(key) == live.partition_of(key)
+
+
+def test_rows_written_to_a_topic_are_records_a_directory_reads(
+    spark: Any, target: str, name: str
+) -> None:
+    with kafkakv.connect(target) as db:
+        db.log.create_topic(name, 3, {"cleanup.policy": "compact"})
+    df = spark.createDataFrame(
+        [("t1", '{"acq": "A"}'), ("t2", '{"acq": "B"}'), ("t3", None)],
+        "key string, value string",
+    )
+    df.write.format("kafkakv").options(target=target, topic=name).mode("append").save()
+    with kafkakv.connect(target) as db:
+        directory = db.directory(name)
+        assert dict(directory.items()) == {"t1": {"acq": "A"}, "t2": {"acq": "B"}}
+        p = partition_for(b"t3", 3)
+        end = db.log.end_offset(name, p)
+        records = db.log.read(name, p, 0)
+        assert records[-1].key == b"t3"
+        assert records[-1].value is None  # the null value went out as a tombstone
+        assert end == records[-1].offset + 1
+
+
+def test_reading_a_missing_map_fails_and_creates_nothing(spark: Any, tmp_path: Any) -> None:
+    target = str(tmp_path / "log")
+    with kafkakv.connect(target):
+        pass
+    with pytest.raises(PySparkException, match="UnknownTopicError"):
+        _read(spark, target=target, map="nothing-here")
+    with kafkakv.connect(target) as db:
+        assert db.log.topics() == []
+
+
+def test_bad_rows_fail_the_write_with_the_reason(spark: Any, tmp_path: Any) -> None:
+    target = str(tmp_path / "log")
+    with kafkakv.connect(target) as db:
+        db.map("m")
+    bad_json = spark.createDataFrame([("k", "{oops")], "key string, value string")
+    with pytest.raises(PySparkException, match="does not decode"):
+        bad_json.write.format("kafkakv").options(target=target, map="m").mode("append").save()
+    null_key = spark.createDataFrame([(None, "1")], "key string, value string")
+    with pytest.raises(PySparkException, match="a key cannot be null"):
+        null_key.write.format("kafkakv").options(target=target, map="m").mode("append").save()
+    ok = spark.createDataFrame([("k", "1")], "key string, value string")
+    with pytest.raises(PySparkException, match="use mode\\('append'\\)"):
+        ok.write.format("kafkakv").options(target=target, map="m").mode("overwrite").save()
+    with kafkakv.connect(target) as db:
+        assert db.log.end_offset("m_ops", 0) == 0  # nothing of the bad batches was appended
+
+
+def test_what_ships_to_executors_is_only_settings(tmp_path: Any) -> None:
+    source = KafkaKVDataSource({"target": str(tmp_path), "map": "m"})
+    reader = source.reader(source._settings() and _schema(source))
+    for thing in (source, reader):
+        blob = pickle.dumps(thing)
+        assert len(blob) < 4096
+        assert b"EmbeddedLog" not in blob and b"Database" not in blob
+    assert not (tmp_path / "m").exists()  # building them opened nothing
+
+
+def _schema(source: KafkaKVDataSource) -> Any:
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(source.schema())
