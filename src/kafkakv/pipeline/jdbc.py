@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafkakv.errors import ConfigError, PostgresError
 from kafkakv.pipeline.postgres import PostgresConnection
+from kafkakv.pipeline.session import spark_action
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -147,4 +148,5 @@ class TableSource:
                 .option("upperBound", str(high + 1))
                 .option("numPartitions", str(spark.sparkContext.defaultParallelism))
             )
-        return reader.load()
+        # Spark asks the database for the columns here: a missing driver fails already.
+        return spark_action(reader.load, f"reading {self.table} through JDBC")  # type: ignore[no-any-return]

@@ -1,0 +1,284 @@
+"""Incremental ingest of a real PostgreSQL table with Spark into maps and directory topics,
+then snapshots and reconciliation, on both logs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+import kafkakv
+from kafkakv.errors import ConfigError, PostgresError, TopicMismatchError
+from kafkakv.pipeline import (
+    IngestJob,
+    PostgresConnection,
+    SourceOptions,
+    TableMapping,
+    TableSource,
+    reconcile,
+    snapshot,
+)
+from kafkakv.pipeline.ingest import POSITIONS_MAP
+from tests.pipeline_fixtures import unique_table
+
+MAPPING = TableMapping(key="terminal_id", camel_case=True, active_column="is_active")
+
+
+def _table(postgres: PostgresConnection, rows: int, *, age: str = "1 hour") -> str:
+    """A terminal_acquirer table with ``rows`` rows, timestamps ``age`` ago (1 ms apart)."""
+    name = unique_table("terminal_acquirer")
+    with postgres.connect() as conn:
+        conn.execute(
+            f"""CREATE TABLE {name} (
+                id bigserial PRIMARY KEY,
+                terminal_id text NOT NULL UNIQUE,
+                acquirer_id text NOT NULL,
+                mcc int,
+                is_active boolean NOT NULL DEFAULT true,
+                updated_at timestamptz NOT NULL)"""
+        )
+        conn.execute(
+            f"""INSERT INTO {name} (terminal_id, acquirer_id, mcc, updated_at)
+                SELECT 'T' || g, 'A' || (g % 3), 5000 + g,
+                       now() - interval '{age}' + g * interval '1 ms'
+                FROM generate_series(1, {rows}) g"""
+        )
+    return name
+
+
+def _sql(postgres: PostgresConnection, *statements: str) -> None:
+    with postgres.connect() as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def _job(
+    spark: Any, postgres: PostgresConnection, table: str, target: SourceOptions, **kw: Any
+) -> IngestJob:
+    return IngestJob(
+        spark,
+        TableSource(postgres, table),
+        target,
+        kw.pop("mapping", MAPPING),
+        timestamp_column="updated_at",
+        id_column="id",
+        **kw,
+    )
+
+
+def _ops_ends(target: SourceOptions) -> list[int]:
+    with target.connect() as db:
+        ops = target.map_topics.ops
+        return [db.log.end_offset(ops, p) for p in range(db.log.partitions(ops))]
+
+
+def test_ingest_into_a_map_is_incremental_and_survives_restarts(
+    spark: Any, postgres: PostgresConnection, target: str, name: str
+) -> None:
+    table = _table(postgres, 30)
+    opts = SourceOptions(target, map=name)
+    first = _job(spark, postgres, table, opts, partitions=2).run()
+    assert (first.rows, first.deletes, first.before) == (30, 0, None)
+    assert first.after is not None and first.after.id == 30
+    with kafkakv.connect(target) as db:
+        m = db.map(name)
+        assert len(m) == 30
+        t7 = m["T7"]
+        assert t7["terminalId"] == "T7" and t7["acquirerId"] == "A1" and t7["isActive"] is True
+        assert t7["mcc"] == 5007 and t7["id"] == 7
+        assert t7["updatedAt"].endswith("Z") and "T" in t7["updatedAt"]  # ISO-8601, UTC
+    ends = _ops_ends(opts)
+
+    again = _job(spark, postgres, table, opts).run()  # nothing changed: nothing written
+    assert (again.rows, again.after) == (0, first.after)
+    assert _ops_ends(opts) == ends
+
+    _sql(
+        postgres,
+        f"UPDATE {table} SET acquirer_id = 'NEW', updated_at = now() - interval '1 s' WHERE terminal_id = 'T1'",
+        f"UPDATE {table} SET is_active = false, updated_at = now() - interval '1 s' WHERE terminal_id = 'T2'",
+        f"INSERT INTO {table} (terminal_id, acquirer_id, updated_at) VALUES ('T99', 'A9', now() - interval '1 s')",
+    )
+    restarted = _job(spark, postgres, table, opts)  # a new job object: position from the log
+    assert restarted.position() == first.after
+    third = restarted.run()
+    assert (third.rows, third.deletes) == (3, 1)
+    with kafkakv.connect(target) as db:
+        m = db.map(name)
+        assert m["T1"]["acquirerId"] == "NEW"
+        assert "T2" not in m
+        assert m["T99"]["acquirerId"] == "A9" and m["T99"]["mcc"] is None  # nulls kept
+        assert len(m) == 30
+        assert db.map(POSITIONS_MAP)[third.job]["id"] == third.after.id  # type: ignore[union-attr]
+
+    report = reconcile(spark, TableSource(postgres, table), MAPPING, opts)
+    assert report.matches, report
+    assert (report.table_rows, report.target_rows) == (30, 30)
+
+
+def test_ingest_into_a_directory_topic_then_reconcile_finds_every_kind_of_difference(
+    spark: Any, postgres: PostgresConnection, tmp_path: Any, name: str
+) -> None:
+    target = str(tmp_path / "log")
+    table = _table(postgres, 12)
+    opts = SourceOptions(target, topic=name)
+    result = _job(spark, postgres, table, opts, partitions=3).run()
+    assert result.rows == 12
+    with kafkakv.connect(target) as db:
+        assert db.log.topic_config(name)["cleanup.policy"] == "compact"
+        directory = db.directory(name)
+        assert len(directory) == 12 and directory["T3"]["acquirerId"] == "A0"
+    source = TableSource(postgres, table)
+    assert reconcile(spark, source, MAPPING, opts).matches
+
+    # Change the table behind the directory's back: a new row, a changed row, a deactivated row.
+    _sql(
+        postgres,
+        f"INSERT INTO {table} (terminal_id, acquirer_id, updated_at) VALUES ('T50', 'A5', now())",
+        f"UPDATE {table} SET mcc = 1 WHERE terminal_id = 'T4'",
+        f"UPDATE {table} SET is_active = false WHERE terminal_id = 'T5'",
+    )
+    report = reconcile(spark, source, MAPPING, opts, samples=5)
+    assert not report.matches
+    assert (report.missing, report.extra, report.different) == (1, 1, 1)
+    assert report.samples == {"missing": ["T50"], "extra": ["T5"], "different": ["T4"]}
+    assert "they differ (1 missing, 1 extra, 1 different)" in report.summary()
+
+
+def test_rows_with_equal_timestamps_are_ordered_by_id(
+    spark: Any, postgres: PostgresConnection, tmp_path: Any
+) -> None:
+    table = _table(postgres, 0)
+    same = "now() - interval '1 minute'"
+    _sql(
+        postgres,
+        f"CREATE TEMP TABLE ts_now AS SELECT {same} AS ts",
+        f"INSERT INTO {table} (terminal_id, acquirer_id, updated_at) "
+        f"SELECT 'T' || g, 'A', date_trunc('second', now()) - interval '1 minute' "
+        f"FROM generate_series(1, 3) g",
+    )
+    opts = SourceOptions(str(tmp_path / "log"), map="m")
+    assert _job(spark, postgres, table, opts).run().rows == 3
+    # A row committed later with the same timestamp and a higher id is still picked up.
+    _sql(
+        postgres,
+        f"INSERT INTO {table} (terminal_id, acquirer_id, updated_at) "
+        f"VALUES ('T4', 'A', date_trunc('second', now()) - interval '1 minute')",
+    )
+    fourth = _job(spark, postgres, table, opts).run()
+    assert fourth.rows == 1 and fourth.after is not None and fourth.after.id == 4
+
+
+def test_the_safety_delay_holds_back_recent_rows(
+    spark: Any, postgres: PostgresConnection, tmp_path: Any
+) -> None:
+    table = _table(postgres, 5, age="2 hours")
+    _sql(
+        postgres,
+        f"INSERT INTO {table} (terminal_id, acquirer_id, updated_at) VALUES ('new', 'A', now())",
+    )
+    opts = SourceOptions(str(tmp_path / "log"), map="m")
+    held = _job(spark, postgres, table, opts, delay=600).run()
+    assert held.rows == 5  # the row of a moment ago waits for the delay
+    with kafkakv.connect(opts.target) as db:
+        assert "new" not in db.map("m")
+    assert _job(spark, postgres, table, opts, delay=0).run().rows == 1
+
+
+def test_int_keys_and_chosen_columns(
+    spark: Any, postgres: PostgresConnection, tmp_path: Any
+) -> None:
+    table = _table(postgres, 4)
+    mapping = TableMapping(
+        key="id", columns=("terminal_id", "updated_at"), timestamp_format="yyyy-MM-dd"
+    )
+    opts = SourceOptions(str(tmp_path / "log"), map="by_id", key_codec="int")
+    assert _job(spark, postgres, table, opts, mapping=mapping).run().rows == 4
+    with kafkakv.connect(opts.target) as db:
+        m = db.map("by_id", key_codec="int")
+        assert sorted(m) == [1, 2, 3, 4]
+        assert set(m[2]) == {"terminal_id", "updated_at"}
+        assert len(m[2]["updated_at"]) == 10  # the date alone
+
+
+def test_snapshot_to_parquet_holds_the_map(
+    spark: Any, postgres: PostgresConnection, tmp_path: Any
+) -> None:
+    target = str(tmp_path / "log")
+    with kafkakv.connect(target) as db:
+        m = db.map("snap", partitions=2)
+        for i in range(200):
+            m[f"k{i}"] = {"i": i}
+        del m["k0"]
+    result = snapshot(spark, SourceOptions(target, map="snap"), tmp_path / "out")
+    assert result.rows == 199
+    table = pq.read_table(tmp_path / "out")
+    assert table.num_rows == 199
+    got = dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
+    assert got["k5"] == '{"i":5}' and "k0" not in got
+
+
+def test_clear_errors_for_a_missing_table_column_or_server(
+    spark: Any, postgres: PostgresConnection, tmp_path: Any
+) -> None:
+    opts = SourceOptions(str(tmp_path / "log"), map="m")
+    with pytest.raises(ConfigError, match="does not exist"):
+        _job(spark, postgres, "no_such_table", opts).run()
+    table = _table(postgres, 1)
+    with pytest.raises(ConfigError, match="no column 'changed_at'"):
+        IngestJob(spark, TableSource(postgres, table), opts, MAPPING, "changed_at", "id").run()
+    with pytest.raises(ConfigError, match="no column nope"):
+        _job(spark, postgres, table, opts, mapping=TableMapping(key="nope")).run()
+    with kafkakv.connect(opts.target) as db:
+        assert db.log.topics() == []  # nothing was created for a job that could not start
+    nowhere = PostgresConnection(port=1)
+    with pytest.raises(PostgresError, match=re.escape("127.0.0.1:1")):
+        _job(spark, nowhere, table, opts).run()
+
+
+def test_a_directory_topic_that_is_not_compacted_is_refused(
+    spark: Any, postgres: PostgresConnection, tmp_path: Any
+) -> None:
+    target = str(tmp_path / "log")
+    with kafkakv.connect(target) as db:
+        db.log.create_topic("plain", 1, {"cleanup.policy": "delete"})
+    table = _table(postgres, 1)
+    with pytest.raises(TopicMismatchError, match="must be compacted"):
+        _job(spark, postgres, table, SourceOptions(target, topic="plain")).run()
+
+
+def test_a_missing_jdbc_driver_is_a_clear_pipeline_error(
+    postgres: PostgresConnection, tmp_path: Any
+) -> None:
+    """A Spark session of its own (another JVM) started without the driver jar."""
+    table = _table(postgres, 1)
+    script = textwrap.dedent(
+        f"""
+        from kafkakv.errors import PipelineError
+        from kafkakv.pipeline import *
+        spark = spark_session(app_name="no-driver")
+        conn = PostgresConnection.from_url({_url(postgres)!r})
+        job = IngestJob(spark, TableSource(conn, {table!r}),
+                        SourceOptions({str(tmp_path / "log")!r}, map="m"),
+                        TableMapping(key="terminal_id"), "updated_at", "id")
+        try:
+            job.run()
+        except PipelineError as exc:
+            print("PIPELINE-ERROR", exc)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240
+    )
+    assert "PIPELINE-ERROR" in done.stdout, done.stderr[-3000:]
+    assert "JDBC driver is not on Spark's class path" in done.stdout
+
+
+def _url(conn: PostgresConnection) -> str:
+    password = f":{conn.password}" if conn.password else ""
+    return f"postgresql://{conn.user}{password}@{conn.host}:{conn.port}/{conn.database}"
