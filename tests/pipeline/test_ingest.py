@@ -154,10 +154,8 @@ def test_rows_with_equal_timestamps_are_ordered_by_id(
     spark: Any, postgres: PostgresConnection, tmp_path: Any
 ) -> None:
     table = _table(postgres, 0)
-    same = "now() - interval '1 minute'"
     _sql(
         postgres,
-        f"CREATE TEMP TABLE ts_now AS SELECT {same} AS ts",
         f"INSERT INTO {table} (terminal_id, acquirer_id, updated_at) "
         f"SELECT 'T' || g, 'A', date_trunc('second', now()) - interval '1 minute' "
         f"FROM generate_series(1, 3) g",

@@ -50,6 +50,9 @@ class Position:
     timestamp: str
     id: int | str
 
+    def __str__(self) -> str:
+        return f"({self.timestamp}, {self.id})"
+
     def to_json(self) -> dict[str, Any]:
         return {"timestamp": self.timestamp, "id": self.id}
 
