@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import kafkakv
-from kafkakv.errors import ConfigError, PostgresError, TopicMismatchError
+from kafkakv.errors import ConfigError, PipelineError, PostgresError, TopicMismatchError
 from kafkakv.pipeline import (
     IngestJob,
     PostgresConnection,
@@ -205,20 +205,26 @@ def test_int_keys_and_chosen_columns(
 
 
 def test_snapshot_to_parquet_holds_the_map(
-    spark: Any, postgres: PostgresConnection, tmp_path: Any
+    spark: Any, target: str, name: str, tmp_path: Any
 ) -> None:
-    target = str(tmp_path / "log")
     with kafkakv.connect(target) as db:
-        m = db.map("snap", partitions=2)
+        m = db.map(name, partitions=2, flush_period=64)
         for i in range(200):
             m[f"k{i}"] = {"i": i}
         del m["k0"]
-    result = snapshot(spark, SourceOptions(target, map="snap"), tmp_path / "out")
+    result = snapshot(spark, SourceOptions(target, map=name), tmp_path / "out")
     assert result.rows == 199
     table = pq.read_table(tmp_path / "out")
     assert table.num_rows == 199
     got = dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
     assert got["k5"] == '{"i":5}' and "k0" not in got
+
+
+def test_a_snapshot_of_a_missing_map_is_a_clear_error(spark: Any, tmp_path: Any) -> None:
+    target = str(tmp_path / "log")
+    with pytest.raises(PipelineError, match="map 'ghost' does not exist"):
+        snapshot(spark, SourceOptions(target, map="ghost"), tmp_path / "out")
+    assert not list(tmp_path.glob("out/*.parquet"))  # no file was written
 
 
 def test_clear_errors_for_a_missing_table_column_or_server(
