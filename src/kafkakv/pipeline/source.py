@@ -35,6 +35,7 @@ import itertools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -54,10 +55,10 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log.base import Log, Record
-from kafkakv.log.partitioner import partition_for
 from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
 from kafkakv.pipeline.options import SourceOptions
+from kafkakv.pipeline.partitions import partitions_for
 
 __all__ = ["KafkaKVDataSource"]
 
@@ -283,9 +284,9 @@ class _TopicRecords:
         self, keys: list[bytes], values: list[bytes | None], count: int, limit: int
     ) -> dict[int, list[Record]]:
         out: dict[int, list[Record]] = {}
-        for key, value in zip(keys, values, strict=True):
-            _check_size(len(key) + (0 if value is None else len(value)), limit, self.opts)
-            p = partition_for(key, count) if count > 1 else 0
+        for key, value, p in zip(keys, values, partitions_for(keys, count), strict=True):
+            if len(key) + (0 if value is None else len(value)) > limit:
+                _too_large(len(key) + len(value or b""), limit, self.opts)
             out.setdefault(p, []).append(Record(key, value))
         return out
 
@@ -305,21 +306,22 @@ class _MapRecords:
     ) -> dict[int, list[Record]]:
         out: dict[int, list[Record]] = {}
         prefix, origin, seq = self.prefix, self.origin, self.seq
-        for key, value in zip(keys, values, strict=True):
-            record_key = prefix + key
+        put, remove = OpCode.PUT, OpCode.REMOVE
+        record_keys = [prefix + k for k in keys] if prefix else keys
+        partitions = partitions_for(record_keys, count)
+        for record_key, value, p in zip(record_keys, values, partitions, strict=True):
             if value is None:
-                op = encode_op(OpCode.REMOVE, origin, next(seq))
+                op = encode_op(remove, origin, next(seq))
             else:
-                op = encode_op(OpCode.PUT, origin, next(seq), (value,))
-            _check_size(len(record_key) + len(op), limit, self.opts)
-            p = partition_for(record_key, count) if count > 1 else 0
+                op = encode_op(put, origin, next(seq), (value,))
+            if len(record_key) + len(op) > limit:
+                _too_large(len(record_key) + len(op), limit, self.opts)
             out.setdefault(p, []).append(Record(record_key, op))
         return out
 
 
-def _check_size(size: int, limit: int, opts: SourceOptions) -> None:
-    if size > limit:
-        raise RecordTooLargeError(
-            f"a row of {size} bytes is over {opts.what}'s max.message.bytes={limit}; "
-            "nothing of its batch was appended"
-        )
+def _too_large(size: int, limit: int, opts: SourceOptions) -> NoReturn:
+    raise RecordTooLargeError(
+        f"a row of {size} bytes is over {opts.what}'s max.message.bytes={limit}; "
+        "nothing of its batch was appended"
+    )
