@@ -1,7 +1,8 @@
 """``kafkakv``: the command line. ``kafkakv log ...`` inspects and maintains an embedded log;
 ``kafkakv map ...`` (in :mod:`kafkakv.cli.map_commands`) reads, writes and watches a map;
 ``kafkakv directory ...`` (:mod:`kafkakv.cli.directory_commands`) loads, dumps and serves a
-topic as a directory.
+topic as a directory; ``kafkakv pipeline ...`` (:mod:`kafkakv.cli.pipeline_commands`) runs the
+Spark jobs: ingest a PostgreSQL table, export a snapshot, reconcile.
 
 Every command parses its arguments, calls the public :class:`~kafkakv.log.EmbeddedLog` API and
 prints the answer; nothing here knows more about the log than that API tells it (the one
@@ -37,6 +38,7 @@ from kafkakv.cli.devcluster_commands import dev_cluster_group
 from kafkakv.cli.directory_commands import directory_group
 from kafkakv.cli.map_commands import map_group
 from kafkakv.cli.options import log_path_option
+from kafkakv.cli.pipeline_commands import pipeline_group
 from kafkakv.cli.topics_commands import init_existing_command, topics_group
 from kafkakv.errors import KafkaKVError, LogError
 from kafkakv.log import CleanResult, EmbeddedLog, Record
@@ -206,6 +208,7 @@ def main() -> None:
 
 main.add_command(map_group)
 main.add_command(directory_group)
+main.add_command(pipeline_group)
 main.add_command(topics_group)
 main.add_command(init_existing_command)
 main.add_command(dev_cluster_group)

@@ -88,6 +88,8 @@ class TableSource:
                     f"{self.connection.database!r} on {self.connection.host}:"
                     f"{self.connection.port}"
                 ) from exc
+            except psycopg.Error as exc:  # no privilege, a bad name...
+                raise PostgresError(f"PostgreSQL refused to read {self.table}: {exc}") from exc
             assert cur.description is not None
             return [d.name for d in cur.description]
 

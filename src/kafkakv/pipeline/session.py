@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["spark_action", "spark_session"]
+
+_REGISTERED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Sessions the kafkakv data source is registered on."""
 
 
 def spark_session(
@@ -71,7 +75,9 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
-    spark.dataSource.register(KafkaKVDataSource)
+    if spark not in _REGISTERED:  # registering again makes Spark warn about a replacement
+        spark.dataSource.register(KafkaKVDataSource)
+        _REGISTERED.add(spark)
     return spark
 
 

@@ -26,6 +26,8 @@ FORMATS = ("parquet", "orc", "json", "delta")
 
 @dataclass(frozen=True)
 class SnapshotResult:
+    """``rows``: the rows at ``path`` once written (with mode ``append``, earlier ones too)."""
+
     path: str
     format: str
     rows: int
@@ -53,7 +55,7 @@ def snapshot(
     schema: str | None = None,
     progress: Callable[[str], None] = lambda _line: None,
 ) -> SnapshotResult:
-    """Write ``source``'s snapshot to ``path`` and return how many rows it holds.
+    """Write ``source``'s snapshot to ``path`` and return how many rows ``path`` holds.
 
     ``file_format``: ``parquet``, ``orc``, ``json``, or ``delta`` (needs the delta-spark
     package configured on the session). ``mode``: Spark's save mode (``overwrite`` replaces an
