@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import struct
 import zlib
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 import msgpack
 
@@ -51,6 +53,7 @@ __all__ = [
     "encode_records",
     "next_valid_batch",
     "parse_header",
+    "records_from_rows",
     "reencode_batch",
     "scan_batches",
     "valid_batch_at",
@@ -201,21 +204,30 @@ def decode_records(
 ) -> list[Record]:
     """Decode the records of the batch at ``pos`` (CRC already verified) from ``min_offset``,
     at most ``limit`` of them."""
-    body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
-    try:
-        rows = msgpack.unpackb(body, use_list=False, raw=False)
-    except (ValueError, TypeError) as exc:
-        raise CorruptLogError(f"undecodable records: {exc}", position=pos) from exc
+    return records_from_rows(decode_rows(buf, pos, header), header, partition, min_offset, limit)
+
+
+def records_from_rows(
+    rows: Sequence[Row],
+    header: BatchHeader,
+    partition: int,
+    min_offset: int = 0,
+    limit: int | None = None,
+) -> list[Record]:
+    """The records of a decoded batch (its :func:`decode_rows`) from ``min_offset``, at most
+    ``limit`` of them. Offsets increase along a batch, so finding the first costs a bisection,
+    not a pass: a reader that takes a large batch in slices pays for its slices only."""
     base = header.base_offset
     bts = header.base_timestamp
-    if min_offset > base:
-        rows = [row for row in rows if base + row[0] >= min_offset]
-    if limit is not None and len(rows) > limit:
-        rows = rows[:limit]
+    start = bisect_left(rows, min_offset - base, key=_offset_delta) if min_offset > base else 0
+    stop = len(rows) if limit is None else min(len(rows), start + limit)
     return [
         _tuple_new(Record, (k, v, h or (), bts + td, partition, base + od))
-        for od, td, k, v, h in rows
+        for od, td, k, v, h in rows[start:stop]
     ]
+
+
+_offset_delta = itemgetter(0)
 
 
 def decode_rows(buf: bytes | memoryview, pos: int, header: BatchHeader) -> list[Row]:

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
@@ -36,10 +36,12 @@ from kafkakv.log.embedded.format import (
     HEADER_SIZE,
     INDEX_ENTRY,
     BatchHeader,
-    decode_records,
+    Row,
+    decode_rows,
     encode_batch,
     next_valid_batch,
     parse_header,
+    records_from_rows,
     scan_batches,
     valid_batch_at,
     verify_crc,
@@ -131,6 +133,10 @@ class Partition:
         # (segment, next offset, byte position) where the last read stopped: a tailing reader
         # starts there instead of scanning forward from the last sparse-index entry.
         self._read_cursor: tuple[str, int, int] | None = None
+        # The decoded rows of the last batch a read stopped inside of, by (segment, position):
+        # the next read of a sequential reader starts in it, and decoding a batch of 500,000
+        # records again for each slice of it made reading a large flush quadratic.
+        self._partial: tuple[tuple[str, int, int], Sequence[Row]] | None = None
         self._wname: str | None = None
         self._wfd = -1
         self._ifd = -1
@@ -315,6 +321,24 @@ class Partition:
                     h = parse_header(buf, p)
                 except CorruptLogError as exc:
                     raise self._corrupt(seg, pos + p, str(exc)) from None
+                partial = self._partial
+                if partial is not None and partial[0] == (seg.name, pos + p, h.crc):
+                    # A batch this reader stopped inside of, decoded already: its next slice.
+                    rows = partial[1]
+                    if h.last_offset >= offset:
+                        taken = records_from_rows(rows, h, part, offset, max_records - len(out))
+                        out.extend(taken)
+                        budget -= h.size
+                        last = taken[-1].offset if taken else None
+                        if last is not None and last != rows[-1][0] + h.base_offset:
+                            self._read_cursor = (seg.name, last + 1, pos + p)
+                            return budget
+                    self._partial = None
+                    p += h.size  # its bytes need not be in buf: the outer loop reads on after it
+                    self._read_cursor = (seg.name, h.last_offset + 1, pos + p)
+                    if len(out) >= max_records or budget <= 0:
+                        return budget
+                    continue
                 if p + h.size > n:
                     if p == 0:  # one batch larger than the chunk: read exactly it
                         if pos + h.size > end:
@@ -328,8 +352,16 @@ class Partition:
                 if h.last_offset >= offset:
                     if not verify_crc(buf, p, h):
                         raise self._corrupt(seg, pos + p, "batch checksum mismatch")
-                    out.extend(decode_records(buf, p, h, part, offset, max_records - len(out)))
+                    rows = decode_rows(buf, p, h)
+                    taken = records_from_rows(rows, h, part, offset, max_records - len(out))
+                    out.extend(taken)
                     budget -= h.size
+                    last = taken[-1].offset if taken else None
+                    if last is not None and last != rows[-1][0] + h.base_offset:
+                        # The read stops inside this batch: keep it decoded for the next one.
+                        self._partial = ((seg.name, pos + p, h.crc), rows)
+                        self._read_cursor = (seg.name, last + 1, pos + p)
+                        return budget
                     if len(out) >= max_records or budget <= 0:
                         self._read_cursor = (seg.name, h.last_offset + 1, pos + p + h.size)
                         return budget
