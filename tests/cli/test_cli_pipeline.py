@@ -139,7 +139,7 @@ def test_ingest_into_a_map_runs_incrementally(
     out = ok(first)
     assert out.startswith(f"ingested 3 rows (0 deletes) from {table} into map '{name}': ")
     assert "position the start -> " in out
-    assert f"writing 3 rows (0 deletes) to map '{name}'" in first.stderr  # progress
+    assert "wrote 3 rows (0 deletes)" in first.stderr  # progress
     assert map_items(log_dir, name) == {f"t{i}": value(i) for i in (1, 2, 3)}
     dumped = CliRunner().invoke(main, ["map", "-p", str(log_dir), "dump", name])
     assert [json.loads(line)["key"] for line in ok(dumped).splitlines()] == ["t1", "t2", "t3"]

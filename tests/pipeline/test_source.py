@@ -182,3 +182,14 @@ def _schema(source: KafkaKVDataSource) -> Any:
     from pyspark.sql.types import _parse_datatype_string
 
     return _parse_datatype_string(source.schema())
+
+
+def test_maps_whose_values_are_not_json_read_as_binary(spark: Any, tmp_path: Any) -> None:
+    target = str(tmp_path / "log")
+    with kafkakv.connect(target) as db:
+        db.map("raw", value_codec="bytes")["k"] = b"\x00\xff not json"
+        db.map("packed", value_codec="msgpack")["k"] = {"a": [1, 2]}
+    (raw,) = _read(spark, target=target, map="raw", value_codec="bytes")
+    assert raw["value"] == bytearray(b"\x00\xff not json")
+    (packed,) = _read(spark, target=target, map="packed", value_codec="msgpack")
+    assert kafkakv.codecs.codec_for("msgpack").decode(bytes(packed["value"])) == {"a": [1, 2]}

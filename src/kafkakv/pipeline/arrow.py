@@ -99,6 +99,13 @@ def encode_column(column: pa.Array[Any] | pa.ChunkedArray[Any], codec: str, what
 
 
 def _check_each(values: list[Any], decode: Any, what: str) -> list[Any]:
+    try:  # all at once; only when one fails is it found, to name its row
+        return list(map(decode, values)) if None not in values else _each(values, decode, what)
+    except Exception:
+        return _each(values, decode, what)
+
+
+def _each(values: list[Any], decode: Any, what: str) -> list[Any]:
     out: list[Any] = []
     for row, value in enumerate(values):
         if value is None:

@@ -13,8 +13,9 @@ that fails before then is repeated by the next one (puts and deletes are idempot
 that finds no new row appends nothing.
 
 Steps and their cost: one query on PostgreSQL for the bound (and for the id range that splits
-the read over Spark tasks), one JDBC read of the new rows (kept by Spark for two passes: the
-count and position, then the write), and one append per log partition and Arrow batch.
+the read over Spark tasks), one JDBC read of the new rows, written as they stream (the count
+and the last position are observed on the way, with Spark's ``Observation``), and one append
+per log partition and Arrow batch.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafkakv.errors import ConfigError, PipelineError, TopicMismatchError
 from kafkakv.map.topics import ensure_topics
-from kafkakv.pipeline.jdbc import TableSource
+from kafkakv.pipeline.jdbc import TS_TEXT, TableSource
 from kafkakv.pipeline.mapping import TableMapping
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.session import spark_action
@@ -127,6 +128,7 @@ class IngestJob:
         :class:`~kafkakv.errors.PipelineError` when Spark fails (a missing JDBC driver among
         others) and the log's errors for the target.
         """
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         started = time.monotonic()
@@ -148,32 +150,40 @@ class IngestJob:
         if df is None:
             self.progress("no new rows: nothing written")
             return IngestResult(self.job, 0, 0, before, before, time.monotonic() - started)
-        df = df.persist()
-        try:
-            key_type = "bigint" if self.target.key_codec == "int" else "string"
-            mapped = mapping.apply(df, key_type)
-            summary = spark_action(
-                lambda: mapped.agg(
-                    F.count(F.lit(1)).alias("rows"),
-                    F.count_if(F.col("value").isNull()).alias("deletes"),
-                ).first(),
-                f"reading {source.table}",
-            )
-            rows, deletes = (0, 0) if summary is None else (summary["rows"], summary["deletes"])
-            after = _last_position(df, self.timestamp_column, self.id_column)
-            self.progress(f"writing {rows} rows ({deletes} deletes) to {self.target.what}")
-            spark_action(
-                lambda: (
-                    mapped.select("key", "value")
-                    .write.format("kafkakv")
-                    .options(**self.target.to_options())
-                    .mode("append")
-                    .save()
-                ),
-                f"writing to {self.target.what}",
-            )
-        finally:
-            df.unpersist()
+        # One pass: the counts and the last position are observed while the rows are written.
+        observed = Observation(f"kafkakv-ingest-{id(self)}")
+        key_type = "bigint" if self.target.key_codec == "int" else "string"
+        ts, ident = F.col(self.timestamp_column), F.col(self.id_column)
+        inactive = (
+            F.count_if(F.col(mapping.active_column) == F.lit(False))
+            if mapping.active_column
+            else F.lit(0)
+        )
+        watched = df.observe(
+            observed,
+            F.count(F.lit(1)).alias("rows"),
+            inactive.alias("deletes"),
+            F.max_by(F.struct(F.col(TS_TEXT), ident), F.struct(ts, ident)).alias("last"),
+        )
+        self.progress(f"writing the new rows of {source.table} to {self.target.what}")
+        spark_action(
+            lambda: (
+                mapping.apply(watched, key_type)
+                .select("key", "value")
+                .write.format("kafkakv")
+                .options(**self.target.to_options())
+                .mode("append")
+                .save()
+            ),
+            f"writing {source.table} to {self.target.what}",
+        )
+        summary = observed.get
+        rows, deletes, last = summary["rows"], summary["deletes"], summary["last"]
+        if not rows:  # the rows went between the two queries (deleted meanwhile)
+            self.progress("no new rows: nothing written")
+            return IngestResult(self.job, 0, 0, before, before, time.monotonic() - started)
+        after = Position(last[0], last[1] if isinstance(last[1], int) else str(last[1]))
+        self.progress(f"wrote {rows} rows ({deletes} deletes)")
         with self.target.connect() as db:
             db.map(POSITIONS_MAP, timeout=self.target.timeout)[self.job] = after.to_json()
         self.progress(f"position now {after.timestamp} / {after.id}")
@@ -198,16 +208,3 @@ class IngestJob:
                     f"topic {topic!r} has cleanup.policy={policy}: a directory topic must be "
                     "compacted, or deleted keys come back"
                 )
-
-
-def _last_position(df: Any, ts: str, ident: str) -> Position:
-    from pyspark.sql import functions as F
-
-    from kafkakv.pipeline.jdbc import TS_TEXT
-
-    last = df.agg(
-        F.max_by(F.struct(F.col(TS_TEXT), F.col(ident)), F.struct(F.col(ts), F.col(ident)))
-    ).first()
-    assert last is not None
-    text, ident_value = last[0]
-    return Position(text, ident_value if isinstance(ident_value, int) else str(ident_value))

@@ -66,6 +66,7 @@ BATCH_ROWS = 65_536
 """Rows per Arrow batch a read task yields."""
 
 _READ_BYTES = 8 << 20
+_record = tuple.__new__  # builds a Record without the NamedTuple constructor's call
 _BUILTIN = ("key", "value", "partition", "offset")
 
 
@@ -202,7 +203,11 @@ class KafkaKVReader(DataSourceReader):
         where = f"{opts.what} partition {p}"
         n = len(keys)
         extra = [(name, t) for name, t in self.fields if name not in _BUILTIN]
-        decoded = dict(zip([n for n, _ in extra], json_columns(values, extra, where), strict=True))
+        decoded = {}
+        if extra:  # only then are values parsed as JSON (a bytes map's values are not JSON)
+            decoded = dict(
+                zip([n for n, _ in extra], json_columns(values, extra, where), strict=True)
+            )
         arrays = []
         for name, arrow_type in self.fields:
             if name == "key":
@@ -287,7 +292,7 @@ class _TopicRecords:
         for key, value, p in zip(keys, values, partitions_for(keys, count), strict=True):
             if len(key) + (0 if value is None else len(value)) > limit:
                 _too_large(len(key) + len(value or b""), limit, self.opts)
-            out.setdefault(p, []).append(Record(key, value))
+            out.setdefault(p, []).append(_record(Record, (key, value, (), None, None, None)))
         return out
 
 
@@ -316,7 +321,7 @@ class _MapRecords:
                 op = encode_op(put, origin, next(seq), (value,))
             if len(record_key) + len(op) > limit:
                 _too_large(len(record_key) + len(op), limit, self.opts)
-            out.setdefault(p, []).append(Record(record_key, op))
+            out.setdefault(p, []).append(_record(Record, (record_key, op, (), None, None, None)))
         return out
 
 
