@@ -122,9 +122,8 @@ def test_ingest_into_a_map_is_incremental_and_survives_restarts(
 
 
 def test_ingest_into_a_directory_topic_then_reconcile_finds_every_kind_of_difference(
-    spark: Any, postgres: PostgresConnection, tmp_path: Any, name: str
+    spark: Any, postgres: PostgresConnection, target: str, name: str
 ) -> None:
-    target = str(tmp_path / "log")
     table = _table(postgres, 12)
     opts = SourceOptions(target, topic=name)
     result = _job(spark, postgres, table, opts, partitions=3).run()
