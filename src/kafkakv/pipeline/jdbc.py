@@ -58,40 +58,33 @@ class TableSource:
     table: str
     fetch_size: int = 10_000
 
-    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        import psycopg
-
-        with self.connection.connect() as conn:
-            try:
-                with conn.cursor() as cur:
-                    cur.execute(sql.encode(), params)
-                    return list(cur.fetchall()) if cur.description else []
-            except psycopg.errors.UndefinedTable as exc:
-                raise ConfigError(
-                    f"table {self.table} does not exist in database "
-                    f"{self.connection.database!r} on {self.connection.host}:"
-                    f"{self.connection.port}"
-                ) from exc
-            except psycopg.Error as exc:
-                raise PostgresError(f"PostgreSQL refused a query on {self.table}: {exc}") from exc
-
-    def columns(self) -> list[str]:
-        """The table's column names, in order (one query)."""
+    def _run(
+        self, sql: str, params: tuple[Any, ...] = ()
+    ) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """One statement: its rows and column names. A missing table is a ConfigError; any
+        other refusal (no privilege, a bad column) a PostgresError."""
         import psycopg
 
         with self.connection.connect() as conn, conn.cursor() as cur:
             try:
-                cur.execute(f"SELECT * FROM {quote_ident(self.table)} LIMIT 0".encode())
+                cur.execute(sql.encode(), params)
             except psycopg.errors.UndefinedTable as exc:
                 raise ConfigError(
                     f"table {self.table} does not exist in database "
-                    f"{self.connection.database!r} on {self.connection.host}:"
-                    f"{self.connection.port}"
+                    f"{self.connection.database!r} on {self.connection.address}"
                 ) from exc
-            except psycopg.Error as exc:  # no privilege, a bad name...
-                raise PostgresError(f"PostgreSQL refused to read {self.table}: {exc}") from exc
-            assert cur.description is not None
-            return [d.name for d in cur.description]
+            except psycopg.Error as exc:
+                raise PostgresError(f"PostgreSQL refused a query on {self.table}: {exc}") from exc
+            if cur.description is None:
+                return [], []
+            return list(cur.fetchall()), [d.name for d in cur.description]
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return self._run(sql, params)[0]
+
+    def columns(self) -> list[str]:
+        """The table's column names, in order (one query)."""
+        return self._run(f"SELECT * FROM {quote_ident(self.table)} LIMIT 0")[1]
 
     def now_minus(self, delay: float) -> str:
         """The database's clock minus ``delay`` seconds, as ``timestamptz`` text."""
