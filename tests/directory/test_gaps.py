@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 import kafkakv
 from kafkakv.devcluster import Cluster
-from kafkakv.log import Batch, EmbeddedLog, Record
+from kafkakv.log import Batch, EmbeddedLog, EntryBatch, Record
 from tests.conftest import KAFKA_TIMEOUT
 from tests.directory.conftest import sample, terminal_rows
 from tests.directory.test_directory import eventually
@@ -110,6 +110,12 @@ class LaggingLog(EmbeddedLog):
             self.lagging_reads -= 1
             return Batch([], offset)
         return super().read_batch(topic, partition, offset, **limits)
+
+    def read_entries(self, topic: str, partition: int, offset: int, **limits: Any) -> EntryBatch:
+        if self.lagging_reads > 0:
+            self.lagging_reads -= 1
+            return EntryBatch([], offset)
+        return super().read_entries(topic, partition, offset, **limits)
 
 
 def test_an_empty_read_below_the_target_is_not_the_end(

@@ -159,6 +159,19 @@ def test_read_from_the_middle_of_a_batch_and_at_the_end(log: Log, topic: str) ->
     assert log.read(topic, 0, 1000) == []
 
 
+def test_read_entries_are_the_records_keys_values_and_offsets(log: Log, topic: str) -> None:
+    log.create_topic(topic, 1)
+    log.append(topic, 0, [Record(b"k%d" % i, b"v%d" % i) for i in range(30)])
+    log.append(topic, 0, [Record(b"gone", None, headers=[("h", b"1")])])
+    for start, limit in ((0, 1000), (7, 5), (29, 10), (31, 10)):
+        entries, after = log.read_entries(topic, 0, start, max_records=limit)
+        records, records_after = log.read_batch(topic, 0, start, max_records=limit)
+        assert entries == [(r.key, r.value, r.offset) for r in records]
+        assert after == records_after
+    entries, after = log.read_entries(topic, 0, 25)
+    assert entries[-1] == (b"gone", None, 30) and after == 31
+
+
 def test_read_limits(log: Log, topic: str) -> None:
     log.create_topic(topic, 1)
     for i in range(20):

@@ -38,7 +38,7 @@ import orjson
 
 from kafkakv.codecs import Codec, JsonCodec, StrCodec
 from kafkakv.directory.base import Change, DirectoryRecord, RecordError, Transform
-from kafkakv.log.base import Record
+from kafkakv.log.base import Entry, Record
 from kafkakv.map.engine import FLUSH_POINT_KEY
 
 __all__ = ["RecordDecoder", "fast_decoder"]
@@ -87,6 +87,26 @@ class RecordDecoder:
         self.encode = encode
         self._key = fast_decoder(keys)
         self._value = fast_decoder(values)
+
+    @property
+    def plain(self) -> bool:
+        """No transform and no encode: :meth:`decode_entries` can do the work."""
+        return self.transform is None and self.encode is None
+
+    def decode_entries(self, entries: Sequence[Entry]) -> list[Change] | None:
+        """The changes of plain ``(key, value, offset)`` entries, or None when the batch needs
+        the general path (a record that fails, a flush point): decode its full records then."""
+        dkey, dvalue = self._key, self._value
+        try:
+            changes: list[Change] = [
+                (dkey(kb), None if vb is None else dvalue(vb))  # type: ignore[arg-type]
+                for kb, vb, _ in entries
+            ]
+        except Exception:
+            return None
+        if FLUSH_POINT_KEY in map(_first, entries):
+            return None
+        return changes
 
     def decode(self, records: Sequence[Record]) -> tuple[list[Change], list[RecordError]]:
         """The changes of ``records`` in order, and the records that failed."""

@@ -43,7 +43,7 @@ from kafkakv.errors import (
 )
 from kafkakv.gcpause import gc_paused
 from kafkakv.lifecycle import Closeable
-from kafkakv.log.base import Log, Record
+from kafkakv.log.base import Log
 from kafkakv.store import Store, open_store
 
 __all__ = ["Directory"]
@@ -450,29 +450,44 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
         """Read one batch of ``p`` and apply it; False when there was nothing to read."""
         position = self._positions[p]
         with gc_paused():  # thousands of short-lived objects per batch: see gcpause
+            if self._decoder.plain:  # entries are enough, unless the batch needs more
+                entries, after = self.log.read_entries(
+                    self.topic, p, position, max_records=_READ_RECORDS, max_bytes=_READ_BYTES
+                )
+                changes = self._decoder.decode_entries(entries) if entries else []
+                if changes is not None:
+                    if entries:
+                        after = max(after, entries[-1][2] + 1)
+                    elif after <= position:
+                        return False
+                    self._apply(p, changes, [], len(entries), after)
+                    return bool(entries)
+            # A transform, or a batch with a failure or a flush point: full records.
             records, after = self.log.read_batch(
                 self.topic, p, position, max_records=_READ_RECORDS, max_bytes=_READ_BYTES
             )
             if not records:
                 if after > position:  # offsets that hold nothing to see: step over them
-                    self._advance(p, [], after)
+                    self._apply(p, [], [], 0, after)
                 return False
-            self._advance(p, records, after)
-        return True
-
-    def _advance(self, p: int, records: list[Record], after: int) -> None:
-        if records:
             last = records[-1].offset
             after = max(after, (last if last is not None else -1) + 1)
-        changes, errors = self._decoder.decode(records)
+            changes, errors = self._decoder.decode(records)
+            self._apply(p, changes, errors, len(records), after)
+        return True
+
+    def _apply(
+        self, p: int, changes: list[Any], errors: list[RecordError], count: int, after: int
+    ) -> None:
+        """Apply one batch's ``changes`` (from ``count`` records) and move ``p`` to ``after``."""
         listeners = self._listeners
         old: list[Any] | None = [] if listeners else None
         with self._apply_lock:
             self._check_open()
             self._table.apply(changes, {p: after}, old)
             self._positions[p] = after
-        self.records_applied += len(records)
-        self._metrics.records.inc(len(records))
+        self.records_applied += count
+        self._metrics.records.inc(count)
         self._metrics.set_position(p, after)
         if errors:
             self._record_errors(errors)

@@ -3,6 +3,8 @@
 from kafkakv.log.base import (
     Batch,
     CleanResult,
+    Entry,
+    EntryBatch,
     Log,
     LogWriter,
     Problem,
@@ -17,6 +19,8 @@ __all__ = [
     "Batch",
     "CleanResult",
     "EmbeddedLog",
+    "Entry",
+    "EntryBatch",
     "FsyncPolicy",
     "Log",
     "LogWriter",

@@ -19,6 +19,8 @@ from kafkakv.lifecycle import Closeable
 __all__ = [
     "Batch",
     "CleanResult",
+    "Entry",
+    "EntryBatch",
     "FailureCallback",
     "Log",
     "LogWriter",
@@ -62,6 +64,18 @@ class Batch(NamedTuple):
 
 FailureCallback = Callable[[Record, BaseException], None]
 """``on_failure(record, error)`` of a pipelined :meth:`Log.send`: a record it could not store."""
+
+
+Entry = tuple["bytes | None", "bytes | None", int]
+"""A record as :meth:`Log.read_entries` gives it: ``(key, value, offset)``."""
+
+
+class EntryBatch(NamedTuple):
+    """What :meth:`Log.read_entries` returns: entries, and the offset to read from next (as
+    :attr:`Batch.next_offset`)."""
+
+    entries: list[Entry]
+    next_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +233,25 @@ class Log(Closeable):
         records = self.read(topic, partition, offset, max_records=max_records, max_bytes=max_bytes)
         last = records[-1].offset if records else None
         return Batch(records, offset if last is None else last + 1)
+
+    def read_entries(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> EntryBatch:
+        """Like :meth:`read_batch`, each record as a ``(key, value, offset)`` entry only.
+
+        For readers that need nothing else (a directory loading a topic): a backend may build
+        the entries without a :class:`Record` per record. Raises as :meth:`read`.
+        """
+        records, next_offset = self.read_batch(
+            topic, partition, offset, max_records=max_records, max_bytes=max_bytes
+        )
+        return EntryBatch([(r.key, r.value, r.offset or 0) for r in records], next_offset)
 
     @abstractmethod
     def start_offset(self, topic: str, partition: int) -> int:

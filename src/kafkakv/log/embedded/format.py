@@ -51,6 +51,7 @@ __all__ = [
     "decode_rows",
     "encode_batch",
     "encode_records",
+    "entries_from_rows",
     "next_valid_batch",
     "parse_header",
     "records_from_rows",
@@ -225,6 +226,21 @@ def records_from_rows(
         _tuple_new(Record, (k, v, h or (), bts + td, partition, base + od))
         for od, td, k, v, h in rows[start:stop]
     ]
+
+
+def entries_from_rows(
+    rows: Sequence[Row],
+    header: BatchHeader,
+    partition: int,
+    min_offset: int = 0,
+    limit: int | None = None,
+) -> list[tuple[bytes | None, bytes | None, int]]:
+    """As :func:`records_from_rows`, as ``(key, value, offset)`` entries: a reader that needs
+    no more (a directory) skips building a six-field record per row."""
+    base = header.base_offset
+    start = bisect_left(rows, min_offset - base, key=_offset_delta) if min_offset > base else 0
+    stop = len(rows) if limit is None else min(len(rows), start + limit)
+    return [(k, v, base + od) for od, _, k, v, _ in rows[start:stop]]
 
 
 _offset_delta = itemgetter(0)

@@ -34,7 +34,7 @@ from kafkakv.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from kafkakv.log.base import Log, LogWriter, Problem, Record, TopicPartition
+from kafkakv.log.base import EntryBatch, Log, LogWriter, Problem, Record, TopicPartition
 from kafkakv.log.config import TopicConfig, parse_topic_config, validate_topic_name
 from kafkakv.log.embedded.check import check_partition
 from kafkakv.log.embedded.cleaner import CleanResult, clean_partition, enforce_retention
@@ -298,6 +298,24 @@ class EmbeddedLog(Log):
         if max_records < 1:
             raise ConfigError(f"max_records must be >= 1, not {max_records!r}")
         return part.read(offset, max_records, max_bytes)
+
+    def read_entries(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> EntryBatch:
+        """See :meth:`Log.read_entries`: straight from the decoded batches, no records built."""
+        part = self._partition(topic, partition)
+        if type(offset) is not int or offset < 0:
+            raise ConfigError(f"offset must be an int >= 0, not {offset!r}")
+        if max_records < 1:
+            raise ConfigError(f"max_records must be >= 1, not {max_records!r}")
+        entries = part.read(offset, max_records, max_bytes, entries=True)
+        return EntryBatch(entries, entries[-1][2] + 1 if entries else offset)
 
     def start_offset(self, topic: str, partition: int) -> int:
         return self._partition(topic, partition).start_offset()

@@ -26,10 +26,10 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import Record
 from kafkakv.log.config import TopicConfig
 from kafkakv.log.embedded.format import (
     ATTR_TRANSACTIONAL,
@@ -39,6 +39,7 @@ from kafkakv.log.embedded.format import (
     Row,
     decode_rows,
     encode_batch,
+    entries_from_rows,
     next_valid_batch,
     parse_header,
     records_from_rows,
@@ -51,6 +52,10 @@ from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, fsync_dir, segm
 from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
 
 __all__ = ["Partition", "PendingTailError", "PreparedBatch"]
+
+_Builder = tuple[Callable[..., list[Any]], int]
+_RECORDS: _Builder = (records_from_rows, 5)  # Record.offset is its 6th field
+_ENTRIES: _Builder = (entries_from_rows, 2)  # (key, value, offset)
 
 _READ_CHUNK = 1 << 17
 _MAX_READ_CHUNK = 1 << 22
@@ -246,8 +251,11 @@ class Partition:
         k = bisect_right(cache.rels, rel) - 1
         return cache.positions[k] if k >= 0 else 0
 
-    def read(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
-        """Records at or after ``offset``; see :meth:`kafkakv.log.base.Log.read`."""
+    def read(
+        self, offset: int, max_records: int, max_bytes: int, entries: bool = False
+    ) -> list[Any]:
+        """Records at or after ``offset``; see :meth:`kafkakv.log.base.Log.read`. With
+        ``entries``, ``(key, value, offset)`` tuples instead (:meth:`Log.read_entries`)."""
         head = self.published()
         if offset >= head.next_offset:
             return []
@@ -262,7 +270,7 @@ class Partition:
                     m = self._manifest
                     if m is None or m.version < head.layout_version or attempt:
                         m = self._reload_manifest_locked()
-                    return self._read_locked(m, head, offset, max_records, max_bytes)
+                    return self._read_locked(m, head, offset, max_records, max_bytes, entries)
             except FileNotFoundError:
                 head = self.published()  # a cleaner swapped segments: reload and retry
         raise CorruptLogError(
@@ -270,9 +278,16 @@ class Partition:
         )
 
     def _read_locked(
-        self, m: Manifest, head: HeadState, offset: int, max_records: int, max_bytes: int
-    ) -> list[Record]:
-        out: list[Record] = []
+        self,
+        m: Manifest,
+        head: HeadState,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        entries: bool,
+    ) -> list[Any]:
+        out: list[Any] = []
+        build = _ENTRIES if entries else _RECORDS
         budget = max(1, max_bytes)
         i = max(0, bisect_right(self._bases, offset) - 1)
         segs = m.segments
@@ -292,7 +307,7 @@ class Partition:
                 and cursor[1] <= offset
             ):
                 pos = cursor[2]  # a sequential reader: start where the last read stopped
-            budget = self._read_segment(seg, pos, end, offset, out, max_records, budget)
+            budget = self._read_segment(seg, pos, end, offset, out, max_records, budget, build)
             i += 1
         if len(out) > max_records:
             del out[max_records:]
@@ -304,10 +319,12 @@ class Partition:
         pos: int,
         end: int,
         offset: int,
-        out: list[Record],
+        out: list[Any],
         max_records: int,
         budget: int,
+        build: _Builder,
     ) -> int:
+        make, at = build  # what to build of each row, and where its offset is in it
         fd = self._read_fd(seg.name)
         part = self.number
         chunk = _READ_CHUNK  # grows while the caller keeps wanting more: never copy far past need
@@ -326,10 +343,10 @@ class Partition:
                     # A batch this reader stopped inside of, decoded already: its next slice.
                     rows = partial[1]
                     if h.last_offset >= offset:
-                        taken = records_from_rows(rows, h, part, offset, max_records - len(out))
+                        taken = make(rows, h, part, offset, max_records - len(out))
                         out.extend(taken)
                         budget -= h.size
-                        last = taken[-1].offset if taken else None
+                        last = taken[-1][at] if taken else None
                         if last is not None and last != rows[-1][0] + h.base_offset:
                             self._read_cursor = (seg.name, last + 1, pos + p)
                             return budget
@@ -353,10 +370,10 @@ class Partition:
                     if not verify_crc(buf, p, h):
                         raise self._corrupt(seg, pos + p, "batch checksum mismatch")
                     rows = decode_rows(buf, p, h)
-                    taken = records_from_rows(rows, h, part, offset, max_records - len(out))
+                    taken = make(rows, h, part, offset, max_records - len(out))
                     out.extend(taken)
                     budget -= h.size
-                    last = taken[-1].offset if taken else None
+                    last = taken[-1][at] if taken else None
                     if last is not None and last != rows[-1][0] + h.base_offset:
                         # The read stops inside this batch: keep it decoded for the next one.
                         self._partial = ((seg.name, pos + p, h.crc), rows)
