@@ -292,12 +292,18 @@ class EmbeddedLog(Log):
         max_bytes: int = 1 << 20,
     ) -> list[Record]:
         """See :meth:`Log.read`. Lock-free; one sparse-index lookup, then sequential reads."""
+        return self._reading(topic, partition, offset, max_records).read(
+            offset, max_records, max_bytes
+        )
+
+    def _reading(self, topic: str, partition: int, offset: int, max_records: int) -> Partition:
+        """The partition a read asks for, once its arguments are checked."""
         part = self._partition(topic, partition)
         if type(offset) is not int or offset < 0:
             raise ConfigError(f"offset must be an int >= 0, not {offset!r}")
         if max_records < 1:
             raise ConfigError(f"max_records must be >= 1, not {max_records!r}")
-        return part.read(offset, max_records, max_bytes)
+        return part
 
     def read_entries(
         self,
@@ -309,11 +315,7 @@ class EmbeddedLog(Log):
         max_bytes: int = 1 << 20,
     ) -> EntryBatch:
         """See :meth:`Log.read_entries`: straight from the decoded batches, no records built."""
-        part = self._partition(topic, partition)
-        if type(offset) is not int or offset < 0:
-            raise ConfigError(f"offset must be an int >= 0, not {offset!r}")
-        if max_records < 1:
-            raise ConfigError(f"max_records must be >= 1, not {max_records!r}")
+        part = self._reading(topic, partition, offset, max_records)
         entries = part.read(offset, max_records, max_bytes, entries=True)
         return EntryBatch(entries, entries[-1][2] + 1 if entries else offset)
 
