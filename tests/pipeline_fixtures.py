@@ -15,6 +15,9 @@ that use ``spark`` get the ``spark`` marker (``-m "not spark"`` leaves them out)
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -42,23 +45,29 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def postgres() -> Iterator[Any]:
     from kafkakv.pipeline import EmbeddedPostgres, postgres_from_env
 
     configured = postgres_from_env()
     if configured is not None:
         yield configured
         return
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("postgres") / "data")
+    # Not under pytest's basetemp: run as root, the server runs as an unprivileged user that
+    # must traverse to its data, and every pytest session that starts on the machine resets
+    # /tmp/pytest-of-<user> to mode 700 (a server there dies at its next checkpoint).
+    home = tempfile.mkdtemp(prefix="kafkakv-test-postgres-")
+    server = EmbeddedPostgres(os.path.join(home, "data"))
     try:
         connection = server.start()
     except KafkaKVError as exc:
         server.close()
+        shutil.rmtree(home, ignore_errors=True)
         pytest.fail(f"PostgreSQL could not start: {exc}", pytrace=False)
     try:
         yield connection
     finally:
         server.close()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
