@@ -47,7 +47,6 @@ __all__ = [
     "INDEX_ENTRY",
     "BatchHeader",
     "Row",
-    "decode_records",
     "decode_rows",
     "encode_batch",
     "encode_records",
@@ -193,19 +192,6 @@ def verify_crc(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
     """True when the batch at ``pos`` (entirely inside ``buf``) matches its CRC."""
     view = memoryview(buf)[pos + _CRC_START : pos + header.size]
     return zlib.crc32(view) == header.crc
-
-
-def decode_records(
-    buf: bytes | memoryview,
-    pos: int,
-    header: BatchHeader,
-    partition: int,
-    min_offset: int = 0,
-    limit: int | None = None,
-) -> list[Record]:
-    """Decode the records of the batch at ``pos`` (CRC already verified) from ``min_offset``,
-    at most ``limit`` of them."""
-    return records_from_rows(decode_rows(buf, pos, header), header, partition, min_offset, limit)
 
 
 def records_from_rows(

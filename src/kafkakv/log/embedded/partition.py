@@ -338,25 +338,14 @@ class Partition:
                     h = parse_header(buf, p)
                 except CorruptLogError as exc:
                     raise self._corrupt(seg, pos + p, str(exc)) from None
+                where = (seg.name, pos + p, h.crc)
                 partial = self._partial
-                if partial is not None and partial[0] == (seg.name, pos + p, h.crc):
-                    # A batch this reader stopped inside of, decoded already: its next slice.
-                    rows = partial[1]
-                    if h.last_offset >= offset:
-                        taken = make(rows, h, part, offset, max_records - len(out))
-                        out.extend(taken)
-                        budget -= h.size
-                        last = taken[-1][at] if taken else None
-                        if last is not None and last != rows[-1][0] + h.base_offset:
-                            self._read_cursor = (seg.name, last + 1, pos + p)
-                            return budget
-                    self._partial = None
-                    p += h.size  # its bytes need not be in buf: the outer loop reads on after it
-                    self._read_cursor = (seg.name, h.last_offset + 1, pos + p)
-                    if len(out) >= max_records or budget <= 0:
-                        return budget
-                    continue
-                if p + h.size > n:
+                # A batch this reader stopped inside of is decoded already: its bytes need not
+                # be in buf (after it, the outer loop reads on from its end).
+                cached = partial[1] if partial is not None and partial[0] == where else None
+                if cached is not None:
+                    self._partial = None  # set again below if this read stops inside it too
+                if cached is None and p + h.size > n:
                     if p == 0:  # one batch larger than the chunk: read exactly it
                         if pos + h.size > end:
                             raise self._corrupt(seg, pos, "batch runs past the published end")
@@ -367,16 +356,17 @@ class Partition:
                         continue
                     break
                 if h.last_offset >= offset:
-                    if not verify_crc(buf, p, h):
-                        raise self._corrupt(seg, pos + p, "batch checksum mismatch")
-                    rows = decode_rows(buf, p, h)
+                    if cached is None:
+                        if not verify_crc(buf, p, h):
+                            raise self._corrupt(seg, pos + p, "batch checksum mismatch")
+                    rows = decode_rows(buf, p, h) if cached is None else cached
                     taken = make(rows, h, part, offset, max_records - len(out))
                     out.extend(taken)
                     budget -= h.size
                     last = taken[-1][at] if taken else None
                     if last is not None and last != rows[-1][0] + h.base_offset:
                         # The read stops inside this batch: keep it decoded for the next one.
-                        self._partial = ((seg.name, pos + p, h.crc), rows)
+                        self._partial = (where, rows)
                         self._read_cursor = (seg.name, last + 1, pos + p)
                         return budget
                     if len(out) >= max_records or budget <= 0:
