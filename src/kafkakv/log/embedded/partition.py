@@ -356,9 +356,8 @@ class Partition:
                         continue
                     break
                 if h.last_offset >= offset:
-                    if cached is None:
-                        if not verify_crc(buf, p, h):
-                            raise self._corrupt(seg, pos + p, "batch checksum mismatch")
+                    if cached is None and not verify_crc(buf, p, h):
+                        raise self._corrupt(seg, pos + p, "batch checksum mismatch")
                     rows = decode_rows(buf, p, h) if cached is None else cached
                     taken = make(rows, h, part, offset, max_records - len(out))
                     out.extend(taken)
