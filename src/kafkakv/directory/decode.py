@@ -47,6 +47,7 @@ Encode = Callable[[Any, Any], tuple[bytes, bytes | None]]
 
 
 _first = operator.itemgetter(0)
+_key_value = operator.itemgetter(0, 1)
 _new_tuple = tuple.__new__  # a NamedTuple without its Python-level constructor (hot path)
 
 
@@ -94,42 +95,35 @@ class RecordDecoder:
         return self.transform is None and self.encode is None
 
     def decode_entries(self, entries: Sequence[Entry]) -> list[Change] | None:
-        """The changes of plain ``(key, value, offset)`` entries, or None when the batch needs
-        the general path (a record that fails, a flush point): decode its full records then."""
-        dkey, dvalue = self._key, self._value
-        try:
-            changes: list[Change] = [
-                (dkey(kb), None if vb is None else dvalue(vb))  # type: ignore[arg-type]
-                for kb, vb, _ in entries
-            ]
-        except Exception:
-            return None
-        if FLUSH_POINT_KEY in map(_first, entries):
-            return None
-        return changes
+        """The changes of plain ``(key, value, offset)`` entries, or None when one of them
+        fails: :meth:`decode_each` on the batch's full records then says which and why."""
+        return self._fast(entries)
 
     def decode(self, records: Sequence[Record]) -> tuple[list[Change], list[RecordError]]:
         """The changes of ``records`` in order, and the records that failed."""
-        if self.transform is None and self.encode is None:
-            return self._plain(records)
-        return self._general(records)
+        if self.plain:
+            changes = self._fast(records)
+            if changes is not None:
+                return changes, []
+        return self.decode_each(records)
 
-    def _plain(self, records: Sequence[Record]) -> tuple[list[Change], list[RecordError]]:
-        """The common case at C speed: one comprehension; any failure or a flush point in the
-        batch sends it down the general path, which looks at each record."""
+    def _fast(self, rows: Sequence[Sequence[Any]]) -> list[Change] | None:
+        """The common case at C speed: one comprehension over the key and value of records or
+        entries (both come first); flush points are dropped. None when any row fails."""
+        if FLUSH_POINT_KEY in map(_first, rows):  # a map's data topic: not an entry
+            rows = [row for row in rows if row[0] != FLUSH_POINT_KEY]
         dkey, dvalue = self._key, self._value
         try:
-            changes: list[Change] = [
-                (dkey(kb), None if vb is None else dvalue(vb))  # type: ignore[arg-type]
-                for kb, vb, _, _, _, _ in records
+            return [
+                (dkey(kb), None if vb is None else dvalue(vb))
+                for kb, vb in map(_key_value, rows)
             ]
         except Exception:
-            return self._general(records)
-        if FLUSH_POINT_KEY in map(_first, records):
-            return self._general(records)
-        return changes, []
+            return None
 
-    def _general(self, records: Sequence[Record]) -> tuple[list[Change], list[RecordError]]:
+    def decode_each(self, records: Sequence[Record]) -> tuple[list[Change], list[RecordError]]:
+        """Record by record: the transform and encode, and an error for each record that
+        fails (the others still count)."""
         changes: list[Change] = []
         errors: list[RecordError] = []
         dkey, dvalue = self._key, self._value

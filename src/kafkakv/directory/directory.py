@@ -462,7 +462,7 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
                         return False
                     self._apply(p, changes, [], len(entries), after)
                     return bool(entries)
-            # A transform, or a batch with a failure or a flush point: full records.
+            # A transform, or a batch with a record that fails: full records, one by one.
             records, after = self.log.read_batch(
                 self.topic, p, position, max_records=_READ_RECORDS, max_bytes=_READ_BYTES
             )
@@ -472,7 +472,7 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
                 return False
             last = records[-1].offset
             after = max(after, (last if last is not None else -1) + 1)
-            changes, errors = self._decoder.decode(records)
+            changes, errors = self._decoder.decode_each(records)
             self._apply(p, changes, errors, len(records), after)
         return True
 
