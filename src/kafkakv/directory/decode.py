@@ -115,8 +115,7 @@ class RecordDecoder:
         dkey, dvalue = self._key, self._value
         try:
             return [
-                (dkey(kb), None if vb is None else dvalue(vb))
-                for kb, vb in map(_key_value, rows)
+                (dkey(kb), None if vb is None else dvalue(vb)) for kb, vb in map(_key_value, rows)
             ]
         except Exception:
             return None

@@ -25,7 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kafkakv.db import Database
 from kafkakv.errors import ConfigError, PipelineError, TopicMismatchError
+from kafkakv.map.replica import ReplicaMap
 from kafkakv.map.topics import ensure_topics
 from kafkakv.pipeline.jdbc import TS_TEXT, TableSource
 from kafkakv.pipeline.mapping import TableMapping
@@ -116,8 +118,13 @@ class IngestJob:
     def position(self) -> Position | None:
         """The stored position of this job (None before its first run)."""
         with self.target.connect() as db:
-            positions = db.map(POSITIONS_MAP, timeout=self.target.timeout)
-            stored = positions.get(self.job)
+            return self._stored(self._positions(db))
+
+    def _positions(self, db: Database) -> ReplicaMap[str, Any]:
+        return db.map(POSITIONS_MAP, timeout=self.target.timeout)
+
+    def _stored(self, positions: ReplicaMap[str, Any]) -> Position | None:
+        stored = positions.get(self.job)
         return None if stored is None else Position.from_json(stored)
 
     def run(self) -> IngestResult:
@@ -128,9 +135,6 @@ class IngestJob:
         :class:`~kafkakv.errors.PipelineError` when Spark fails (a missing JDBC driver among
         others) and the log's errors for the target.
         """
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
-
         started = time.monotonic()
         source, mapping = self.source, self.mapping
         columns = source.columns()
@@ -138,8 +142,19 @@ class IngestJob:
         for needed in (self.timestamp_column, self.id_column):
             if needed not in columns:
                 raise ConfigError(f"table {source.table} has no column {needed!r}")
-        self._prepare_target()
-        before = self.position()
+        with self.target.connect() as db:  # one connection: target, position, new position
+            self._prepare_target(db)
+            positions = self._positions(db)
+            before = self._stored(positions)
+            return self._run(started, positions, before)
+
+    def _run(
+        self, started: float, positions: ReplicaMap[str, Any], before: Position | None
+    ) -> IngestResult:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        source, mapping = self.source, self.mapping
         bound = source.now_minus(self.delay)
         self.progress(
             f"reading {source.table} rows after {before or 'the start'} and before {bound}"
@@ -184,27 +199,25 @@ class IngestJob:
             return IngestResult(self.job, 0, 0, before, before, time.monotonic() - started)
         after = Position(last[0], last[1] if isinstance(last[1], int) else str(last[1]))
         self.progress(f"wrote {rows} rows ({deletes} deletes)")
-        with self.target.connect() as db:
-            db.map(POSITIONS_MAP, timeout=self.target.timeout)[self.job] = after.to_json()
+        positions[self.job] = after.to_json()
         self.progress(f"position now {after.timestamp} / {after.id}")
         return IngestResult(self.job, rows, deletes, before, after, time.monotonic() - started)
 
-    def _prepare_target(self) -> None:
+    def _prepare_target(self, db: Database) -> None:
         """Create the target's topics if missing (a map's three, or a compacted topic), or
         check that an existing topic is compacted."""
         target = self.target
-        with target.connect() as db:
-            if target.map is not None:
-                ensure_topics(db.log, target.map_topics, self.partitions)
-                return
-            topic = str(target.topic)
-            if topic not in db.log.topics():
-                db.log.create_topic(topic, self.partitions or 1, {"cleanup.policy": "compact"})
-                self.progress(f"created compacted topic {topic!r}")
-                return
-            policy = db.log.topic_config(topic).get("cleanup.policy", "")
-            if "compact" not in policy.split(","):
-                raise TopicMismatchError(
-                    f"topic {topic!r} has cleanup.policy={policy}: a directory topic must be "
-                    "compacted, or deleted keys come back"
-                )
+        if target.map is not None:
+            ensure_topics(db.log, target.map_topics, self.partitions)
+            return
+        topic = str(target.topic)
+        if topic not in db.log.topics():
+            db.log.create_topic(topic, self.partitions or 1, {"cleanup.policy": "compact"})
+            self.progress(f"created compacted topic {topic!r}")
+            return
+        policy = db.log.topic_config(topic).get("cleanup.policy", "")
+        if "compact" not in policy.split(","):
+            raise TopicMismatchError(
+                f"topic {topic!r} has cleanup.policy={policy}: a directory topic must be "
+                "compacted, or deleted keys come back"
+            )

@@ -79,16 +79,13 @@ class TableSource:
                 return [], []
             return list(cur.fetchall()), [d.name for d in cur.description]
 
-    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        return self._run(sql, params)[0]
-
     def columns(self) -> list[str]:
         """The table's column names, in order (one query)."""
         return self._run(f"SELECT * FROM {quote_ident(self.table)} LIMIT 0")[1]
 
     def now_minus(self, delay: float) -> str:
         """The database's clock minus ``delay`` seconds, as ``timestamptz`` text."""
-        rows = self._query("SELECT (now() - make_interval(secs => %s))::text", (delay,))
+        rows, _ = self._run("SELECT (now() - make_interval(secs => %s))::text", (delay,))
         return str(rows[0][0])
 
     def _incremental_sql(self, ts: str, ident: str, after: Position | None, bound: str) -> str:
@@ -113,10 +110,11 @@ class TableSource:
         """The rows after ``after`` and before ``bound`` (None when there are none: one
         query tells). Lazy: Spark reads when an action runs."""
         sql = self._incremental_sql(ts, ident, after, bound)
-        low, high, any_row = self._query(
+        rows, _ = self._run(
             f"SELECT min(q.{quote_ident(ident)}), max(q.{quote_ident(ident)}), "
             f"bool_or(true) FROM ({sql}) q"
-        )[0]
+        )
+        low, high, any_row = rows[0]
         if not any_row:
             return None
         split = None

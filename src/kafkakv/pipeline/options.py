@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkakv.codecs import codec_for
 from kafkakv.db import Database, connect
 from kafkakv.errors import ConfigError
 from kafkakv.map.topics import MapTopics
@@ -129,15 +128,6 @@ class SourceOptions:
             return b""
         name = self.map.encode()
         return bytes([len(name)]) + name
-
-    @property
-    def data_topic(self) -> str:
-        """The topic whose partitions the job works on: the map's ops topic's partitions
-        are the same, so the data topic (or the plain topic) names them."""
-        return self.map_topics.data if self.map is not None else str(self.topic)
-
-    def codecs(self) -> tuple[Any, Any]:
-        return codec_for(self.key_codec), codec_for(self.value_codec)
 
     def connect(self) -> Database:
         """Open a database on the target (each task calls this once)."""

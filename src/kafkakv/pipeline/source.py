@@ -166,7 +166,7 @@ class KafkaKVReader(DataSourceReader):
         opts = self.opts
         latest: dict[bytes, tuple[bytes, int]] = {}
         with opts.connect() as db:
-            log, topic, p = db.log, opts.data_topic, part.partition
+            log, topic, p = db.log, str(opts.topic), part.partition
             offset = log.start_offset(topic, p)
             while offset < part.end:
                 batch = log.read_batch(topic, p, offset, max_records=50_000, max_bytes=_READ_BYTES)
