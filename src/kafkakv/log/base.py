@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import NamedTuple
 
 from kafkakv.lifecycle import Closeable
@@ -27,6 +28,7 @@ __all__ = [
     "Problem",
     "Record",
     "TopicPartition",
+    "records_of",
 ]
 
 TopicPartition = tuple[str, int]
@@ -51,6 +53,19 @@ class Record(NamedTuple):
     timestamp: int | None = None
     partition: int | None = None
     offset: int | None = None
+
+
+def records_of(keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> list[Record]:
+    """``Record(key, value)`` for each pair, built without a Python-level call per record.
+
+    >>> records_of([b"a", b"b"], [b"1", None])[1]
+    Record(key=b'b', value=None, headers=(), timestamp=None, partition=None, offset=None)
+    """
+    n = len(keys)
+    fields = zip(
+        keys, values, repeat((), n), repeat(None, n), repeat(None, n), repeat(None, n), strict=True
+    )
+    return list(map(tuple.__new__, repeat(Record, n), fields))
 
 
 class Batch(NamedTuple):

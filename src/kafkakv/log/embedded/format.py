@@ -32,9 +32,11 @@ import zlib
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
+from typing import cast
 
-import msgpack
+import msgspec
 
 from kafkakv.errors import CorruptLogError, InvalidRecordError
 from kafkakv.log.base import Record
@@ -114,23 +116,24 @@ def encode_records(
     """
     if not records:
         raise InvalidRecordError("an append needs at least one record")
+    plain = _plain_rows(records, max_message_bytes - RECORD_OVERHEAD)
+    if plain is not None:
+        return _pack(plain), now_ms, now_ms
+    rows, base_ts, max_ts = _checked_rows(records, now_ms, max_message_bytes, null_keys)
+    return _pack(rows), base_ts, max_ts
+
+
+def _checked_rows(
+    records: Sequence[Record], now_ms: int, max_message_bytes: int, null_keys: bool
+) -> tuple[list[Row], int, int]:
+    """The rows of any batch, each record checked on its own: ``(rows, base_ts, max_ts)``."""
     rows: list[Row] = []
     base_ts: int | None = None
     max_ts = -(2**63)
     for i, r in enumerate(records):
-        if (  # the common record, checked inline: bytes key and value, nothing else
-            type(r) is Record
-            and type(key := r[0]) is bytes
-            and type(value := r[1]) is bytes
-            and not r[2]
-            and r[3] is None
-            and len(key) + len(value) + RECORD_OVERHEAD <= max_message_bytes
-        ):
-            headers, ts = None, None
-        else:
-            key, value, headers, ts = check_record(
-                i, r, max_message_bytes=max_message_bytes, null_keys=null_keys
-            )
+        key, value, headers, ts = check_record(
+            i, r, max_message_bytes=max_message_bytes, null_keys=null_keys
+        )
         if ts is None:
             ts = now_ms
         if base_ts is None:
@@ -139,7 +142,40 @@ def encode_records(
             max_ts = ts
         rows.append((i, ts - base_ts, key, value, headers))
     assert base_ts is not None
-    return msgpack.packb(rows, use_bin_type=True), base_ts, max_ts
+    return rows, base_ts, max_ts
+
+
+def _plain_rows(records: Sequence[Record], limit: int) -> list[Row] | None:
+    """The rows of a batch of plain records (:class:`Record` of bytes key and value, no
+    headers, no timestamp, each within ``limit`` bytes), or None when any record is not plain.
+
+    The usual batch checked and framed by passes of C-level operations over the whole batch
+    rather than a Python loop per record; other batches take the checking loop."""
+    if set(map(type, records)) != _RECORD_TYPE:
+        return None
+    keys = list(map(_first, records))
+    values = list(map(_second, records))
+    if (
+        set(map(type, keys)) != _BYTES_TYPE
+        or set(map(type, values)) != _BYTES_TYPE
+        or any(map(_third, records))
+        or set(map(_fourth, records)) != _NONE_ONLY
+        or max(map(len, keys)) + max(map(len, values)) > limit
+    ):
+        return None
+    n = len(keys)
+    return list(zip(range(n), repeat(0, n), keys, values, repeat(None, n), strict=True))
+
+
+_RECORD_TYPE = {Record}
+_BYTES_TYPE = {bytes}
+_NONE_ONLY = {None}
+_first, _second, _third, _fourth = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
+_pack = msgspec.msgpack.Encoder().encode  # the msgpack a Packer writes, in a third of the time
+# Checks each row's shape and types as it decodes (a row that is not one is a corrupt batch).
+_decode_rows = msgspec.msgpack.Decoder(
+    list[tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]]
+).decode
 
 
 def encode_batch(
@@ -236,8 +272,8 @@ def decode_rows(buf: bytes | memoryview, pos: int, header: BatchHeader) -> list[
     """The raw stored rows of the batch at ``pos``, for the cleaner."""
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     try:
-        rows: list[Row] = msgpack.unpackb(body, use_list=False, raw=False)
-    except (ValueError, TypeError) as exc:
+        rows = cast(list[Row], _decode_rows(body))  # headers decode as tuples
+    except (ValueError, TypeError) as exc:  # msgspec.DecodeError is a ValueError
         raise CorruptLogError(f"undecodable records: {exc}", position=pos) from exc
     return rows
 
@@ -247,7 +283,7 @@ def reencode_batch(header: BatchHeader, rows: Sequence[Row], delete_horizon_ms: 
     max_ts = header.base_timestamp + max(row[1] for row in rows) if rows else header.max_timestamp
     return encode_batch(
         header.base_offset,
-        msgpack.packb(list(rows), use_bin_type=True),
+        _pack(list(rows)),
         record_count=len(rows),
         last_offset_delta=header.last_offset_delta,
         base_timestamp=header.base_timestamp,

@@ -174,6 +174,9 @@ class Partition:
 
     def manifest(self, at_least: int = 0) -> Manifest:
         """The manifest, reloaded when the cached one is older than ``at_least``."""
+        m = self._manifest  # immutable, replaced whole: no lock to look (a reader holds it long)
+        if m is not None and m.version >= at_least:
+            return m
         with self._cache_lock:
             m = self._manifest
             if m is None or m.version < at_least:
@@ -298,15 +301,18 @@ class Partition:
             end = head.active_pos if seg.base == head.active_base else seg.size
             if end is None:
                 break
-            pos = self._position_for(seg, offset, end)
             cursor = self._read_cursor
-            if (
-                cursor is not None
-                and cursor[0] == seg.name
-                and pos <= cursor[2]
-                and cursor[1] <= offset
-            ):
-                pos = cursor[2]  # a sequential reader: start where the last read stopped
+            if cursor is not None and cursor[0] == seg.name and cursor[1] == offset:
+                pos = cursor[2]  # a sequential reader: on from where the last read stopped
+            else:
+                pos = self._position_for(seg, offset, end)
+                if (
+                    cursor is not None
+                    and cursor[0] == seg.name
+                    and pos <= cursor[2]
+                    and cursor[1] <= offset
+                ):
+                    pos = cursor[2]  # nearer than the sparse index
             budget = self._read_segment(seg, pos, end, offset, out, max_records, budget, build)
             i += 1
         if len(out) > max_records:
