@@ -87,6 +87,14 @@ def test_write_sets_overwrites_and_deletes(store: Store) -> None:
     assert len(store) == 3
     assert sorted(store.keys()) == [b"", b"a", b"\xff"] == sorted(store)
     assert sorted(store.items()) == [(b"", b"empty key"), (b"a", b"one"), (b"\xff", b"")]
+    assert store.get_many([b"\xff", b"b", b"a", b"a", b""]) == [
+        b"",
+        None,
+        b"one",
+        b"one",
+        b"empty key",
+    ]
+    assert store.get_many([]) == []
     assert store.check() == []
 
 
@@ -212,6 +220,8 @@ def test_matches_a_dict(
             assert sorted(store.items()) == sorted(model.items())
             for k in changes:
                 assert store.get(k) == model.get(k) and (k in store) == (k in model)
+            asked = list(changes) + list(model)[:3]
+            assert store.get_many(asked) == [model.get(k) for k in asked]
             assert store.positions() == positions
         assert store.check() == []
 

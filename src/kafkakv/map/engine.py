@@ -33,9 +33,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import msgpack
+import msgspec
 
 from kafkakv.codecs import Codec
 from kafkakv.errors import (
@@ -51,7 +52,7 @@ from kafkakv.errors import (
     RecordTooLargeError,
 )
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import Log, LogWriter, Record
+from kafkakv.log.base import Log, LogWriter, Record, records_of
 from kafkakv.log.partitioner import partition_for
 from kafkakv.map.ops import KEEP, Keep, OpCode, decide, decode_op, encode_op
 from kafkakv.map.settings import MapSettings
@@ -66,6 +67,7 @@ log = logging.getLogger("kafkakv.map")
 #: last ops offset the flush covers. Compaction keeps the newest one per partition.
 FLUSH_POINT_KEY = b"\x00kafkakv:flush-point"
 
+_BULK_MIN = 16  # batches at least this long try the bulk path of _apply_records
 _READ_BATCH = 5000  # at least _SEND_BATCH: a read never splits a batch the sender wrote
 _SEND_BATCH = 5000  # async updates appended in one batch at most
 _LOAD_BYTES = 32 << 20  # bytes of data records read at once while bootstrapping
@@ -286,7 +288,8 @@ class ReplicaEngine:
         self.errors: collections.deque[ApplyError] = collections.deque(maxlen=1000)
         self._slots = _Slots(settings.max_in_flight)
         self._sender_idle = False
-        self._outbox: collections.deque[tuple[int, bytes, bytes, int]] = collections.deque()
+        # Async updates waiting for the sender: (partition, ops record).
+        self._outbox: collections.deque[tuple[int, Record]] = collections.deque()
         self._outbox_ready = threading.Condition()
         self._flush_queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._writers: dict[int, LogWriter] = {}
@@ -371,7 +374,8 @@ class ReplicaEngine:
         Raises OperationTimeoutError when ``max_in_flight`` updates stay unapplied for the whole
         timeout, and ClosedError after close.
         """
-        self.check_usable()
+        if self._closed or self._failure is not None:
+            self.check_usable()
         seq = next(self._seq)
         value = encode_op(code, self.origin, seq, args)
         if len(record_key) + len(value) > self.max_record_bytes:
@@ -379,20 +383,21 @@ class ReplicaEngine:
                 f"an update of {len(record_key) + len(value)} bytes is over the ops topic's "
                 f"max.message.bytes={self.max_record_bytes}"
             )
-        timeout = self.settings.timeout
         future = OpFuture(state, not wait)  # a caller that waits is its own bound
-        if not wait and not self._slots.take(timeout):
-            raise OperationTimeoutError(
-                f"{self.settings.max_in_flight} updates are still unapplied after {timeout} s"
-            )
-        # One dict store: atomic under the GIL, no lock needed.
-        self._pending[seq] = future
         if not wait:
-            self._outbox.append((p, record_key, value, seq))
+            if not self._slots.take(self.settings.timeout):
+                raise OperationTimeoutError(
+                    f"{self.settings.max_in_flight} updates are still unapplied after "
+                    f"{self.settings.timeout} s"
+                )
+            self._pending[seq] = future  # one dict store: atomic under the GIL, no lock
+            self._outbox.append((p, _new_tuple(Record, (record_key, value, (), None, None, None))))
             if self._sender_idle:
                 with self._outbox_ready:
                     self._outbox_ready.notify()
             return future
+        self._pending[seq] = future
+        timeout = self.settings.timeout
         self._last_local = time.monotonic()  # keeps the follower away: see _follow
         try:
             offset = self.log.append(self.topics.ops, p, [Record(record_key, value)])
@@ -428,20 +433,19 @@ class ReplicaEngine:
             if len(outbox) < _SEND_BATCH // 4:
                 time.sleep(_LINGER)  # let a batch gather: one append per batch, not per update
             with gc_paused():
-                items: list[tuple[int, bytes, bytes, int]] = []
-                while outbox and len(items) < _SEND_BATCH:
-                    items.append(outbox.popleft())
-                by_partition: dict[int, list[tuple[bytes, bytes, int]]] = {}
-                for p, key, value, seq in items:
-                    by_partition.setdefault(p, []).append((key, value, seq))
-                for p, batch in by_partition.items():
+                popleft = outbox.popleft
+                items = [popleft() for _ in range(min(len(outbox), _SEND_BATCH))]
+                if self.partition_count == 1:
+                    by_partition = {0: [record for _, record in items]}
+                else:
+                    by_partition = {}
+                    for p, record in items:
+                        by_partition.setdefault(p, []).append(record)
+                for p, records in by_partition.items():
                     try:
-                        records = [
-                            _new_tuple(Record, (k, v, (), None, None, None)) for k, v, _ in batch
-                        ]
                         self.log.send(self.topics.ops, p, records, self._send_failed)
                     except Exception as exc:  # fail these updates; keep sending others
-                        self._fail_pending([seq for _, _, seq in batch], exc)
+                        self._fail_pending([decode_op(r.value).seq for r in records], exc)
 
     def _send_failed(self, record: Record, exc: BaseException) -> None:
         """A record of a pipelined send that the log could not store: fail its update."""
@@ -497,6 +501,13 @@ class ReplicaEngine:
     def _apply_records(self, p: int, records: Sequence[Record], after: int) -> None:
         """The state machine step for a batch of ops records of partition ``p``, read up to
         ``after`` (exclusive). Lock held."""
+        if (
+            len(records) >= _BULK_MIN
+            and self._plain
+            and not self.maps[0].listeners
+            and self._apply_puts(p, records, after)
+        ):
+            return
         changes: dict[int, dict[bytes, bytes | None]] = {}
         dirty = self._dirty[p]
         events = self._events
@@ -573,6 +584,48 @@ class ReplicaEngine:
             fn, target, arg = events.popleft()
             fn(target, arg)
         self._slots.give(freed)
+
+    def _apply_puts(self, p: int, records: Sequence[Record], after: int) -> bool:
+        """:meth:`_apply_records` for the common bulk batch, a pass of C-level operations per
+        step instead of a Python loop per record: one map without listeners, every record a
+        well-formed ``PUT`` of a bytes value, no key twice. Returns False, having changed
+        nothing, for any other batch. Lock held.
+
+        Every key is marked dirty, changed or not (a flush writes an unchanged value again)."""
+        try:
+            ops = list(map(_decode_put, cast(list[bytes], [r[1] for r in records])))
+        except (msgspec.DecodeError, TypeError):  # another op, a malformed one, a null value
+            return False
+        keys = cast(list[bytes], [r[0] for r in records])
+        if None in keys or len(set(keys)) != len(keys):  # a key twice: decided in order
+            return False
+        offsets = cast(list[int], [r[5] for r in records])
+        origin = self.origin
+        pop = self._pending.pop
+        futures = [pop(seq, None) if o == origin else None for _, o, seq, _ in ops]
+        state = self.maps[0]
+        previous = state.store.get_many(keys)
+        self._dirty[p].update(zip(keys, offsets, strict=True))
+        last = offsets[-1]
+        if last >= self._next_flush[p]:  # rare: decided as the record loop does
+            for (_, o, _, _), offset in zip(ops, offsets, strict=True):
+                if o == origin and offset >= self._next_flush[p]:
+                    if p in self._flush_asked:
+                        self._flush_missed[p] = offset
+                    else:
+                        self._ask_flush(p, offset)
+        after = max(after, last + 1)
+        changes = dict(zip(keys, [op[3] for op in ops], strict=True))
+        state.store.write(changes, {p: Positions(after, self._flushed[p])})
+        self._applied[p] = after  # only now: see _apply_records
+        done = [(f, old) for f, old in zip(futures, previous, strict=True) if f is not None]
+        events = self._events
+        events.extend([(_complete, f, old) for f, old in done])
+        while events:
+            fn, target, arg = events.popleft()
+            fn(target, arg)
+        self._slots.give(sum(f.slot for f, _ in done))
+        return True
 
     def _ask_flush(self, p: int, offset: int) -> None:
         """Queue a flush of ``p`` for the op at ``offset``: at most one per period. Lock held."""
@@ -759,31 +812,34 @@ class ReplicaEngine:
             writer = self._writers[p] = self.log.writer(f"{ops}.flush.{p}")
         end = self.log.end_offset(ops, p)
         self.apply_until(p, end - 1, time.monotonic() + self.settings.timeout)
-        with self._lock:
-            covered = self._applied[p] - 1
-            if covered <= self._flushed[p]:
-                return None  # stale: someone flushed this far already
-            records: list[Record]
-            if self._plain:  # one map, record key = store key: one lookup per key
-                get = self.maps[0].store.get
-                records = [
-                    _new_tuple(Record, (k, get(k), (), None, None, None)) for k in self._dirty[p]
-                ]
-            else:
-                records = []
-                for key in self._dirty[p]:
-                    state = self._state_for(key)
-                    if state is None:
-                        log.debug("not flushing %s[%d]: keys of another map", data, p)
-                        return None
-                    records.append(Record(key, state.store.get(key[len(state.prefix) :])))
-            if not records:
-                return None
-        records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
-        mark = Record(None, encode_op(OpCode.FLUSHED, self.origin, -1, [covered]))
-        writer.append({(data, p): records, (ops, p): [mark]})
+        with gc_paused():  # a record per dirty key: see gcpause
+            with self._lock:
+                covered = self._applied[p] - 1
+                if covered <= self._flushed[p]:
+                    return None  # stale: someone flushed this far already
+                records = self._flush_records(p)
+                if not records:
+                    return None
+            records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
+            mark = Record(None, encode_op(OpCode.FLUSHED, self.origin, -1, [covered]))
+            writer.append({(data, p): records, (ops, p): [mark]})
         log.debug("flushed %d keys of %s[%d] up to ops offset %d", len(records), data, p, covered)
         return covered
+
+    def _flush_records(self, p: int) -> list[Record] | None:
+        """The latest value of each dirty key of ``p`` as data records; None when keys of a
+        map not open here are dirty (this replica cannot flush them). Lock held."""
+        if self._plain:  # one map, record key = store key
+            keys = list(self._dirty[p])
+            return records_of(keys, self.maps[0].store.get_many(keys))
+        records = []
+        for key in self._dirty[p]:
+            state = self._state_for(key)
+            if state is None:
+                log.debug("not flushing %s[%d]: keys of another map", self.topics.data, p)
+                return None
+            records.append(Record(key, state.store.get(key[len(state.prefix) :])))
+        return records
 
     # -- bootstrap ----------------------------------------------------------------------
     def _bootstrap(self, p: int, deadline: float) -> None:
@@ -889,6 +945,10 @@ class ReplicaEngine:
 
 
 _BARRIER = encode_op(OpCode.BARRIER, b"", 0)
+
+#: Decodes the value of a PUT of bytes (``[code, origin, seq, value]``) and refuses any other.
+_decode_put = msgspec.msgpack.Decoder(tuple[Literal[1], bytes, int, bytes]).decode
+assert OpCode.PUT.value == 1
 
 
 def _last_flush_point(records: Sequence[Record]) -> int:

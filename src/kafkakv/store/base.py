@@ -18,7 +18,7 @@ the natural order of the str, bytes and int key codecs.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from kafkakv.lifecycle import Closeable
 
@@ -56,6 +56,11 @@ class Store(Closeable):
     @abstractmethod
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key``, or ``None``. O(1) for dict, O(log n) for sorted stores."""
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The value (or ``None``) of each of ``keys``, in order: what a batch of updates reads."""
+        get = self.get
+        return [get(key) for key in keys]
 
     @abstractmethod
     def __contains__(self, key: object) -> bool: ...

@@ -16,7 +16,7 @@ sees half a batch; writes never wait for a whole iteration, only for one chunk.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import NoReturn, cast
 
@@ -99,6 +99,10 @@ class _MemoryStore(Store):
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key`` or ``None``: one dict lookup, no lock."""
         return self._data.get(key)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """One C-level pass over ``keys``, no lock (as :meth:`get`)."""
+        return list(map(self._data.get, keys))
 
     def __contains__(self, key: object) -> bool:
         return key in self._data
