@@ -27,6 +27,24 @@ def test_flush_points_are_skipped_under_every_key_codec() -> None:
         assert (changes, errors) == ([], []), codec
 
 
+def test_entries_decode_as_their_records_do_or_not_at_all() -> None:
+    decoder = RecordDecoder(codec_for("str"), codec_for("json"))
+    good = records((b"a", b"[1]"), (FLUSH_POINT_KEY, b"\x91\x05"), (b"b", None), (b"c", b"2"))
+    entries = [(r.key, r.value, r.offset) for r in good]
+    assert (
+        decoder.decode_entries(entries)
+        == decoder.decode(good)[0]
+        == [
+            ("a", [1]),
+            ("b", None),
+            ("c", 2),
+        ]
+    )
+    for bad in [(None, b"1"), (b"k", b"{"), (b"\xff", b"1")]:  # keyless, not JSON, not UTF-8
+        assert decoder.decode_entries([*entries, (*bad, 99)]) is None, bad
+    assert decoder.decode_entries([]) == []
+
+
 def test_failures_name_the_record_and_keep_the_rest() -> None:
     decoder = RecordDecoder(codec_for("int"), codec_for("json"))
     changes, errors = decoder.decode(
