@@ -227,8 +227,8 @@ class Bench:
         try:
             m = db.map(name, **options)
         except UnknownTopicError as exc:
-            # kafkakv bug: KafkaLog._info asks a broker that may not know a topic created a
-            # moment ago (no retry there, unlike _describe). Say so, then open it again.
+            # KafkaLog._load retries while a new topic's metadata propagates; should a broker
+            # still not know it, the run says so (in its results) and opens it again.
             self.results.setdefault("unknown_topic_retries", []).append(str(exc))
             print(f"kafkakv: {exc} right after creating it; opening again", file=sys.stderr)
             time.sleep(1.0)
