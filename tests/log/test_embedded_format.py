@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafkakv.errors import CorruptLogError
 from kafkakv.log.base import Record, records_of
 from kafkakv.log.embedded import format as fmt
 
@@ -88,3 +90,22 @@ def test_records_of_builds_plain_records() -> None:
     records = records_of([b"a", None], [b"1", None])
     assert records == [Record(b"a", b"1"), Record(None, None)]
     assert all(type(r) is Record for r in records) and records_of([], []) == []
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[0, 0, "a str key", b"v", None]],
+        [[0, 0, b"k", b"v"]],  # a field short
+        [[0, 0, b"k", b"v", [["h", "a str header value"]]]],
+        {"not": "a list"},
+    ],
+)
+def test_rows_of_the_wrong_shape_are_a_corrupt_batch(rows: Any) -> None:
+    batch = fmt.encode_batch(
+        0, fmt._pack(rows), record_count=1, last_offset_delta=0, base_timestamp=0, max_timestamp=0
+    )
+    header = fmt.parse_header(batch)
+    assert fmt.verify_crc(batch, 0, header)  # a valid batch as far as the CRC can tell
+    with pytest.raises(CorruptLogError, match="undecodable"):
+        fmt.decode_rows(batch, 0, header)
