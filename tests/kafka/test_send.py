@@ -8,7 +8,9 @@ has looked it up (as an operator might): the client's own check passes, the brok
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from typing import cast
 
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
@@ -67,3 +69,71 @@ def test_async_updates_fail_with_the_brokers_error(kafka_single: Cluster) -> Non
         assert dict(m) == {"before": b"ok"}
         m.put_async("small", b"y").result(timeout=20)  # the map goes on working
         assert m["small"] == b"y"
+
+
+# -- batches queued with one produce_batch call ----------------------------------------------
+
+
+def _read_all(log: KafkaLog, topic: str, count: int) -> list[Record]:
+    """The first ``count`` records of ``topic[0]``, waiting up to 20 s for them."""
+    records: list[Record] = []
+    deadline = time.monotonic() + 20
+    while len(records) < count:
+        after = cast(int, records[-1].offset) + 1 if records else 0
+        readable = log.wait(topic, 0, after, max(0.0, deadline - time.monotonic()))
+        assert readable, f"{len(records)} of {count} records readable"
+        records.extend(log.read(topic, 0, after))
+    return records
+
+
+def test_a_full_local_queue_holds_a_batch_back_without_reordering_it(
+    kafka_single: Cluster,
+) -> None:
+    # librdkafka queues at most 50 records here: each batch of 500 fills the queue many times.
+    config = {"queue.buffering.max.messages": "50"}
+    with KafkaLog(kafka_single.bootstrap, timeout=20, config=config) as log:
+        topic = f"t-{uuid.uuid4().hex[:12]}"
+        log.create_topic(topic, 1)
+        failed: list[BaseException] = []
+        sent = [Record(b"k%d" % i, b"v%d" % i) for i in range(2000)]
+        for start in range(0, len(sent), 500):
+            log.send(topic, 0, sent[start : start + 500], lambda _, e: failed.append(e))
+        got = _read_all(log, topic, len(sent))
+        assert not failed
+        assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in sent]
+        assert [r.offset for r in got] == list(range(len(sent)))
+
+
+def test_records_the_client_refuses_fail_alone(kafka_single: Cluster) -> None:
+    # The client's own message.max.bytes is below the topic's max.message.bytes: kafkakv's
+    # check passes two oversized records, librdkafka refuses them when they are queued.
+    with KafkaLog(kafka_single.bootstrap, timeout=20, config={"message.max.bytes": 4000}) as log:
+        topic = f"t-{uuid.uuid4().hex[:12]}"
+        log.create_topic(topic, 1)
+        big = {5, 12}
+        sent = [Record(b"k%d" % i, b"x" * (6000 if i in big else 10)) for i in range(20)]
+        failed: list[tuple[Record, BaseException]] = []
+        log.send(topic, 0, sent, lambda r, e: failed.append((r, e)))
+        assert [r.key for r, _ in failed] == [b"k5", b"k12"]  # reported before send returned
+        assert all(isinstance(e, RecordTooLargeError) for _, e in failed)
+        stored = [r for i, r in enumerate(sent) if i not in big]
+        got = _read_all(log, topic, len(stored))
+        assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in stored]
+
+        # Waiting for acknowledgements: the refusal is raised.
+        with pytest.raises(RecordTooLargeError):
+            log.send(topic, 0, sent[:13])
+
+        # In a transaction: nothing of it becomes visible, and the writer goes on working.
+        end = log.end_offset(topic, 0)
+        writer = log.writer(f"w-{uuid.uuid4().hex[:8]}")
+        try:
+            with pytest.raises(RecordTooLargeError):
+                writer.append({(topic, 0): sent})
+            small = [Record(b"after%d" % i, b"y") for i in range(10)]
+            first = writer.append({(topic, 0): small})[(topic, 0)]
+        finally:
+            writer.close()
+        assert first >= end  # the aborted records were purged or sit behind an abort marker
+        after = log.read(topic, 0, end)
+        assert [r.key for r in after] == [r.key for r in small]

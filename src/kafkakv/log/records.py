@@ -9,11 +9,14 @@ over the topic's ``max.message.bytes``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
+from operator import itemgetter
+from typing import cast
 
 from kafkakv.errors import InvalidRecordError, RecordTooLargeError
 from kafkakv.log.base import Record
 
-__all__ = ["RECORD_OVERHEAD", "CheckedRecord", "check_batch", "check_record"]
+__all__ = ["RECORD_OVERHEAD", "CheckedRecord", "check_batch", "check_record", "plain_batch"]
 
 RECORD_OVERHEAD = 16
 """Per-record framing counted against ``max.message.bytes`` on top of key, value and headers."""
@@ -67,7 +70,46 @@ def check_batch(records: object, *, max_message_bytes: int, null_keys: bool) -> 
         raise InvalidRecordError(f"append takes a sequence of Record, not {type(records).__name__}")
     if not records:
         raise InvalidRecordError("an append needs at least one record")
+    plain = plain_batch(records, max_message_bytes - RECORD_OVERHEAD)
+    if plain is not None:
+        keys, values = plain
+        n = len(keys)
+        return list(zip(keys, values, repeat(None, n), repeat(None, n), strict=True))
     return [
         check_record(i, r, max_message_bytes=max_message_bytes, null_keys=null_keys)
         for i, r in enumerate(records)
     ]
+
+
+def plain_batch(
+    records: Sequence[object], limit: int
+) -> tuple[list[bytes], list[bytes | None]] | None:
+    """The keys and values of a batch of plain records, or None when any record is not plain.
+
+    Plain: a :class:`Record` of a bytes key, a bytes or None value, no headers and no
+    timestamp, whose key and value together stay within ``limit`` bytes. That is the usual
+    batch (ops, flushes, bulk loads), and :func:`check_record` would pass every record of it
+    unchanged; here it is checked by passes of C-level operations over the whole batch rather
+    than a Python call per record. Any other batch is for the checking loop.
+    """
+    if set(map(type, records)) != _RECORD_TYPE:
+        return None
+    rows = cast(Sequence[Record], records)
+    keys = list(map(_first, rows))
+    values = list(map(_second, rows))
+    if (
+        set(map(type, keys)) != _BYTES_TYPE
+        or not set(map(type, values)) <= _VALUE_TYPES
+        or any(map(_third, rows))
+        or set(map(_fourth, rows)) != _NONE_ONLY
+        or max(map(len, keys)) + max(map(len, filter(None, values)), default=0) > limit
+    ):
+        return None
+    return keys, values
+
+
+_RECORD_TYPE = {Record}
+_BYTES_TYPE = {bytes}
+_VALUE_TYPES = {bytes, type(None)}
+_NONE_ONLY = {None}
+_first, _second, _third, _fourth = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)

@@ -394,7 +394,9 @@ class ReplicaEngine:
             self._outbox.append((p, _new_tuple(Record, (record_key, value, (), None, None, None))))
             if self._sender_idle:
                 with self._outbox_ready:
-                    self._outbox_ready.notify()
+                    if self._sender_idle:  # one wake-up, not one per update until it runs
+                        self._sender_idle = False
+                        self._outbox_ready.notify()
             return future
         self._pending[seq] = future
         timeout = self.settings.timeout

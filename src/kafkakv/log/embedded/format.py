@@ -40,7 +40,7 @@ import msgspec
 
 from kafkakv.errors import CorruptLogError, InvalidRecordError
 from kafkakv.log.base import Record
-from kafkakv.log.records import RECORD_OVERHEAD, check_record
+from kafkakv.log.records import RECORD_OVERHEAD, check_record, plain_batch
 
 __all__ = [
     "ATTR_TRANSACTIONAL",
@@ -146,31 +146,16 @@ def _checked_rows(
 
 
 def _plain_rows(records: Sequence[Record], limit: int) -> list[Row] | None:
-    """The rows of a batch of plain records (:class:`Record` of bytes key and value, no
-    headers, no timestamp, each within ``limit`` bytes), or None when any record is not plain.
-
-    The usual batch checked and framed by passes of C-level operations over the whole batch
-    rather than a Python loop per record; other batches take the checking loop."""
-    if set(map(type, records)) != _RECORD_TYPE:
+    """The rows of a batch of plain records (see :func:`plain_batch`), or None when any
+    record is not plain: such a batch is framed without a Python loop per record."""
+    plain = plain_batch(records, limit)
+    if plain is None:
         return None
-    keys = list(map(_first, records))
-    values = list(map(_second, records))
-    if (
-        set(map(type, keys)) != _BYTES_TYPE
-        or set(map(type, values)) != _BYTES_TYPE
-        or any(map(_third, records))
-        or set(map(_fourth, records)) != _NONE_ONLY
-        or max(map(len, keys)) + max(map(len, values)) > limit
-    ):
-        return None
+    keys, values = plain
     n = len(keys)
     return list(zip(range(n), repeat(0, n), keys, values, repeat(None, n), strict=True))
 
 
-_RECORD_TYPE = {Record}
-_BYTES_TYPE = {bytes}
-_NONE_ONLY = {None}
-_first, _second, _third, _fourth = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 _pack = msgspec.msgpack.Encoder().encode  # the msgpack a Packer writes, in a third of the time
 # Checks each row's shape and types as it decodes (a row that is not one is a corrupt batch).
 _decode_rows = msgspec.msgpack.Decoder(

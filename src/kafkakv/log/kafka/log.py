@@ -28,6 +28,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, cast
 
 from confluent_kafka import (
@@ -147,14 +148,54 @@ class _Failures:
             log.exception("on_failure of a send to %s[%d] raised", topic, partition)
 
 
+_BATCH_MIN = 8  # plain rows at least this many are queued with one produce_batch call
+_QUEUE_FULL = KafkaError._QUEUE_FULL
+_PLAIN_META = {(None, None)}
+_meta = itemgetter(2, 3)  # a checked row's (headers, timestamp)
+
+Refused = list[tuple[CheckedRecord, KafkaError]]
+"""Rows librdkafka would not queue (a fatal producer, a record over its message.max.bytes, an
+unknown partition...), each with its error, in batch order."""
+
+
 def _produce(
     producer: Producer,
     topic: str,
     p: int,
     rows: list[CheckedRecord],
     cb: Callable[[KafkaError | None, Message], None],
-) -> None:
-    for key, value, headers, ts in rows:
+) -> Refused:
+    """Queue every row for ``topic[p]``, in order, with ``cb`` as its delivery callback; while
+    the local queue is full, let deliveries drain it and go on. Returns the rows refused
+    outright (they get no callback), the others being queued whatever became of those.
+
+    A batch of plain rows (no headers, no timestamp) is queued by ``produce_batch``, one call
+    into librdkafka per batch; others record by record. When the queue fills in the middle of
+    a ``produce_batch``, librdkafka refuses every row from there on, so retrying that tail
+    keeps the order."""
+    refused: Refused = []
+    if len(rows) >= _BATCH_MIN and set(map(_meta, rows)) == _PLAIN_META:
+        messages: list[dict[str, Any]] = [{"key": k, "value": v} for k, v, _, _ in rows]
+        while messages:
+            if producer.produce_batch(topic, messages, partition=p, on_delivery=cb) == len(
+                messages
+            ):
+                break
+            tail: list[dict[str, Any]] = []
+            for m in messages:
+                err = m.pop("_error", None)
+                if err is None:
+                    continue
+                if err.code() == _QUEUE_FULL or tail:
+                    tail.append(m)
+                else:
+                    refused.append(((m["key"], m["value"], None, None), err))
+            messages = tail
+            if tail:
+                producer.poll(0.01)
+        return refused
+    for row in rows:
+        key, value, headers, ts = row
         while True:
             try:
                 producer.produce(
@@ -169,6 +210,13 @@ def _produce(
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.01)
+            except KafkaException as exc:
+                err = _error_of(exc)
+                if err is None:
+                    raise
+                refused.append((row, err))
+                break
+    return refused
 
 
 class KafkaLog(Log):
@@ -424,7 +472,14 @@ class KafkaLog(Log):
         if on_failure is None:
             self._deliver(topic, partition, rows)
             return
-        _produce(self._bulk_producer(), topic, partition, rows, _Failures(self, on_failure))
+        refused = _produce(
+            self._bulk_producer(), topic, partition, rows, _Failures(self, on_failure)
+        )
+        for (key, value, _, _), err in refused:
+            on_failure(
+                Record(key, value, partition=partition),
+                self._append_failure(topic, partition, err),
+            )
 
     def _bulk_producer(self) -> Producer:
         with self._batch_lock:
@@ -444,7 +499,9 @@ class KafkaLog(Log):
 
     def _deliver(self, topic: str, partition: int, rows: list[CheckedRecord]) -> int:
         delivery = _Delivery(len(rows))
-        _produce(self._producer, topic, partition, rows, delivery)
+        refused = _produce(self._producer, topic, partition, rows, delivery)
+        if refused:
+            raise self._append_failure(topic, partition, refused[0][1])
         # librdkafka gives up at message.timeout.ms (= timeout); the margin is for the report.
         if not delivery.done.wait(self.timeout + 5):
             raise OperationTimeoutError(
@@ -689,7 +746,13 @@ class KafkaLogWriter(LogWriter):
         delivery = _Delivery(sum(len(rows) for rows in batches.values()))
         producer.begin_transaction()
         for (topic, p), rows in batches.items():
-            _produce(producer, topic, p, rows, delivery)
+            refused = _produce(producer, topic, p, rows, delivery)
+            if refused:
+                err = refused[0][1]
+                if err.fatal() or err.code() in _FENCED:
+                    raise KafkaException(err)  # for _transaction_failure: fenced or broken
+                self._abort()
+                raise self._log._append_failure(topic, p, err)
         producer.flush(timeout)  # serves the delivery reports
         if delivery.error is not None:
             self._abort()
