@@ -35,7 +35,10 @@ what kafkakv adds, not a difference in configuration.
 2. ``async``: ``m.put_async`` of N updates (``max_in_flight=20000``), then waiting for every
    future; updates/s. Baseline: ``Producer.produce`` of the same N records in a loop with a
    delivery callback counting them, then ``flush()``; messages/s. Runs alternate; the first
-   of each is a warm-up. The issue's target: the map at 50% of raw or better.
+   of each is a warm-up. After each map run, untimed, ``m.flush()`` writes what that run's
+   flushes have not written yet, and the script pauses half a second before the baseline's
+   run and after it: otherwise the map's flushes still running slow down the baseline run
+   that follows. The issue's target: the map at 50% of raw or better.
 3. ``bootstrap``: a map of 1,000,000 keys (``--quick``: 100,000) flushed to its data topic:
    ``db.map()`` creates the three topics once, then a raw producer writes every key (as the
    str codec encodes it) and a flush point (``FLUSH_POINT_KEY``, msgpack ``[covered ops
@@ -81,6 +84,7 @@ BASE_PORT = 18092
 TIMEOUT = 60.0  # for every client call: the machine may be busy
 FLUSH_PERIOD = 5000
 REPLICAS, MIN_INSYNC = 3, 2
+SETTLE = 0.5  # seconds of pause between the runs of the async measurement
 
 
 def benchmark_jvm_options() -> tuple[str, ...]:
@@ -92,6 +96,42 @@ def benchmark_jvm_options() -> tuple[str, ...]:
 
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+class CpuMeter:
+    """CPU seconds (user + system) used so far by this process, all its threads (librdkafka's
+    included), and by the broker processes: what each run of the async measurement costs."""
+
+    def __init__(self, broker_pids: list[int]) -> None:
+        self.broker_pids = broker_pids
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _of(self, pid: int) -> float:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone: it used nothing more
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / self.tick  # utime, stime
+
+    def read(self) -> tuple[float, float]:
+        """``(this process, the brokers)``, in CPU seconds."""
+        own = os.times()
+        return own.user + own.system, sum(self._of(pid) for pid in self.broker_pids)
+
+
+def local_broker_pids() -> list[int]:
+    """The pids of the Kafka brokers running on this machine (``kafka.Kafka`` processes)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"kafka.Kafka\x00" in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
 
 
 # -- raw confluent-kafka -------------------------------------------------------------------
@@ -206,9 +246,10 @@ def _check_deadline(deadline: float, what: str) -> None:
 
 
 class Bench:
-    def __init__(self, bootstrap: str, quick: bool) -> None:
+    def __init__(self, bootstrap: str, quick: bool, cpu: CpuMeter) -> None:
         self.bootstrap = bootstrap
         self.quick = quick
+        self.cpu = cpu
         self.prefix = f"bench-{uuid.uuid4().hex[:8]}"  # this run's topics, none reused
         self.clients = ClientSettings(bootstrap, None, TIMEOUT)
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -336,7 +377,7 @@ class Bench:
 
     # 2 ---------------------------------------------------------------------------------
     def async_(self) -> None:
-        n, runs = (20_000, 3) if self.quick else (100_000, 5)
+        n, runs = (20_000, 3) if self.quick else (100_000, 7)
         keys = [key(i) for i in range(n)]  # made outside the timed part, as for the baseline
         records = [(k.encode(), VALUE) for k in keys]
         raw = self.raw_topic("async-raw")
@@ -345,17 +386,35 @@ class Bench:
         base: list[float] = []
         with self.connect() as db:
             m = self.open_map(db, f"{self.prefix}-async", max_in_flight=20_000)
+            # CPU microseconds per update (map) and per message (raw): (this process, brokers)
+            cpu_mine: list[tuple[float, float]] = []
+            cpu_raw: list[tuple[float, float]] = []
             for _ in range(runs + 1):  # the first run of each is the warm-up
                 gc.collect()
+                c0 = self.cpu.read()
                 t = time.perf_counter()
                 futures = [m.put_async(k, VALUE) for k in keys]
                 for f in futures:
                     f.result()
                 rates.append(n / (time.perf_counter() - t))
+                c1 = self.cpu.read()
+                cpu_mine.append(per_item(c0, c1, n))
                 del futures  # as a caller would: the next run must not pay for these
+                # Untimed: the flushes this run asked for, so that they do not run during
+                # (and slow down) the baseline's run, then a pause for the brokers.
+                m.flush()
+                time.sleep(SETTLE)
                 gc.collect()
+                c0 = self.cpu.read()
                 base.append(n / produce_all(producer, raw, records))
+                cpu_raw.append(per_item(c0, self.cpu.read(), n))
+                time.sleep(SETTLE)
         mine, theirs = statistics.median(rates[1:]), statistics.median(base[1:])
+        cpu = {
+            f"{who}_{part}_cpu_us": statistics.median(r[i] for r in runs_cpu[1:])
+            for who, runs_cpu in (("map", cpu_mine), ("raw", cpu_raw))
+            for i, part in enumerate(("process", "brokers"))
+        }
         self.results["async"] = {
             "updates": n,
             "ops_s": mine,
@@ -363,11 +422,17 @@ class Bench:
             "raw_produce_s": theirs,
             "runs_raw_produce_s": base[1:],
             "ratio": mine / theirs,
+            **cpu,
         }
         print(
             f"async put     {mine:9.0f} ops/s (runs {[round(r) for r in rates[1:]]}) | "
             f"raw produce {theirs:9.0f} msg/s (runs {[round(r) for r in base[1:]]}) | "
             f"ratio {mine / theirs:.3f} (target >= 0.5)"
+        )
+        print(
+            f"  CPU per update: process {cpu['map_process_cpu_us']:.1f} us + brokers "
+            f"{cpu['map_brokers_cpu_us']:.1f} us | per raw message: process "
+            f"{cpu['raw_process_cpu_us']:.1f} us + brokers {cpu['raw_brokers_cpu_us']:.1f} us"
         )
 
     # 3 ---------------------------------------------------------------------------------
@@ -418,6 +483,13 @@ class Bench:
             f">= 300,000) | raw read into dict {theirs:.3f} s ({keys / theirs:,.0f} keys/s) | "
             f"ratio {mine / theirs:.2f}x"
         )
+
+
+def per_item(
+    before: tuple[float, float], after: tuple[float, float], n: int
+) -> tuple[float, float]:
+    """CPU microseconds per item between two :meth:`CpuMeter.read` results."""
+    return ((after[0] - before[0]) * 1e6 / n, (after[1] - before[1]) * 1e6 / n)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:
@@ -476,7 +548,11 @@ def main() -> None:
                 f"cluster: 3 brokers at {bootstrap} (Kafka {DEFAULT_KAFKA_VERSION}, started in "
                 f"{info['start_s']} s; JVM {' '.join(jvm)})"
             )
-        bench = Bench(bootstrap, args.quick)
+        if cluster is not None:
+            pids = [pid for i in cluster.node_ids if (pid := cluster.pid(i)) is not None]
+        else:
+            pids = local_broker_pids()
+        bench = Bench(bootstrap, args.quick, CpuMeter(pids))
         steps: dict[str, Callable[[], None]] = {
             "sync": bench.sync,
             "async": bench.async_,
