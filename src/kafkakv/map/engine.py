@@ -448,6 +448,7 @@ class ReplicaEngine:
                         self.log.send(self.topics.ops, p, records, self._send_failed)
                     except Exception as exc:  # fail these updates; keep sending others
                         self._fail_pending([decode_op(r.value).seq for r in records], exc)
+                del items, by_partition, records  # before collection resumes: see gcpause
 
     def _send_failed(self, record: Record, exc: BaseException) -> None:
         """A record of a pipelined send that the log could not store: fail its update."""
@@ -495,7 +496,8 @@ class ReplicaEngine:
                         applied += 1
                     break
                 self._apply_records(p, records, after)
-            applied += len(records)
+                applied += len(records)
+                del records  # before collection resumes: see gcpause
             if until is not None and self._applied[p] > until:
                 break
         return applied > 0
@@ -825,7 +827,9 @@ class ReplicaEngine:
             records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
             mark = Record(None, encode_op(OpCode.FLUSHED, self.origin, -1, [covered]))
             writer.append({(data, p): records, (ops, p): [mark]})
-        log.debug("flushed %d keys of %s[%d] up to ops offset %d", len(records), data, p, covered)
+            count = len(records)
+            del records  # before collection resumes: see gcpause
+        log.debug("flushed %d keys of %s[%d] up to ops offset %d", count, data, p, covered)
         return covered
 
     def _flush_records(self, p: int) -> list[Record] | None:
@@ -921,7 +925,8 @@ class ReplicaEngine:
                     self.maps[0].store.write(cast(dict[bytes, bytes | None], batch), {})
                 else:
                     flushed = max(flushed, self._load_shared(records))
-            position = (records[-1].offset or 0) + 1
+                position = (records[-1].offset or 0) + 1
+                del records  # before collection resumes: see gcpause
 
     def _load_shared(self, records: Sequence[Record]) -> int:
         """Write data records of several maps to their stores; return the flush point seen."""
