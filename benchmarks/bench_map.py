@@ -15,7 +15,9 @@ partition unless said otherwise.
 1. ``sync``: ``m.put`` in a loop in one process; per-call latency. Baseline: the protocol's
    floor on the same log, ``Log.append`` of one record then ``Log.read`` of it.
 2. ``async``: ``put_async`` of N updates, then waiting for all futures; updates/s. Baseline:
-   ``Log.append`` of the same records in batches of 1,000, then reading them all back.
+   ``Log.append`` of the same records in batches of 1,000, then reading them all back. Each
+   run also times ``m.update()`` of the same N pairs on a second fresh map (the dict way of
+   writing many keys, built on ``put_async``); reported next to it, without a target.
 3. ``visibility``: a writer process puts a key every 2 ms whose value carries
    ``time.monotonic_ns()``; a listener in the parent takes the difference. Baseline: the same
    ping through ``Log.append`` / ``Log.wait`` + ``Log.read`` of a plain topic.
@@ -110,8 +112,9 @@ class Bench:
     # 2 -------------------------------------------------------------------------------
     def async_(self) -> None:
         n, runs = (20000, 3) if self.quick else (200000, 5)
-        rates, base = [], []
+        rates, base, updates = [], [], []
         keys = [key(i) for i in range(n)]  # made outside the timed part, as for the baseline
+        pairs = dict.fromkeys(keys, VALUE)
         for _ in range(runs + 1):
             db, m = self.open(self.fresh(), max_in_flight=20000)
             gc.collect()
@@ -121,6 +124,12 @@ class Bench:
                 f.result()
             rates.append(n / (time.perf_counter() - t))
             del futures  # as a caller would: the next run must not pay for these
+            db.close()
+            db, m = self.open(self.fresh(), max_in_flight=20000)
+            gc.collect()
+            t = time.perf_counter()
+            m.update(pairs)
+            updates.append(n / (time.perf_counter() - t))
             db.close()
             log = EmbeddedLog(self.fresh(), background_cleaner=False)
             log.create_topic("raw", 1)
@@ -135,11 +144,18 @@ class Bench:
             base.append(n / (time.perf_counter() - t))
             log.close()
         mine, raw = statistics.median(rates[1:]), statistics.median(base[1:])
-        self.results["async"] = {"ops_s": mine, "raw_append_read_s": raw, "ratio": mine / raw}
+        update = statistics.median(updates[1:])
+        self.results["async"] = {
+            "ops_s": mine,
+            "raw_append_read_s": raw,
+            "ratio": mine / raw,
+            "update_ops_s": update,
+        }
         print(
             f"async put     {mine:9.0f} ops/s (runs {[round(r) for r in rates[1:]]}) | "
             f"raw append+read {raw:9.0f} rec/s | ratio {mine / raw:.3f}"
         )
+        print(f"  m.update()  {update:9.0f} ops/s (runs {[round(r) for r in updates[1:]]})")
 
     # 3 -------------------------------------------------------------------------------
     def visibility(self) -> None:

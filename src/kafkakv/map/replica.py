@@ -9,6 +9,7 @@ the calling thread returns once its own record is applied here (one append plus 
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from collections.abc import (
     Callable,
     ItemsView,
@@ -450,8 +451,20 @@ def _function_name(fn: str | Callable[..., Any]) -> str:
 
 
 def _wait_all(futures: list[OpFuture], timeout: float) -> None:
-    done, not_done = concurrent.futures.wait(futures, timeout=timeout)
-    if not_done:
-        raise OperationTimeoutError(f"{len(not_done)} of {len(futures)} updates did not complete")
-    for future in done:
+    """Wait up to ``timeout`` for every future, then raise the first failure in call order.
+
+    Waits on one pending future at a time: a finished OpFuture answers without a condition
+    variable, where ``concurrent.futures.wait`` would build one for each future (for a large
+    ``update()``, more than all the rest of the work)."""
+    deadline = time.monotonic() + timeout
+    for future in futures:
+        if not future.done():
+            try:
+                future.exception(max(0.0, deadline - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                left = sum(not f.done() for f in futures)
+                raise OperationTimeoutError(
+                    f"{left} of {len(futures)} updates did not complete"
+                ) from None
+    for future in futures:
         future.result()
