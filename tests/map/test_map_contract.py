@@ -253,51 +253,47 @@ def test_close_fails_calls_and_pending_updates(open_map: OpenMap) -> None:
     m.close()  # idempotent
 
 
-def test_timeouts_raise_a_clear_error(open_map: OpenMap) -> None:
+@pytest.fixture
+def release() -> Any:
+    """Registers ``slow``, a function that holds the applier until the event yielded is set."""
+    event = threading.Event()
+
+    def slow(key: Any, old: Any) -> int:
+        event.wait(15)
+        return 1
+
+    functions.register("slow")(slow)
+    yield event
+    event.set()
+    functions.unregister("slow")
+
+
+def test_timeouts_raise_a_clear_error(open_map: OpenMap, release: threading.Event) -> None:
     m = open_map(timeout=0.3, max_in_flight=1)
-    release = threading.Event()
-
-    def slow(key: Any, old: Any) -> int:
-        release.wait(5)
-        return 1
-
-    functions.register("slow")(slow)
-    try:
-        first = m.compute_async("k", "slow")
-        start = time.monotonic()
-        with pytest.raises(OperationTimeoutError):
-            m.put_async("j", 1)  # no room in flight while "slow" runs
-        assert time.monotonic() - start < 3
-        release.set()
-        assert first.result(timeout=10) == 1
-    finally:
-        functions.unregister("slow")
+    first = m.compute_async("k", "slow")
+    start = time.monotonic()
+    with pytest.raises(OperationTimeoutError):
+        m.put_async("j", 1)  # no room in flight while "slow" runs
+    assert time.monotonic() - start < 3
+    release.set()
+    assert first.result(timeout=10) == 1
 
 
-def test_update_waits_for_every_pair_and_times_out_clearly(open_map: OpenMap) -> None:
+def test_update_waits_for_every_pair_and_times_out_clearly(
+    open_map: OpenMap, release: threading.Event
+) -> None:
     m = open_map(timeout=2.0)  # room for a Kafka round trip, well below the hold-up
-    release = threading.Event()
-
-    def slow(key: Any, old: Any) -> int:
-        release.wait(15)
-        return 1
-
-    functions.register("slow")(slow)
-    try:
-        m.update({f"k{i}": i for i in range(100)})  # returns with every pair applied
-        assert m == {f"k{i}": i for i in range(100)}
-        first = m.compute_async("held", "slow")  # holds up everything after it
-        start = time.monotonic()
-        with pytest.raises(OperationTimeoutError, match=r"(\d+) of 50 updates did not complete"):
-            m.update({f"n{i}": i for i in range(50)})
-        assert time.monotonic() - start < 10
-        release.set()
-        assert first.result(timeout=10) == 1
-        m.sync(timeout=10)
-        assert all(m[f"n{i}"] == i for i in range(50))  # timed out waiting, not lost
-    finally:
-        release.set()
-        functions.unregister("slow")
+    m.update({f"k{i}": i for i in range(100)})  # returns with every pair applied
+    assert m == {f"k{i}": i for i in range(100)}
+    first = m.compute_async("held", "slow")  # holds up everything after it
+    start = time.monotonic()
+    with pytest.raises(OperationTimeoutError, match=r"(\d+) of 50 updates did not complete"):
+        m.update({f"n{i}": i for i in range(50)})
+    assert time.monotonic() - start < 10
+    release.set()
+    assert first.result(timeout=10) == 1
+    m.sync(timeout=10)
+    assert all(m[f"n{i}"] == i for i in range(50))  # timed out waiting, not lost
 
 
 def test_every_async_form_decides_like_its_sync_form(open_map: OpenMap) -> None:

@@ -434,21 +434,23 @@ class ReplicaEngine:
                 return
             if len(outbox) < _SEND_BATCH // 4:
                 time.sleep(_LINGER)  # let a batch gather: one append per batch, not per update
-            with gc_paused():
+            with gc_paused():  # the batch is freed on return, inside the pause: see gcpause
                 popleft = outbox.popleft
-                items = [popleft() for _ in range(min(len(outbox), _SEND_BATCH))]
-                if self.partition_count == 1:
-                    by_partition = {0: [record for _, record in items]}
-                else:
-                    by_partition = {}
-                    for p, record in items:
-                        by_partition.setdefault(p, []).append(record)
-                for p, records in by_partition.items():
-                    try:
-                        self.log.send(self.topics.ops, p, records, self._send_failed)
-                    except Exception as exc:  # fail these updates; keep sending others
-                        self._fail_pending([decode_op(r.value).seq for r in records], exc)
-                del items, by_partition, records  # before collection resumes: see gcpause
+                self._send_batch([popleft() for _ in range(min(len(outbox), _SEND_BATCH))])
+
+    def _send_batch(self, items: list[tuple[int, Record]]) -> None:
+        """Send ``(partition, ops record)`` pairs, one pipelined send per partition."""
+        if self.partition_count == 1:
+            by_partition = {0: [record for _, record in items]}
+        else:
+            by_partition = {}
+            for p, record in items:
+                by_partition.setdefault(p, []).append(record)
+        for p, records in by_partition.items():
+            try:
+                self.log.send(self.topics.ops, p, records, self._send_failed)
+            except Exception as exc:  # fail these updates; keep sending others
+                self._fail_pending([decode_op(r.value).seq for r in records], exc)
 
     def _send_failed(self, record: Record, exc: BaseException) -> None:
         """A record of a pipelined send that the log could not store: fail its update."""

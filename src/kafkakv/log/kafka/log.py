@@ -138,13 +138,18 @@ class _Failures:
         self._on_failure = on_failure
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
-        if err is None:
-            return
-        topic, partition = cast(str, msg.topic()), cast(int, msg.partition())
-        record = Record(msg.key(), msg.value(), partition=partition)
+        if err is not None:
+            topic, partition = cast(str, msg.topic()), cast(int, msg.partition())
+            self.report(topic, partition, msg.key(), msg.value(), err)
+
+    def report(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None, err: KafkaError
+    ) -> None:
+        """Hand one failed record (not delivered, or refused when queued) to ``on_failure``."""
+        record = Record(key, value, partition=partition)
         try:
             self._on_failure(record, self._log._append_failure(topic, partition, err))
-        except Exception:  # an exception here would be lost inside librdkafka's poll
+        except Exception:  # raised here, it would be lost in librdkafka's poll or fail others
             log.exception("on_failure of a send to %s[%d] raised", topic, partition)
 
 
@@ -186,7 +191,7 @@ def _produce(
                 err = m.pop("_error", None)
                 if err is None:
                     continue
-                if err.code() == _QUEUE_FULL or tail:
+                if err.code() == _QUEUE_FULL:  # this one and every one after it
                     tail.append(m)
                 else:
                     refused.append(((m["key"], m["value"], None, None), err))
@@ -472,14 +477,11 @@ class KafkaLog(Log):
         if on_failure is None:
             self._deliver(topic, partition, rows)
             return
-        refused = _produce(
-            self._bulk_producer(), topic, partition, rows, _Failures(self, on_failure)
-        )
-        for (key, value, _, _), err in refused:
-            on_failure(
-                Record(key, value, partition=partition),
-                self._append_failure(topic, partition, err),
-            )
+        failures = _Failures(self, on_failure)
+        for (key, value, _, _), err in _produce(
+            self._bulk_producer(), topic, partition, rows, failures
+        ):
+            failures.report(topic, partition, key, value, err)
 
     def _bulk_producer(self) -> Producer:
         with self._batch_lock:
