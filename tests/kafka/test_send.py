@@ -13,7 +13,7 @@ import uuid
 from typing import cast
 
 import pytest
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 import kafkakv
 from kafkakv.devcluster import Cluster
@@ -137,3 +137,53 @@ def test_records_the_client_refuses_fail_alone(kafka_single: Cluster) -> None:
         assert first >= end  # the aborted records were purged or sit behind an abort marker
         after = log.read(topic, 0, end)
         assert [r.key for r in after] == [r.key for r in small]
+
+
+# -- transactions: the last partition waits for the others ------------------------------------
+
+
+def test_a_transaction_writes_its_last_partition_once_the_others_are_stored(
+    kafka_single: Cluster,
+) -> None:
+    # A read_committed reader of a partition stops at the first record of a transaction open
+    # there. The map's flush writes many data records and one FLUSHED mark on the ops
+    # partition that every replica reads: the mark must not sit there, holding the replicas
+    # back, while the data records are still being delivered. The data topic keeps the
+    # brokers' append time, so the mark's creation time shows when it was produced.
+    with KafkaLog(kafka_single.bootstrap, timeout=20) as log:
+        data, ops = f"d-{uuid.uuid4().hex[:12]}", f"o-{uuid.uuid4().hex[:12]}"
+        log.create_topic(ops, 1)
+        new = NewTopic(data, 1, 1, config={"message.timestamp.type": "LogAppendTime"})
+        kafka_single.admin().create_topics([new])[data].result(10)
+        rows = [Record(b"k%d" % i, b"v" * 100) for i in range(30_000)]  # many requests
+        writer = log.writer(f"w-{uuid.uuid4().hex[:8]}")
+        try:
+            firsts = writer.append({(data, 0): rows, (ops, 0): [Record(None, b"mark")]})
+        finally:
+            writer.close()
+        stored = _read_all(log, data, len(rows))
+        (mark,) = log.read(ops, 0, firsts[(ops, 0)], max_records=1)
+        assert mark.value == b"mark"
+        appended = max(cast(int, r.timestamp) for r in stored)
+        assert cast(int, mark.timestamp) >= appended, (
+            f"the mark was made {appended - cast(int, mark.timestamp)} ms before the last "
+            "data record was stored"
+        )
+
+
+def test_batches_longer_than_one_produce_call_keep_their_order(
+    kafka_single: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kafkakv.log.kafka import log as kafka_log
+
+    monkeypatch.setattr(kafka_log, "_BATCH_MAX", 16)  # 250 records: 16 produce_batch calls
+    with KafkaLog(kafka_single.bootstrap, timeout=20) as log:
+        topic = f"t-{uuid.uuid4().hex[:12]}"
+        log.create_topic(topic, 1)
+        sent = [Record(b"k%d" % i, b"v%d" % i) for i in range(250)]
+        failed: list[BaseException] = []
+        log.send(topic, 0, sent, lambda _, e: failed.append(e))
+        log.send(topic, 0, sent)  # and waiting for the acknowledgements
+        got = _read_all(log, topic, 2 * len(sent))
+        assert not failed
+        assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in sent * 2]

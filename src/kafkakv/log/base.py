@@ -139,6 +139,10 @@ class LogWriter(Closeable):
     ) -> dict[TopicPartition, int]:
         """Append all ``batches`` atomically; return the first offset written per partition.
 
+        Give last the partition whose readers should wait least: a log may hold its records
+        back until the others are stored (Kafka does; its ``read_committed`` readers stop at
+        an open transaction's first record in the partition).
+
         Raises :class:`~kafkakv.errors.FencedError` when a newer writer took over the id.
         """
 

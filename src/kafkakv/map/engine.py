@@ -828,6 +828,7 @@ class ReplicaEngine:
                     return None
             records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
             mark = Record(None, encode_op(OpCode.FLUSHED, self.origin, -1, [covered]))
+            # The mark last: replicas reading the ops wait the least (LogWriter.append).
             writer.append({(data, p): records, (ops, p): [mark]})
             count = len(records)
             del records  # before collection resumes: see gcpause

@@ -154,6 +154,9 @@ class _Failures:
 
 
 _BATCH_MIN = 8  # plain rows at least this many are queued with one produce_batch call
+# ...and at most this many: produce_batch holds the GIL throughout (a 300,000-row flush would
+# stall every other thread of the process for half a second)
+_BATCH_MAX = 10_000
 _QUEUE_FULL = KafkaError._QUEUE_FULL
 _PLAIN_META = {(None, None)}
 _meta = itemgetter(2, 3)  # a checked row's (headers, timestamp)
@@ -175,29 +178,32 @@ def _produce(
     outright (they get no callback), the others being queued whatever became of those.
 
     A batch of plain rows (no headers, no timestamp) is queued by ``produce_batch``, one call
-    into librdkafka per batch; others record by record. When the queue fills in the middle of
+    into librdkafka per ``_BATCH_MAX`` rows; others record by record. When the queue fills in the middle of
     a ``produce_batch``, librdkafka refuses every row from there on, so retrying that tail
     keeps the order."""
     refused: Refused = []
     if len(rows) >= _BATCH_MIN and set(map(_meta, rows)) == _PLAIN_META:
-        messages: list[dict[str, Any]] = [{"key": k, "value": v} for k, v, _, _ in rows]
-        while messages:
-            if producer.produce_batch(topic, messages, partition=p, on_delivery=cb) == len(
-                messages
-            ):
-                break
-            tail: list[dict[str, Any]] = []
-            for m in messages:
-                err = m.pop("_error", None)
-                if err is None:
-                    continue
-                if err.code() == _QUEUE_FULL:  # this one and every one after it
-                    tail.append(m)
-                else:
-                    refused.append(((m["key"], m["value"], None, None), err))
-            messages = tail
-            if tail:
-                producer.poll(0.01)
+        for i in range(0, len(rows), _BATCH_MAX):
+            messages: list[dict[str, Any]] = [
+                {"key": k, "value": v} for k, v, _, _ in rows[i : i + _BATCH_MAX]
+            ]
+            while messages:
+                if producer.produce_batch(topic, messages, partition=p, on_delivery=cb) == len(
+                    messages
+                ):
+                    break
+                tail: list[dict[str, Any]] = []
+                for m in messages:
+                    err = m.pop("_error", None)
+                    if err is None:
+                        continue
+                    if err.code() == _QUEUE_FULL:  # this one and every one after it
+                        tail.append(m)
+                    else:
+                        refused.append(((m["key"], m["value"], None, None), err))
+                messages = tail
+                if tail:
+                    producer.poll(0.01)
         return refused
     for row in rows:
         key, value, headers, ts = row
@@ -744,28 +750,41 @@ class KafkaLogWriter(LogWriter):
                 raise
 
     def _transaction(self, batches: Mapping[TP, list[CheckedRecord]]) -> dict[TP, int]:
-        producer, timeout = self._producer, self._log.timeout
+        producer = self._producer
         delivery = _Delivery(sum(len(rows) for rows in batches.values()))
         producer.begin_transaction()
-        for (topic, p), rows in batches.items():
-            refused = _produce(producer, topic, p, rows, delivery)
-            if refused:
-                err = refused[0][1]
-                if err.fatal() or err.code() in _FENCED:
-                    raise KafkaException(err)  # for _transaction_failure: fenced or broken
-                self._abort()
-                raise self._log._append_failure(topic, p, err)
-        producer.flush(timeout)  # serves the delivery reports
-        if delivery.error is not None:
-            self._abort()
-            topic, p = next(iter(batches))
-            raise self._log._append_failure(topic, p, delivery.error)
-        producer.commit_transaction(timeout)
+        # A read_committed reader of a partition stops at the first record of a transaction
+        # still open there. The last partition's records are produced only once the others
+        # are stored, so its readers wait for one round trip and the commit, not for the
+        # whole transaction (the map's flush: many data records, then one FLUSHED mark on
+        # the ops partition that every replica is reading).
+        items = list(batches.items())
+        for phase in (items[:-1], items[-1:]):
+            for (topic, p), rows in phase:
+                refused = _produce(producer, topic, p, rows, delivery)
+                if refused:
+                    err = refused[0][1]
+                    if err.fatal() or err.code() in _FENCED:
+                        raise KafkaException(err)  # for _transaction_failure: fenced or broken
+                    self._abort()
+                    raise self._log._append_failure(topic, p, err)
+            self._delivered(phase, delivery)
+        producer.commit_transaction(self._log.timeout)
         firsts = {tp: delivery.firsts[tp] for tp in batches}
         for (topic, p), rows in batches.items():
             self._log._wrote(topic, p, firsts[(topic, p)] + len(rows))
         self._await_visible({tp: firsts[tp] + len(rows) for tp, rows in batches.items()})
         return firsts
+
+    def _delivered(self, phase: list[tuple[TP, list[CheckedRecord]]], delivery: _Delivery) -> None:
+        """Wait for the delivery reports of ``phase``; abort and raise if one failed."""
+        if not phase:
+            return
+        self._producer.flush(self._log.timeout)  # serves the delivery reports
+        if delivery.error is not None:
+            self._abort()
+            topic, p = phase[0][0]
+            raise self._log._append_failure(topic, p, delivery.error)
 
     def _await_visible(self, ends: Mapping[TP, int]) -> None:
         """Return once every partition's last stable offset reaches ``ends``.
