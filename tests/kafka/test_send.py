@@ -187,3 +187,29 @@ def test_batches_longer_than_one_produce_call_keep_their_order(
         got = _read_all(log, topic, 2 * len(sent))
         assert not failed
         assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in sent * 2]
+
+
+def test_a_record_the_brokers_refuse_inside_a_transaction_fails_it_whole(
+    kafka_single: Cluster,
+) -> None:
+    # A writer learns of most records' delivery only from the commit: a refused record in the
+    # middle of a partition's batch must still abort the transaction with a typed error, and
+    # the writer go on.
+    with KafkaLog(kafka_single.bootstrap, timeout=20) as log:
+        data, ops = f"d-{uuid.uuid4().hex[:12]}", f"o-{uuid.uuid4().hex[:12]}"
+        for topic in (data, ops):
+            log.create_topic(topic, 1)
+            log.send(topic, 0, [Record(b"first", b"x")])  # the topic config is now cached
+        _shrink_max_message_bytes(kafka_single, data, 1000)
+        writer = log.writer(f"w-{uuid.uuid4().hex[:8]}")
+        try:
+            rows = [Record(b"k%d" % i, b"x" * (5000 if i == 7 else 10)) for i in range(20)]
+            with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes"):
+                writer.append({(data, 0): rows, (ops, 0): [Record(None, b"mark")]})
+            firsts = writer.append({(data, 0): rows[:7], (ops, 0): [Record(None, b"mark")]})
+        finally:
+            writer.close()
+        assert [r.key for r in log.read(data, 0, 0)] == [b"first"] + [r.key for r in rows[:7]]
+        assert [r.value for r in log.read(ops, 0, 0)] == [b"x", b"mark"]
+        assert firsts[(data, 0)] >= 1 and firsts[(ops, 0)] >= 1
+        assert log.read(data, 0, firsts[(data, 0)], max_records=1)[0].key == b"k0"

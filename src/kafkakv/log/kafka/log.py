@@ -83,6 +83,13 @@ _FENCED = {
     KafkaError.INVALID_PRODUCER_ID_MAPPING,
 }
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
+# A transaction's error with one of these codes was a record not stored: its typed error.
+_RECORD_FAILURES = _TOO_LARGE | {
+    KafkaError._MSG_TIMED_OUT,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.INVALID_RECORD,
+}
 _UNAVAILABLE = {
     KafkaError._ALL_BROKERS_DOWN,
     KafkaError._TRANSPORT,
@@ -161,6 +168,7 @@ _QUEUE_FULL = KafkaError._QUEUE_FULL
 _PLAIN_META = {(None, None)}
 _meta = itemgetter(2, 3)  # a checked row's (headers, timestamp)
 
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
 Refused = list[tuple[CheckedRecord, KafkaError]]
 """Rows librdkafka would not queue (a fatal producer, a record over its message.max.bytes, an
 unknown partition...), each with its error, in batch order."""
@@ -171,9 +179,11 @@ def _produce(
     topic: str,
     p: int,
     rows: list[CheckedRecord],
-    cb: Callable[[KafkaError | None, Message], None],
+    cb: DeliveryCallback | None,
+    first: DeliveryCallback | None = None,
 ) -> Refused:
-    """Queue every row for ``topic[p]``, in order, with ``cb`` as its delivery callback; while
+    """Queue every row for ``topic[p]``, in order, with ``cb`` as its delivery callback (the
+    first row with ``first`` when given; None: no callback, no Python call per record); while
     the local queue is full, let deliveries drain it and go on. Returns the rows refused
     outright (they get no callback), the others being queued whatever became of those.
 
@@ -187,10 +197,14 @@ def _produce(
             messages: list[dict[str, Any]] = [
                 {"key": k, "value": v} for k, v, _, _ in rows[i : i + _BATCH_MAX]
             ]
+            if i == 0 and first is not None:
+                messages[0]["callback"] = first
             while messages:
-                if producer.produce_batch(topic, messages, partition=p, on_delivery=cb) == len(
-                    messages
-                ):
+                if cb is None:
+                    queued = producer.produce_batch(topic, messages, partition=p)
+                else:
+                    queued = producer.produce_batch(topic, messages, partition=p, on_delivery=cb)
+                if queued == len(messages):
                     break
                 tail: list[dict[str, Any]] = []
                 for m in messages:
@@ -205,8 +219,11 @@ def _produce(
                 if tail:
                     producer.poll(0.01)
         return refused
-    for row in rows:
+    for i, row in enumerate(rows):
         key, value, headers, ts = row
+        extra = {} if cb is None else {"on_delivery": cb}
+        if i == 0 and first is not None:
+            extra = {"on_delivery": first}
         while True:
             try:
                 producer.produce(
@@ -214,9 +231,9 @@ def _produce(
                     value,
                     key,
                     p,
-                    on_delivery=cb,
                     timestamp=ts or 0,
                     headers=cast(_Headers, headers),
+                    **extra,
                 )
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
@@ -530,10 +547,21 @@ class KafkaLog(Log):
             self._written[key] = end
 
     def _append_failure(self, topic: str, partition: int, err: KafkaError) -> Exception:
+        return self._record_failure(f"append to {topic}[{partition}]", err, topic)
+
+    def _record_failure(self, where: str, err: KafkaError, topic: str | None = None) -> Exception:
+        """The error for records the brokers or librdkafka did not store. Without ``topic``
+        (a transaction's failure), every topic's looked-up settings are forgotten."""
         code = err.code()
-        where = f"append to {topic}[{partition}]"
+        if code in _TOO_LARGE or code in (
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError._UNKNOWN_TOPIC,
+        ):
+            if topic is None:  # its max.message.bytes may have changed, or it is gone
+                self._topics.clear()
+            else:
+                self._topics.pop(topic, None)
         if code in _TOO_LARGE:
-            self._topics.pop(topic, None)  # its max.message.bytes may have changed
             return RecordTooLargeError(f"{where}: {err.str()} (see max.message.bytes)")
         if code == KafkaError._MSG_TIMED_OUT:
             return OperationTimeoutError(
@@ -541,7 +569,6 @@ class KafkaLog(Log):
                 "brokers up for the topic's min.insync.replicas?"
             )
         if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-            self._topics.pop(topic, None)
             return UnknownTopicError(f"{where}: {err.str()}")
         if code == KafkaError.INVALID_RECORD:
             return InvalidRecordError(f"{where}: {err.str()}")
@@ -708,15 +735,17 @@ class KafkaLogWriter(LogWriter):
         self._lock = threading.Lock()
         self._fenced: str | None = None
         self._closed = False
-        self._producer = Producer(
-            owner.settings.transactional(transactional_id, owner.transaction_timeout_ms)
-        )
+        self._cause: KafkaError | None = None
+        self._producer = self._open()
+
+    def _open(self) -> Producer:
+        owner = self._log
+        producer = Producer(owner.settings.transactional(self._id, owner.transaction_timeout_ms))
         try:  # fences every earlier producer with this id; aborts its open transaction
-            self._producer.init_transactions(owner.timeout)
+            producer.init_transactions(owner.timeout)
         except KafkaException as exc:
-            raise owner._failure(
-                f"opening transactional writer {transactional_id!r}", exc
-            ) from None
+            raise owner._failure(f"opening transactional writer {self._id!r}", exc) from None
+        return producer
 
     @property
     def transactional_id(self) -> str:
@@ -737,6 +766,7 @@ class KafkaLogWriter(LogWriter):
                 raise ClosedError(f"writer {self._id!r} is closed")
             if self._fenced is not None:
                 raise FencedError(f"writer {self._id!r} was fenced: {self._fenced}")
+            self._cause = None
             try:
                 return self._transaction(batches)
             except KafkaException as exc:
@@ -750,8 +780,12 @@ class KafkaLogWriter(LogWriter):
                 raise
 
     def _transaction(self, batches: Mapping[TP, list[CheckedRecord]]) -> dict[TP, int]:
+        """One transaction. Only the first record of each partition has a delivery callback
+        (it gives the offset ``append`` returns): a callback per record costs a Python call
+        each, a third of a flush's time. The others' fate comes from the transaction: if one
+        is not stored, librdkafka will not commit and raises the record's error instead."""
         producer = self._producer
-        delivery = _Delivery(sum(len(rows) for rows in batches.values()))
+        firsts = _Delivery(len(batches))
         producer.begin_transaction()
         # A read_committed reader of a partition stops at the first record of a transaction
         # still open there. The last partition's records are produced only once the others
@@ -761,30 +795,31 @@ class KafkaLogWriter(LogWriter):
         items = list(batches.items())
         for phase in (items[:-1], items[-1:]):
             for (topic, p), rows in phase:
-                refused = _produce(producer, topic, p, rows, delivery)
+                refused = _produce(producer, topic, p, rows, None, first=firsts)
                 if refused:
                     err = refused[0][1]
                     if err.fatal() or err.code() in _FENCED:
                         raise KafkaException(err)  # for _transaction_failure: fenced or broken
                     self._abort()
                     raise self._log._append_failure(topic, p, err)
-            self._delivered(phase, delivery)
-        producer.commit_transaction(self._log.timeout)
-        firsts = {tp: delivery.firsts[tp] for tp in batches}
+            if phase:
+                producer.flush(self._log.timeout)  # every record of the phase stored, or failed
+            if firsts.error is not None:
+                break  # the commit raises the transaction's error (the first failed record's)
+        try:
+            producer.commit_transaction(self._log.timeout)
+        except KafkaException:
+            self._cause = firsts.error  # the first record's fate, should the commit's hide it
+            raise
+        if firsts.error is not None:  # librdkafka committed after a failed record: cannot be
+            raise LogError(
+                f"writer {self._id!r} committed although a record failed: {firsts.error}"
+            )
+        offsets = {tp: firsts.firsts[tp] for tp in batches}
         for (topic, p), rows in batches.items():
-            self._log._wrote(topic, p, firsts[(topic, p)] + len(rows))
-        self._await_visible({tp: firsts[tp] + len(rows) for tp, rows in batches.items()})
-        return firsts
-
-    def _delivered(self, phase: list[tuple[TP, list[CheckedRecord]]], delivery: _Delivery) -> None:
-        """Wait for the delivery reports of ``phase``; abort and raise if one failed."""
-        if not phase:
-            return
-        self._producer.flush(self._log.timeout)  # serves the delivery reports
-        if delivery.error is not None:
-            self._abort()
-            topic, p = phase[0][0]
-            raise self._log._append_failure(topic, p, delivery.error)
+            self._log._wrote(topic, p, offsets[(topic, p)] + len(rows))
+        self._await_visible({tp: offsets[tp] + len(rows) for tp, rows in batches.items()})
+        return offsets
 
     def _await_visible(self, ends: Mapping[TP, int]) -> None:
         """Return once every partition's last stable offset reaches ``ends``.
@@ -809,9 +844,31 @@ class KafkaLogWriter(LogWriter):
         if err is not None and (err.code() in _FENCED or err.fatal()):
             self._fenced = err.str()
             return FencedError(f"writer {self._id!r} was fenced by a newer one: {err.str()}")
+        where = f"transaction of writer {self._id!r}"
         if err is not None and err.txn_requires_abort():
             self._abort()
-        return self._log._failure(f"transaction of writer {self._id!r}", exc)
+            cause = self._cause
+            if err.code() not in _RECORD_FAILURES and cause is not None:
+                err = cause  # e.g. "skipped sequence numbers" after the record that failed
+            if err.code() in _RECORD_FAILURES:  # a record was refused or never acknowledged
+                self._renew()
+                return self._log._record_failure(where, err)
+        return self._log._failure(where, exc)
+
+    def _renew(self) -> None:
+        """Replace the producer after a transaction lost a record. Its abort is not always
+        enough: librdkafka may fail the next transaction too ("skipped sequence numbers");
+        a new producer with the same id starts clean (and fences the old one)."""
+        try:
+            fresh = self._open()
+        except LogError as exc:  # the next append reports what is wrong
+            log.warning("could not renew writer %s: %s", self._id, exc)
+            return
+        old, self._producer = self._producer, fresh
+        try:
+            old.flush(0)
+        except KafkaException as exc:  # fenced by the new one: expected
+            log.debug("closing a replaced producer of %s: %s", self._id, _text(exc))
 
     def _abort(self) -> None:
         try:
