@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import platform
+import time
+from typing import Any
 
 VALUE = b"v" * 100
 """The value of every update: 100 bytes."""
@@ -39,3 +41,15 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{os.cpu_count()} x {cpu}, {mem:.1f} GiB, Python {platform.python_version()}"
+
+
+def put_async_rate(m: Any, keys: list[str]) -> float:
+    """Updates/s of ``m.put_async(k, VALUE)`` for every key, then ``result()`` of every future.
+    The futures are freed before returning, as a caller would: the next run must not pay."""
+    t = time.perf_counter()
+    futures = [m.put_async(k, VALUE) for k in keys]
+    for f in futures:
+        f.result()
+    rate = len(keys) / (time.perf_counter() - t)
+    del futures
+    return rate

@@ -77,7 +77,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgpack
-from _common import VALUE, key, lat, machine
+from _common import VALUE, key, lat, machine, put_async_rate
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
@@ -545,12 +545,7 @@ class Bench:
                 for r in range(runs + 1):  # the first run of each is the warm-up
                     gc.collect()
                     c0 = self.cpu.read()
-                    t = time.perf_counter()
-                    futures = [m.put_async(k, VALUE) for k in keys]
-                    for f in futures:
-                        f.result()
-                    rates.append(n / (time.perf_counter() - t))
-                    del futures  # as a caller would: the next run must not pay for these
+                    rates.append(put_async_rate(m, keys))
                     # Untimed: the flushes this run asked for, so that they do not run during
                     # (and slow down) the next measurement; CPU counts them. Then a pause.
                     m.flush()
