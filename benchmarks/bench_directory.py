@@ -27,8 +27,8 @@ values) and the default dict store.
    Target: 0.3 s.
 4. ``kafka``: 50,000 rows written by a raw confluent-kafka producer into a topic of one
    partition, replication factor 3, on a three-broker cluster this script starts (``DevCluster``,
-   KRaft, ports 16092/26092/36092 and the controller port above each: neither the tests'
-   19092.. (+ their offset) nor ``bench_kafka.py``'s 18092..), with ``bench_kafka.py``'s JVM
+   KRaft, ports 10092/20092/30092 and the controller port above each: neither the tests'
+   11092.. (+ their offset) nor ``bench_kafka.py``'s 12092..), with ``bench_kafka.py``'s JVM
    flags (full JIT, G1). Time for ``db.directory(topic)`` on a connected ``Database`` to
    return ready; every run makes its own consumer, as a service starting would. Baseline: a
    fresh confluent-kafka ``Consumer`` with kafkakv's client settings (``read_committed``)
@@ -71,7 +71,7 @@ from kafkakv.devcluster import DEFAULT_KAFKA_VERSION, DevCluster
 from kafkakv.log import EmbeddedLog, Log, Record
 from kafkakv.log.kafka.settings import ClientSettings
 
-BASE_PORT = 16092
+BASE_PORT = 10092  # 10092/20092/30092: below Linux's ephemeral ports
 TIMEOUT = 60.0
 TARGETS_S = {"embedded": 0.1, "large": 2.0, "restart": 0.3, "kafka": 0.5}
 

@@ -11,7 +11,7 @@ workload. The script prints the machine and its load, one line per measurement a
 JSON object with every number.
 
 Cluster: by default the script starts its own three brokers (``DevCluster``, KRaft, ports
-18092/28092/38092 and the controller port above each, state in a temporary directory under
+12092/22092/32092 and the controller port above each, state in a temporary directory under
 ``--dir``) and stops them at the end, also after an error, Ctrl-C or SIGTERM; the brokers die
 with the script even when it is killed with SIGKILL. They run with the dev cluster's heap
 settings but NOT its start-up flags: ``-XX:TieredStopAtLevel=1`` (no C2 compiler) and the
@@ -89,7 +89,7 @@ from kafkakv.log.kafka.settings import ClientSettings
 from kafkakv.map import FLUSH_POINT_KEY
 from kafkakv.map.ops import OpCode, encode_op
 
-BASE_PORT = 18092
+BASE_PORT = 12092  # 12092/22092/32092: below Linux's ephemeral ports
 TIMEOUT = 60.0  # for every client call: the machine may be busy
 FLUSH_PERIOD = 5000
 REPLICAS, MIN_INSYNC = 3, 2

@@ -3,9 +3,13 @@
 Fixtures, both session-scoped and started on first use (so a run without Kafka tests starts
 nothing), stopped at the end of the session whatever the tests did:
 
-- ``kafka_cluster``: 3 brokers, bootstrap ``127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092``
+- ``kafka_cluster``: 3 brokers, bootstrap ``127.0.0.1:11092,127.0.0.1:21092,127.0.0.1:31092``
   (replication factor 3, min.insync.replicas 2 by default).
-- ``kafka_single``: 1 broker on ``127.0.0.1:49092``.
+- ``kafka_single``: 1 broker on ``127.0.0.1:15092``.
+
+Every port (controllers one above) lies below 32768, out of Linux's ephemeral range: a client
+connection never holds one as its local port when a broker (re)starts, in the fault tests
+above all, where librdkafka keeps reconnecting to a killed broker's port.
 
 Both are :class:`kafkakv.devcluster.Cluster` objects: ``bootstrap``, ``leader``,
 ``wait_leader``, ``wait_in_sync``, and the fault calls ``kill``, ``stop_node``, ``start_node``,
@@ -69,16 +73,16 @@ def _cluster(
 def kafka_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Cluster:
-    """Three brokers on 127.0.0.1:19092/29092/39092 for the whole session."""
-    return _cluster(request, tmp_path_factory, "kafka-cluster", brokers=3, base_port=19092)
+    """Three brokers on 127.0.0.1:11092/21092/31092 for the whole session."""
+    return _cluster(request, tmp_path_factory, "kafka-cluster", brokers=3, base_port=11092)
 
 
 @pytest.fixture(scope="session")
 def kafka_single(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Cluster:
-    """One broker on 127.0.0.1:49092 for the whole session."""
-    return _cluster(request, tmp_path_factory, "kafka-single", brokers=1, base_port=49092)
+    """One broker on 127.0.0.1:15092 for the whole session."""
+    return _cluster(request, tmp_path_factory, "kafka-single", brokers=1, base_port=15092)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

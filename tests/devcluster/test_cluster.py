@@ -77,7 +77,7 @@ def test_all_three_brokers_are_in_the_metadata(kafka_cluster: Cluster) -> None:
     if not isinstance(kafka_cluster, DevCluster):
         pytest.skip("checks the harness cluster's own ports")
     offset = int(os.environ.get("KAFKAKV_TEST_PORT_OFFSET") or 0)
-    ports = [19092 + offset, 29092 + offset, 39092 + offset]
+    ports = [11092 + offset, 21092 + offset, 31092 + offset]
     assert kafka_cluster.bootstrap == ",".join(f"127.0.0.1:{p}" for p in ports)
     brokers = kafka_cluster.admin().list_topics(timeout=10).brokers
     assert {b.id: (b.host, b.port) for b in brokers.values()} == {
