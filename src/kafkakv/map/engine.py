@@ -652,12 +652,15 @@ class ReplicaEngine:
             return
         self._flushed[p] = covered
         self._next_flush[p] = max(self._next_flush[p], covered + self.settings.flush_period)
+        # In place (an apply loop may hold the dict), and without a del per covered key:
+        # this runs under the lock, and most keys are covered.
         dirty = self._dirty[p]
         if max(dirty.values(), default=-1) <= covered:
-            dirty.clear()  # the common case, at C speed: this runs under the lock
+            dirty.clear()
         else:
-            for key in [k for k, o in dirty.items() if o <= covered]:
-                del dirty[key]
+            newer = {k: o for k, o in dirty.items() if o > covered}
+            dirty.clear()
+            dirty.update(newer)
 
     def _follow(self) -> None:
         """Background: apply what other processes append, for every held partition."""
