@@ -188,10 +188,11 @@ def _produce(
     outright (they get no callback), the others being queued whatever became of those.
 
     A batch of plain rows (no headers, no timestamp) is queued by ``produce_batch``, one call
-    into librdkafka per ``_BATCH_MAX`` rows; others record by record. When the queue fills in the middle of
-    a ``produce_batch``, librdkafka refuses every row from there on, so retrying that tail
-    keeps the order."""
+    into librdkafka per ``_BATCH_MAX`` rows; others record by record. When the queue fills in
+    the middle of a ``produce_batch``, librdkafka refuses every row from there on, so retrying
+    that tail keeps the order."""
     refused: Refused = []
+    callback: dict[str, DeliveryCallback] = {} if cb is None else {"on_delivery": cb}
     if len(rows) >= _BATCH_MIN and set(map(_meta, rows)) == _PLAIN_META:
         for i in range(0, len(rows), _BATCH_MAX):
             messages: list[dict[str, Any]] = [
@@ -200,11 +201,9 @@ def _produce(
             if i == 0 and first is not None:
                 messages[0]["callback"] = first
             while messages:
-                if cb is None:
-                    queued = producer.produce_batch(topic, messages, partition=p)
-                else:
-                    queued = producer.produce_batch(topic, messages, partition=p, on_delivery=cb)
-                if queued == len(messages):
+                if producer.produce_batch(topic, messages, partition=p, **callback) == len(
+                    messages
+                ):
                     break
                 tail: list[dict[str, Any]] = []
                 for m in messages:
@@ -221,9 +220,7 @@ def _produce(
         return refused
     for i, row in enumerate(rows):
         key, value, headers, ts = row
-        extra = {} if cb is None else {"on_delivery": cb}
-        if i == 0 and first is not None:
-            extra = {"on_delivery": first}
+        extra = {"on_delivery": first} if i == 0 and first is not None else callback
         while True:
             try:
                 producer.produce(
@@ -735,7 +732,6 @@ class KafkaLogWriter(LogWriter):
         self._lock = threading.Lock()
         self._fenced: str | None = None
         self._closed = False
-        self._cause: KafkaError | None = None
         self._producer = self._open()
 
     def _open(self) -> Producer:
@@ -766,7 +762,6 @@ class KafkaLogWriter(LogWriter):
                 raise ClosedError(f"writer {self._id!r} is closed")
             if self._fenced is not None:
                 raise FencedError(f"writer {self._id!r} was fenced: {self._fenced}")
-            self._cause = None
             try:
                 return self._transaction(batches)
             except KafkaException as exc:
@@ -808,9 +803,8 @@ class KafkaLogWriter(LogWriter):
                 break  # the commit raises the transaction's error (the first failed record's)
         try:
             producer.commit_transaction(self._log.timeout)
-        except KafkaException:
-            self._cause = firsts.error  # the first record's fate, should the commit's hide it
-            raise
+        except KafkaException as exc:  # the first record's fate, should the commit's hide it
+            raise self._transaction_failure(exc, firsts.error) from None
         if firsts.error is not None:  # librdkafka committed after a failed record: cannot be
             raise LogError(
                 f"writer {self._id!r} committed although a record failed: {firsts.error}"
@@ -839,7 +833,11 @@ class KafkaLogWriter(LogWriter):
                     )
                 time.sleep(0.002)
 
-    def _transaction_failure(self, exc: KafkaException) -> Exception:
+    def _transaction_failure(
+        self, exc: KafkaException, cause: KafkaError | None = None
+    ) -> Exception:
+        """The error to raise for a failed transaction (aborted here when it must be).
+        ``cause``: what a record's delivery report said, when the commit's error may hide it."""
         err = _error_of(exc)
         if err is not None and (err.code() in _FENCED or err.fatal()):
             self._fenced = err.str()
@@ -847,7 +845,6 @@ class KafkaLogWriter(LogWriter):
         where = f"transaction of writer {self._id!r}"
         if err is not None and err.txn_requires_abort():
             self._abort()
-            cause = self._cause
             if err.code() not in _RECORD_FAILURES and cause is not None:
                 err = cause  # e.g. "skipped sequence numbers" after the record that failed
             if err.code() in _RECORD_FAILURES:  # a record was refused or never acknowledged
