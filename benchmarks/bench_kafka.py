@@ -85,6 +85,7 @@ import kafkakv
 from kafkakv.devcluster import DEFAULT_KAFKA_VERSION, DevCluster
 from kafkakv.devcluster.layout import DEFAULT_JVM_OPTIONS
 from kafkakv.errors import UnknownTopicError
+from kafkakv.log.kafka.log import _produce
 from kafkakv.log.kafka.settings import ClientSettings
 from kafkakv.map import FLUSH_POINT_KEY
 from kafkakv.map.ops import OpCode, encode_op
@@ -223,10 +224,10 @@ class KafkaWork:
     Per update: one ops record (the very bytes ``put_async`` appends) produced to an ops topic;
     the same record consumed back by a read_committed consumer (a replica applies its own
     updates from the log); and, every ``FLUSH_PERIOD`` ops, a transaction that writes a data
-    record per key consumed, a flush point and a ``FLUSHED`` mark on the ops topic, after a
-    flush request on the flush topic, as the map's flush does. Ops are queued with
-    ``produce_batch`` by a producer that reports failures only; a thread consumes, another
-    flushes. The topics are a map's own (created by ``db.map``, so configured identically),
+    record per key consumed, a flush point and then a ``FLUSHED`` mark on the ops topic, after
+    a flush request on the flush topic, as the map's flush does. Ops are queued with kafkakv's
+    own ``produce_batch`` loop by a producer that reports failures only; a thread consumes,
+    another flushes. The topics are a map's own (created by ``db.map``, so configured identically),
     written here by nobody else. :meth:`run` times from the first produce to the last record
     consumed (when the map's futures would be resolved); the flushes it asked for finish
     untimed, as ``m.flush()`` does after the map's runs."""
@@ -262,8 +263,8 @@ class KafkaWork:
     def run(self, keys: list[bytes], first_seq: int) -> float:
         """Seconds for ``len(keys)`` updates: from the first produce to the last consumed."""
         n = len(keys)
-        messages = [
-            {"key": k, "value": encode_op(OpCode.PUT, self.origin, first_seq + i, [VALUE])}
+        ops = [
+            (k, encode_op(OpCode.PUT, self.origin, first_seq + i, [VALUE]))
             for i, k in enumerate(keys)
         ]
         tp = TopicPartition(self.ops, 0)
@@ -309,7 +310,7 @@ class KafkaWork:
             thread.start()
         t = time.perf_counter()
         for i in range(0, n, _SEND_CHUNK):
-            _produce_batch(self.producer, self.ops, messages[i : i + _SEND_CHUNK], self._failed)
+            _queue(self.producer, self.ops, ops[i : i + _SEND_CHUNK], self._failed)
         consumed.wait()
         elapsed = time.perf_counter() - t
         for thread in threads:
@@ -325,34 +326,29 @@ class KafkaWork:
             raise RuntimeError("a flush request was not delivered")
         writer = self.writer
         writer.begin_transaction()
-        rows = [{"key": k, "value": VALUE} for k in keys]
-        rows.append({"key": FLUSH_POINT_KEY, "value": msgpack.packb([covered])})
-        _produce_batch(writer, self.data, rows, self._failed)
+        rows = [(k, VALUE) for k in keys]
+        rows.append((FLUSH_POINT_KEY, msgpack.packb([covered])))
+        _queue(writer, self.data, rows, self._failed)
+        writer.flush(TIMEOUT)  # the mark once the data is stored, as KafkaLogWriter does
         mark = encode_op(OpCode.FLUSHED, self.origin, -1, [covered])
         writer.produce(self.ops, mark, None, 0, on_delivery=self._failed)
         writer.commit_transaction(TIMEOUT)
 
 
-_SEND_CHUNK = 5000  # ops queued per produce_batch call: the map's sender batch at most
+_SEND_CHUNK = 5000  # ops queued per call: the map's sender batch at most
 
 
-def _produce_batch(
+def _queue(
     producer: Producer,
     topic: str,
-    rows: list[dict[str, Any]],
+    rows: list[tuple[bytes, bytes]],
     cb: Callable[[KafkaError | None, Message], None],
 ) -> None:
-    """Queue ``rows`` for partition 0 of ``topic`` in order, waiting while the queue is full."""
-    while rows:
-        if producer.produce_batch(topic, rows, partition=0, on_delivery=cb) == len(rows):
-            return
-        tail = [row for row in rows if "_error" in row]
-        for row in tail:
-            err = row.pop("_error")
-            if err.code() != KafkaError._QUEUE_FULL:
-                raise KafkaException(err)
-        rows = tail
-        producer.poll(0.01)
+    """Queue ``rows`` for partition 0 of ``topic`` in order with kafkakv's own produce loop
+    (``produce_batch``, waiting while the local queue is full), as the map does."""
+    refused = _produce(producer, topic, 0, [(k, v, None, None) for k, v in rows], cb)
+    if refused:
+        raise KafkaException(refused[0][1])
 
 
 def read_into_dict(
@@ -542,25 +538,26 @@ class Bench:
             self.open_map(db, work_map)  # its topics, configured as a map's; the map idles
             work = KafkaWork(self, (f"{work_map}_ops", work_map, f"{work_map}_flush"))
             try:
-                for r in range(runs + 1):  # the first run of each is the warm-up
+
+                def measure(who: str, run: Callable[[], float], into: list[float]) -> None:
+                    """One run: its rate, and its CPU per item until the end of ``run``."""
                     gc.collect()
                     c0 = self.cpu.read()
-                    rates.append(put_async_rate(m, keys))
+                    into.append(run())
+                    cpu_runs[who].append(per_item(c0, self.cpu.read(), n))
+                    time.sleep(SETTLE)
+
+                def map_run() -> float:
+                    rate = put_async_rate(m, keys)
                     # Untimed: the flushes this run asked for, so that they do not run during
-                    # (and slow down) the next measurement; CPU counts them. Then a pause.
+                    # (and slow down) the next measurement; CPU counts them.
                     m.flush()
-                    cpu_runs["map"].append(per_item(c0, self.cpu.read(), n))
-                    time.sleep(SETTLE)
-                    gc.collect()
-                    c0 = self.cpu.read()
-                    base.append(n / produce_all(producer, raw, records))
-                    cpu_runs["raw"].append(per_item(c0, self.cpu.read(), n))
-                    time.sleep(SETTLE)
-                    gc.collect()
-                    c0 = self.cpu.read()
-                    floor.append(n / work.run(raw_keys, r * n))
-                    cpu_runs["work"].append(per_item(c0, self.cpu.read(), n))
-                    time.sleep(SETTLE)
+                    return rate
+
+                for r in range(runs + 1):  # the first run of each is the warm-up
+                    measure("map", map_run, rates)
+                    measure("raw", lambda: n / produce_all(producer, raw, records), base)
+                    measure("work", lambda seq=r * n: n / work.run(raw_keys, seq), floor)
             finally:
                 work.close()
         mine, theirs = statistics.median(rates[1:]), statistics.median(base[1:])
