@@ -27,6 +27,8 @@
         └── LogIOError (OSError)          the operating system refused a file operation
     ├── EncodeError (TypeError)           a key or value its codec cannot encode
     ├── DecodeError (ValueError)          bytes a codec or the ops protocol cannot read
+    │   └── ResultDecodeError             an update was applied, but the previous value it
+    │                                     returns does not decode (``raw`` has its bytes)
     ├── StoreError                        a replica's store failed or holds something unreadable
     ├── ClusterError                      the dev cluster (kafkakv.devcluster) could not start,
     │   │                                 stop or answer: a broker that died, a port in use,
@@ -80,6 +82,7 @@ __all__ = [
     "PipelineError",
     "PostgresError",
     "RecordTooLargeError",
+    "ResultDecodeError",
     "StoreError",
     "TopicExistsError",
     "TopicMismatchError",
@@ -180,6 +183,17 @@ class EncodeError(KafkaKVError, TypeError):
 
 class DecodeError(KafkaKVError, ValueError):
     """Bytes that a codec, or the ops protocol, cannot read."""
+
+
+class ResultDecodeError(DecodeError):
+    """An update WAS applied, but the value it returns (the key's previous value, or what a
+    function returned) does not decode with this replica's value codec: usually a replica that
+    opened the map with another codec wrote it. ``raw`` holds the undecoded bytes, so nothing
+    is lost; the update is not undone."""
+
+    def __init__(self, message: str, raw: bytes) -> None:
+        super().__init__(message)
+        self.raw = raw
 
 
 class MapError(KafkaKVError):

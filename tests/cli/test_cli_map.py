@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -154,6 +155,29 @@ def test_int_value_codec_reads_an_integer(log_dir: Path, name: str) -> None:
 # -- errors ---------------------------------------------------------------------------------
 
 
+def test_a_write_with_another_codec_than_the_map_is_refused(log_dir: Path, name: str) -> None:
+    ok(cli(log_dir, "put", name, "k", '{"x": 1}'))
+    for command in (("put", name, "k", "3"), ("del", name, "k")):
+        refused = cli(log_dir, *command, "--value-codec", "int")
+        assert_clean_error(refused, "'k'", "int codec", "Nothing was written", "--force")
+    assert api_items(log_dir, name) == {"k": {"x": 1}}
+
+
+def test_force_writes_and_shows_the_undecodable_previous_bytes(log_dir: Path, name: str) -> None:
+    ok(cli(log_dir, "put", name, "k", '{"x": 1}'))
+    forced = cli(log_dir, "put", name, "k", "3", "--value-codec", "int", "--force")
+    assert ok(forced) == ""
+    assert forced.stderr.startswith("warning: the update was applied"), forced.stderr
+    assert "b'{\"x\":1}'" in forced.stderr, forced.stderr
+    assert api_items(log_dir, name, value_codec="int") == {"k": 3}
+    # the json reader can set the key right again, and is told what it replaced
+    fixed = cli(log_dir, "put", name, "k", '{"x": 1}', "--force")
+    assert ok(fixed) == "" and "\\x80" in fixed.stderr, fixed.stderr
+    forced_del = cli(log_dir, "del", name, "k", "--value-codec", "int", "--force")
+    assert ok(forced_del) == "" and "warning:" in forced_del.stderr
+    assert api_items(log_dir, name) == {}
+
+
 def test_a_value_that_is_not_json_is_a_clean_error(log_dir: Path, name: str) -> None:
     ok(cli(log_dir, "put", name, "other", "1"))
     assert_clean_error(cli(log_dir, "put", name, "k", "{oops"), "VALUE '{oops'", "not JSON")
@@ -165,6 +189,24 @@ def test_an_unknown_codec_is_a_usage_error(log_dir: Path, name: str) -> None:
     assert result.exit_code == 2
     assert "pickle" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_request_timeout_bounds_the_wait_for_an_unreachable_broker(name: str) -> None:
+    with socket.socket() as sock:  # a port nobody listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    target = f"kafka://127.0.0.1:{port}"
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        main,
+        ["map", "-p", target, "--request-timeout", "1.5", "put", name, "k", "1"],
+        env={"KAFKAKV_LOG": None},
+    )
+    took = time.monotonic() - started
+    assert_clean_error(result, f"127.0.0.1:{port}", "within 1.5 s")
+    assert took < 10, took  # the default would wait 30 s
+    zero = cli(Path("unused"), "--request-timeout", "0", "get", name, "k")
+    assert zero.exit_code == 2 and "--request-timeout" in zero.stderr
 
 
 def test_read_commands_do_not_create_a_missing_log(tmp_path: Path, name: str) -> None:

@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from kafkakv import functions
+from kafkakv.codecs import codec_for
 from kafkakv.errors import (
     ClosedError,
     EncodeError,
     FunctionError,
     OperationTimeoutError,
+    ResultDecodeError,
     UnknownFunctionError,
 )
 from tests.map.conftest import OpenMap
@@ -140,6 +142,27 @@ def test_bad_input_raises_before_anything_is_appended(open_map: OpenMap) -> None
     with pytest.raises(EncodeError):
         m.compute("k", "add", object())
     assert m == {"k": 1}
+
+
+def test_an_applied_update_whose_result_does_not_decode_keeps_its_bytes(
+    open_map: OpenMap,
+) -> None:
+    """Two replicas that disagree on the value codec: the update is applied all the same,
+    and the error it raises carries the previous value's bytes, so nothing is lost."""
+    as_json, as_int = open_map(value_codec="json"), open_map(value_codec="int")
+    as_json["k"] = {"x": 1}
+    as_int.sync()
+    with pytest.raises(ResultDecodeError, match="applied") as put:
+        as_int.put("k", 3)
+    assert put.value.raw == codec_for("json").encode({"x": 1})
+    assert as_int["k"] == 3
+    as_json.sync()
+    with pytest.raises(ResultDecodeError) as removed:
+        as_json.remove("k")
+    assert removed.value.raw == codec_for("int").encode(3)
+    as_int.sync()
+    assert "k" not in as_json and "k" not in as_int
+    assert as_int.put("k", 4) is None and as_int.put("k", 5) == 4  # the replica goes on
 
 
 def test_async_updates_resolve_and_can_be_awaited(open_map: OpenMap) -> None:

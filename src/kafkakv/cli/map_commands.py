@@ -14,6 +14,11 @@ Values are printed as JSON when they can be, else as their Python ``repr`` (byte
 instance); ``dump`` and ``watch`` print one JSON object per line, with such values as the
 string of their ``repr``.
 
+A put or del refuses a KEY whose current value does not decode with ``--value-codec`` (the map
+was written with another codec): nothing is written, and ``--force`` writes anyway. When the
+value replaced or removed does not decode all the same, the update stands; its bytes are
+printed on stderr after ``warning:`` (exit code 0), so nothing is lost.
+
 Exit codes: 0 success; 1 ``get`` or ``del`` of an absent key; 2 a usage error or an error kafkakv
 raised (``error: <message>``, never a traceback).
 """
@@ -34,7 +39,7 @@ import click
 from kafkakv import ReplicaMap, connect
 from kafkakv.cli.options import log_path_option
 from kafkakv.codecs import JsonCodec
-from kafkakv.errors import DecodeError
+from kafkakv.errors import DecodeError, ResultDecodeError
 
 __all__ = ["MapCommandError", "map_group", "parse_arg", "to_json", "to_json_ready"]
 
@@ -133,6 +138,8 @@ class MapTarget:
     """Where the ``map`` commands find their log."""
 
     path: str | None
+    timeout: float | None = None
+    """--request-timeout: for the Kafka log and the map's updates; None: their defaults."""
 
     @contextmanager
     def open(
@@ -146,14 +153,15 @@ class MapTarget:
                 "no log directory: pass --path/-p or set KAFKAKV_LOG",
                 ctx=click.get_current_context(silent=True),
             )
+        waits: dict[str, Any] = {} if self.timeout is None else {"timeout": self.timeout}
         if self.path.startswith("kafka://"):
-            with connect(self.path) as db:
-                yield db.map(name, key_codec=key_codec, value_codec=value_codec)
+            with connect(self.path, **waits) as db:
+                yield db.map(name, key_codec=key_codec, value_codec=value_codec, **waits)
             return
         if not create and not os.path.isdir(self.path):
             raise MapCommandError(f"no log at {self.path}: the directory does not exist")
         with connect(self.path, background_cleaner=False) as db:
-            yield db.map(name, key_codec=key_codec, value_codec=value_codec)
+            yield db.map(name, key_codec=key_codec, value_codec=value_codec, **waits)
 
 
 pass_target = click.make_pass_decorator(MapTarget)
@@ -161,13 +169,21 @@ pass_target = click.make_pass_decorator(MapTarget)
 
 @click.group("map")
 @log_path_option
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="How long an update, or a request to Kafka brokers, may take before the command "
+    "fails  [default: 30].",
+)
 @click.pass_context
-def map_group(ctx: click.Context, path: str | None) -> None:
+def map_group(ctx: click.Context, path: str | None, request_timeout: float | None) -> None:
     """Read, write and watch a replicated map.
 
     Every command opens the map NAME, creating its topics if it does not exist yet.
     """
-    ctx.obj = MapTarget(path)
+    ctx.obj = MapTarget(path, request_timeout)
 
 
 def _codec_options(fn: _F) -> _F:
@@ -186,6 +202,30 @@ def _codec_options(fn: _F) -> _F:
         help="Codec of the map's keys; json and msgpack keys are given as JSON.",
     )(fn)
     return fn
+
+
+_force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Write even when KEY's current value does not decode with --value-codec.",
+)
+
+
+def _check_current(m: ReplicaMap[Any, Any], name: str, key: object, codec: str) -> None:
+    """Refuse, before anything is written, a key whose value does not decode with ``codec``:
+    the map was likely written with another codec, and the update would mix two."""
+    try:
+        m.get(key)
+    except DecodeError as exc:
+        raise MapCommandError(
+            f"the value of key {key!r} in map {name!r} does not decode with the {codec} "
+            f"codec ({exc}); was the map written with another --value-codec? Nothing was "
+            "written; --force writes anyway"
+        ) from exc
+
+
+def _show_undecoded(exc: ResultDecodeError) -> None:
+    click.echo(f"warning: {exc}; its bytes: {exc.raw!r}", err=True)
 
 
 def _absent(name: str, key: object) -> click.exceptions.Exit:
@@ -230,6 +270,7 @@ def get_command(
     is_flag=True,
     help="Set only if KEY is absent; prints the value it already had (nothing: it was set).",
 )
+@_force_option
 @pass_target
 def put_command(
     target: MapTarget,
@@ -239,6 +280,7 @@ def put_command(
     key_codec: str,
     value_codec: str,
     if_absent: bool,
+    force: bool,
 ) -> None:
     """Set KEY to VALUE and print the previous value (nothing when there was none).
 
@@ -247,7 +289,13 @@ def put_command(
     k = _parse(key, key_codec, "KEY")
     v = _parse(value, value_codec, "VALUE")
     with target.open(name, key_codec, value_codec, create=True) as m:
-        previous = m.put_if_absent(k, v) if if_absent else m.put(k, v)
+        if not force:
+            _check_current(m, name, k, value_codec)
+        try:
+            previous = m.put_if_absent(k, v) if if_absent else m.put(k, v)
+        except ResultDecodeError as exc:
+            _show_undecoded(exc)
+            return
     if previous is not None:
         click.echo(to_json(previous))
 
@@ -256,15 +304,24 @@ def put_command(
 @click.argument("name")
 @click.argument("key")
 @_codec_options
+@_force_option
 @pass_target
-def del_command(target: MapTarget, name: str, key: str, key_codec: str, value_codec: str) -> None:
+def del_command(
+    target: MapTarget, name: str, key: str, key_codec: str, value_codec: str, force: bool
+) -> None:
     """Remove KEY and print the value it had; exit code 1 when absent.
 
     A map that does not exist yet is created (empty) by opening it.
     """
     k = _parse(key, key_codec, "KEY")
     with target.open(name, key_codec, value_codec) as m:
-        previous = m.remove(k)
+        if not force:
+            _check_current(m, name, k, value_codec)
+        try:
+            previous = m.remove(k)
+        except ResultDecodeError as exc:
+            _show_undecoded(exc)
+            return
     if previous is None:
         raise _absent(name, k)
     click.echo(to_json(previous))

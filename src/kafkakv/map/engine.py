@@ -50,6 +50,7 @@ from kafkakv.errors import (
     OperationFailedError,
     OperationTimeoutError,
     RecordTooLargeError,
+    ResultDecodeError,
 )
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Log, LogWriter, Record, records_of
@@ -990,7 +991,8 @@ def _complete(future: OpFuture, result: Any) -> None:
         try:
             value = future.map_state.values.decode(result)
         except KafkaKVError as exc:
-            future.resolve(exception=exc)
+            message = f"the update was applied, but the value it returns does not decode: {exc}"
+            future.resolve(exception=ResultDecodeError(message, result))
             return
         future.resolve(value)
     else:
