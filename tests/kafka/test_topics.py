@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +57,17 @@ def test_create_then_verify(target: tuple[str, Log]) -> None:
     code, out, err = run("topics", "verify", "-t", where, name)
     assert code == 0, err
     assert "ok: map" in out and "3 partitions" in out
+
+
+def test_request_timeout_bounds_each_command_on_an_unreachable_cluster() -> None:
+    with socket.socket() as sock:  # a port nobody listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        where = f"kafka://127.0.0.1:{sock.getsockname()[1]}"
+    for command in (("topics", "create"), ("topics", "verify"), ("init-existing",)):
+        started = time.monotonic()
+        code, _, err = run(*command, "-t", where, "--request-timeout", "1", _name())
+        assert code == 2 and "within 1.0 s" in err and where[8:] in err, (command, err)
+        assert time.monotonic() - started < 8, command  # the default would wait 30 s
 
 
 def test_verify_names_the_wrong_setting(target: tuple[str, Log]) -> None:

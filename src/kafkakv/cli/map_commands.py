@@ -37,7 +37,7 @@ from typing import IO, Any, TypeVar
 import click
 
 from kafkakv import ReplicaMap, connect
-from kafkakv.cli.options import log_path_option
+from kafkakv.cli.options import log_path_option, request_timeout_option
 from kafkakv.codecs import JsonCodec
 from kafkakv.errors import DecodeError, ResultDecodeError
 
@@ -169,14 +169,7 @@ pass_target = click.make_pass_decorator(MapTarget)
 
 @click.group("map")
 @log_path_option
-@click.option(
-    "--request-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    metavar="SECONDS",
-    help="How long an update, or a request to Kafka brokers, may take before the command "
-    "fails  [default: 30].",
-)
+@request_timeout_option
 @click.pass_context
 def map_group(ctx: click.Context, path: str | None, request_timeout: float | None) -> None:
     """Read, write and watch a replicated map.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-__all__ = ["log_path_option"]
+__all__ = ["log_path_option", "request_timeout_option"]
 
 log_path_option = click.option(
     "--path",
@@ -15,3 +15,14 @@ log_path_option = click.option(
     help="Directory of the embedded log (map commands also take kafka://host:port,...).",
 )
 """``--path/-p DIR`` (or ``KAFKAKV_LOG``): the log a command works on."""
+
+request_timeout_option = click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="How long a request to Kafka brokers, or a map update, may take before the command "
+    "fails  [default: 30].",
+)
+"""``--request-timeout SECONDS``: passed as ``timeout`` to the Kafka log (and to maps); None
+keeps their defaults."""

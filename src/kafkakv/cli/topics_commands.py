@@ -1,7 +1,7 @@
 """``kafkakv topics create|verify`` and ``kafkakv init-existing``: a map's topics from the shell.
 
 TARGET (``--target/-t`` or ``KAFKAKV_TARGET``) is an embedded log directory or
-``kafka://host:port[,host:port...]``. NAME is a map's name: its topics are NAME, NAME_ops and
+``kafka://host:port[,host:port...]``; ``--request-timeout`` bounds each request to its brokers. NAME is a map's name: its topics are NAME, NAME_ops and
 NAME_flush, created with the settings the map's protocol needs (``docs/maps.md``).
 
 Exit codes: 0 success; 1 ``verify`` found a missing topic or a wrong setting; 2 a usage error or
@@ -13,12 +13,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kafkakv.cli.options import request_timeout_option
 from kafkakv.db import Database, connect
 from kafkakv.errors import TopicMismatchError
 from kafkakv.map.topics import MapTopics, adopt_existing, ensure_topics
@@ -48,8 +50,10 @@ _SHOWN = (
 
 
 @contextmanager
-def _database(target: str) -> Iterator[Database]:
-    options = {} if "://" in target else {"background_cleaner": False}
+def _database(target: str, timeout: float | None) -> Iterator[Database]:
+    options: dict[str, Any] = {} if "://" in target else {"background_cleaner": False}
+    if timeout is not None and "://" in target:
+        options["timeout"] = timeout
     with connect(target, **options) as db:
         yield db
 
@@ -73,6 +77,7 @@ def topics_group() -> None:
 
 @topics_group.command("create")
 @target_option
+@request_timeout_option
 @click.argument("name")
 @click.option(
     "--partitions",
@@ -81,21 +86,24 @@ def topics_group() -> None:
     default=None,
     help="Partition count (default: that of existing topics, else 1).",
 )
-def create_command(target: str, name: str, partitions: int | None) -> None:
+def create_command(
+    target: str, name: str, partitions: int | None, request_timeout: float | None
+) -> None:
     """Create NAME, NAME_ops and NAME_flush (those missing), then verify all three."""
     topics = MapTopics.for_name(name)
-    with _database(target) as db:
+    with _database(target, request_timeout) as db:
         ensure_topics(db.log, topics, partitions)
         _describe(db, topics)
 
 
 @topics_group.command("verify")
 @target_option
+@request_timeout_option
 @click.argument("name")
-def verify_command(target: str, name: str) -> None:
+def verify_command(target: str, name: str, request_timeout: float | None) -> None:
     """Check that NAME's topics exist with the settings a map needs; exit 1 when not."""
     topics = MapTopics.for_name(name)
-    with _database(target) as db:
+    with _database(target, request_timeout) as db:
         missing = [t for t in (topics.data, topics.ops, topics.flush) if t not in db.log.topics()]
         if missing:
             click.echo(f"missing: {', '.join(missing)}", err=True)
@@ -111,8 +119,9 @@ def verify_command(target: str, name: str) -> None:
 
 @click.command("init-existing")
 @target_option
+@request_timeout_option
 @click.argument("topic")
-def init_existing_command(target: str, topic: str) -> None:
+def init_existing_command(target: str, topic: str, request_timeout: float | None) -> None:
     """Adopt the compacted TOPIC (written by another program) as the data topic of map TOPIC.
 
     Refuses when the ops topic has records, when partition counts differ, or when records
@@ -121,7 +130,7 @@ def init_existing_command(target: str, topic: str) -> None:
     """
     topics = MapTopics.for_name(topic)
     with (
-        _database(target) as db,
+        _database(target, request_timeout) as db,
         Progress(
             SpinnerColumn(),
             TextColumn("checking {task.fields[topic]}: {task.completed:,} records"),
