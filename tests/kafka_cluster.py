@@ -5,7 +5,8 @@ nothing), stopped at the end of the session whatever the tests did:
 
 - ``kafka_cluster``: 3 brokers, bootstrap ``127.0.0.1:11092,127.0.0.1:21092,127.0.0.1:31092``
   (replication factor 3, min.insync.replicas 2 by default).
-- ``kafka_single``: 1 broker on ``127.0.0.1:15092``.
+- ``kafka_single``: 1 broker on ``127.0.0.1:15092``, which also takes SASL/PLAIN clients
+  (``SASL_USER`` / ``SASL_PASSWORD``) on ``127.0.0.1:15094`` (``sasl_bootstrap``).
 
 Every port (controllers one above) lies below 32768, out of Linux's ephemeral range: a client
 connection never holds one as its local port when a broker (re)starts, in the fault tests
@@ -39,7 +40,17 @@ from confluent_kafka.admin import NewTopic
 from kafkakv.devcluster import Cluster, DevCluster, ExternalCluster
 from kafkakv.errors import KafkaKVError
 
-__all__ = ["create_topic", "kafka_cluster", "kafka_single", "unique_topic"]
+__all__ = [
+    "SASL_PASSWORD",
+    "SASL_USER",
+    "create_topic",
+    "kafka_cluster",
+    "kafka_single",
+    "unique_topic",
+]
+
+SASL_USER, SASL_PASSWORD = "kafkakv-test", "test-secret-17"
+"""The one user of ``kafka_single``'s SASL/PLAIN listener."""
 
 EXTERNAL_ENV = "KAFKAKV_TEST_BOOTSTRAP"
 PORT_OFFSET_ENV = "KAFKAKV_TEST_PORT_OFFSET"
@@ -52,13 +63,16 @@ def _cluster(
     name: str,
     brokers: int,
     base_port: int,
+    sasl_users: Mapping[str, str] | None = None,
 ) -> Cluster:
     bootstrap = os.environ.get(EXTERNAL_ENV)
     if bootstrap:
         return ExternalCluster(bootstrap)
     try:
         base_port += int(os.environ.get(PORT_OFFSET_ENV) or 0)
-        cluster = DevCluster(brokers, base_port, tmp_path_factory.mktemp(name))
+        cluster = DevCluster(
+            brokers, base_port, tmp_path_factory.mktemp(name), sasl_users=sasl_users
+        )
     except (KafkaKVError, ValueError) as exc:
         pytest.fail(f"the {name} Kafka cluster cannot be set up: {exc}", pytrace=False)
     request.addfinalizer(cluster.stop)  # before start: a half-started cluster is stopped too
@@ -81,8 +95,15 @@ def kafka_cluster(
 def kafka_single(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Cluster:
-    """One broker on 127.0.0.1:15092 for the whole session."""
-    return _cluster(request, tmp_path_factory, "kafka-single", brokers=1, base_port=15092)
+    """One broker on 127.0.0.1:15092 (SASL/PLAIN on 15094) for the whole session."""
+    return _cluster(
+        request,
+        tmp_path_factory,
+        "kafka-single",
+        brokers=1,
+        base_port=15092,
+        sasl_users={SASL_USER: SASL_PASSWORD},
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -24,6 +24,8 @@
         ├── UnsupportedOperationError     an operation the backend cannot perform
         ├── LogUnavailableError           Kafka brokers down or unreachable, no leader, too
         │                                 few in-sync replicas: worth retrying later
+        ├── LogAuthenticationError        Kafka brokers refused the client's SASL credentials
+        │                                 or its TLS handshake: a setting to fix
         └── LogIOError (OSError)          the operating system refused a file operation
     ├── EncodeError (TypeError)           a key or value its codec cannot encode
     ├── DecodeError (ValueError)          bytes a codec or the ops protocol cannot read
@@ -71,6 +73,7 @@ __all__ = [
     "InvalidRecordError",
     "JarFetchError",
     "KafkaKVError",
+    "LogAuthenticationError",
     "LogError",
     "LogIOError",
     "LogUnavailableError",
@@ -175,6 +178,12 @@ class LogIOError(LogError, OSError):
 class LogUnavailableError(LogError):
     """The log's servers cannot take the request now: brokers down or unreachable, a partition
     without a leader, fewer in-sync replicas than ``min.insync.replicas``. Worth retrying."""
+
+
+class LogAuthenticationError(LogError):
+    """The Kafka brokers refused the client: SASL authentication failed, or the TLS handshake
+    did (a wrong CA, TLS spoken to a plaintext listener...). Retrying will not help; the
+    message names what the client library reported."""
 
 
 class EncodeError(KafkaKVError, TypeError):

@@ -23,6 +23,30 @@ def test_three_nodes_listen_ten_thousand_ports_apart() -> None:
     assert layout.bootstrap == "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
 
 
+def test_sasl_users_add_a_plain_listener_two_ports_above_each_client_port() -> None:
+    layout = ClusterLayout(2, 19092, sasl_users=(("app", "pw-1"), ("ops", "pw.2")))
+    assert layout.ports == [19092, 19093, 19094, 29092, 29093, 29094]
+    assert layout.node_ports(2) == [29092, 29093, 29094]
+    assert layout.sasl_bootstrap == "127.0.0.1:19094,127.0.0.1:29094"
+    config = layout.broker_config(2, "/d")
+    assert config["listeners"].endswith(",SASL_PLAINTEXT://127.0.0.1:29094")
+    assert "SASL_PLAINTEXT://127.0.0.1:29094" in config["advertised.listeners"]
+    assert config["inter.broker.listener.name"] == "PLAINTEXT"  # brokers talk plaintext
+    assert config["sasl.enabled.mechanisms"] == "PLAIN"
+    jaas = config["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+    assert 'user_app="pw-1" user_ops="pw.2";' in jaas
+    plain = ClusterLayout(2, 19092)
+    assert plain.sasl_bootstrap is None and "sasl.enabled.mechanisms" not in plain.broker_config(
+        1, "/d"
+    )
+
+
+@pytest.mark.parametrize("user", [("a b", "pw"), ("app", 'pw"; x'), ("", "pw")])
+def test_sasl_names_that_would_need_quoting_are_refused(user: tuple[str, str]) -> None:
+    with pytest.raises(ConfigError, match="letters, digits"):
+        ClusterLayout(1, 19092, sasl_users=(user,))
+
+
 @pytest.mark.parametrize(
     ("brokers", "rf", "isr"), [(1, "1", "1"), (2, "2", "2"), (3, "3", "2"), (5, "3", "2")]
 )

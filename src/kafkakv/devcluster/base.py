@@ -39,6 +39,11 @@ class Cluster(ABC):
     def bootstrap(self) -> str:
         """``bootstrap.servers`` for clients: ``host:port`` of the brokers, comma-separated."""
 
+    @property
+    def sasl_bootstrap(self) -> str | None:
+        """``host:port`` of the brokers' SASL/PLAIN listeners, when the cluster has them."""
+        return None
+
     @abstractmethod
     def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to broker ``node_id``; with SIGKILL, return once it is gone."""

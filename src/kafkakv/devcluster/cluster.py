@@ -10,7 +10,7 @@ import enum
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -72,7 +72,9 @@ class DevCluster(Cluster):
 
     Node ``i`` (``1 .. brokers``) serves clients on ``127.0.0.1:base_port + (i-1)*10000`` and
     its controller one port above. Nothing runs until :meth:`start`; ``with DevCluster() as c``
-    starts it and stops it on the way out.
+    starts it and stops it on the way out. ``sasl_users`` (user name → password) adds a
+    SASL/PLAIN listener two ports above each client port (:attr:`sasl_bootstrap`), for
+    trying a client's security settings against a real broker.
 
     ``die_with_parent`` (the default, for tests) makes the kernel kill every broker when the
     thread that started it exits; leave it on only when that thread lives as long as the
@@ -95,8 +97,9 @@ class DevCluster(Cluster):
         jvm_options: Iterable[str] = DEFAULT_JVM_OPTIONS,
         start_timeout: float = 90.0,
         progress: Progress | None = None,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
-        self.layout = ClusterLayout(brokers, base_port)
+        self.layout = ClusterLayout(brokers, base_port, tuple(sorted((sasl_users or {}).items())))
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
         self.files = StateDir(self.state_dir, self.layout)
         self.kafka_version = kafka_version
@@ -117,6 +120,11 @@ class DevCluster(Cluster):
     def bootstrap(self) -> str:
         """``127.0.0.1:<port>`` of every node, comma-separated."""
         return self.layout.bootstrap
+
+    @property
+    def sasl_bootstrap(self) -> str | None:
+        """``host:port`` of every node's SASL/PLAIN listener; None without ``sasl_users``."""
+        return self.layout.sasl_bootstrap
 
     @property
     def status(self) -> ClusterStatus:
@@ -435,7 +443,7 @@ class DevCluster(Cluster):
             self._record_pids()
 
     def _wait_ports_free(self, node_id: int, deadline: float) -> None:
-        ports = [self.layout.client_port(node_id), self.layout.controller_port(node_id)]
+        ports = self.layout.node_ports(node_id)
         while not all(port_is_free(p) for p in ports):
             if time.monotonic() >= deadline:
                 raise ClusterError(f"node {node_id}'s ports {ports} are still in use")

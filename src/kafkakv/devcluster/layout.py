@@ -2,7 +2,8 @@
 
 Node ``i`` (ids ``1 .. brokers``) is a combined KRaft node (``process.roles=broker,controller``)
 whose client listener is ``base_port + (i - 1) * 10000`` and whose controller listener is the
-next port, both on 127.0.0.1 only.
+next port, both on 127.0.0.1 only. With ``sasl_users``, each node also takes SASL/PLAIN
+clients (``security.protocol=SASL_PLAINTEXT``) on the port after that, for those users.
 
 >>> layout = ClusterLayout(brokers=3, base_port=19092)
 >>> layout.bootstrap
@@ -14,6 +15,7 @@ next port, both on 127.0.0.1 only.
 from __future__ import annotations
 
 import base64
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +61,9 @@ _FORMAT_JVM_OPTIONS: tuple[str, ...] = (
 
 _MAX_PORT = 65535
 
+_JAAS_SAFE = re.compile(r"[A-Za-z0-9._-]+")
+"""What a SASL user name or password may hold: nothing that needs quoting in a JAAS line."""
+
 
 @dataclass(frozen=True)
 class ClusterLayout:
@@ -70,11 +75,19 @@ class ClusterLayout:
 
     brokers: int = 3
     base_port: int = 19092
+    sasl_users: tuple[tuple[str, str], ...] = ()
+    """``(user, password)`` pairs a SASL/PLAIN listener accepts; none: no such listener."""
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
             raise ConfigError(f"a dev cluster needs at least 1 broker, not {self.brokers}")
-        highest = self.controller_port(self.brokers)
+        for user, password in self.sasl_users:
+            if not _JAAS_SAFE.fullmatch(user) or not _JAAS_SAFE.fullmatch(password):
+                raise ConfigError(
+                    f"SASL user {user!r}: user names and passwords of the dev cluster are "
+                    "letters, digits and -._ only"
+                )
+        highest = self.ports[-1]
         if self.base_port < 1024 or highest > _MAX_PORT:
             raise ConfigError(
                 f"base port {self.base_port} with {self.brokers} broker(s) needs ports "
@@ -94,14 +107,35 @@ class ClusterLayout:
         """The port of node ``node_id``'s KRaft controller listener (client port + 1)."""
         return self.client_port(node_id) + 1
 
+    def sasl_port(self, node_id: int) -> int:
+        """The port of node ``node_id``'s SASL/PLAIN listener (client port + 2), whether or
+        not the layout has one."""
+        return self.client_port(node_id) + 2
+
     def address(self, node_id: int) -> str:
         """``host:port`` of node ``node_id``'s client listener."""
         return f"{HOST}:{self.client_port(node_id)}"
 
     @property
+    def sasl_bootstrap(self) -> str | None:
+        """``bootstrap.servers`` of the SASL/PLAIN listeners; None without ``sasl_users``.
+
+        >>> ClusterLayout(1, 19092, sasl_users=(("app", "s3cret"),)).sasl_bootstrap
+        '127.0.0.1:19094'
+        """
+        if not self.sasl_users:
+            return None
+        return ",".join(f"{HOST}:{self.sasl_port(i)}" for i in self.node_ids)
+
+    def node_ports(self, node_id: int) -> list[int]:
+        """The ports node ``node_id`` binds: client, controller and, with users, SASL."""
+        first = self.client_port(node_id)
+        return list(range(first, first + (3 if self.sasl_users else 2)))
+
+    @property
     def ports(self) -> list[int]:
-        """Every port the cluster binds, client and controller, node by node."""
-        return [p for i in self.node_ids for p in (self.client_port(i), self.controller_port(i))]
+        """Every port the cluster binds, node by node."""
+        return [p for i in self.node_ids for p in self.node_ports(i)]
 
     @property
     def bootstrap(self) -> str:
@@ -136,16 +170,32 @@ class ClusterLayout:
             raise ConfigError(f"a data directory with a comma cannot be a log.dirs: {data_dir!r}")
         port = self.client_port(node_id)
         rf, isr = str(self.replication_factor), str(self.min_insync)
+        listeners = f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{port + 1}"
+        advertised = f"PLAINTEXT://{HOST}:{port}"
+        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        sasl: dict[str, str] = {}
+        if self.sasl_users:  # brokers and controllers still talk PLAINTEXT among themselves
+            address = f"SASL_PLAINTEXT://{HOST}:{self.sasl_port(node_id)}"
+            listeners, advertised = f"{listeners},{address}", f"{advertised},{address}"
+            protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users)
+            sasl = {
+                "sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+                ),
+            }
         return {
             # identity and listeners
             "process.roles": "broker,controller",
             "node.id": str(node_id),
             "controller.quorum.voters": self.voters,
-            "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{port + 1}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listeners": listeners,
+            "advertised.listeners": advertised,
+            "listener.security.protocol.map": protocols,
             "inter.broker.listener.name": "PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
+            **sasl,
             "log.dirs": data_dir,
             # what a replicated map needs: acks=all means two copies, nothing lost silently
             "num.partitions": "1",

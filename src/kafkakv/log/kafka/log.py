@@ -46,6 +46,7 @@ from kafkakv.errors import (
     ConfigError,
     FencedError,
     InvalidRecordError,
+    LogAuthenticationError,
     LogError,
     LogUnavailableError,
     OperationTimeoutError,
@@ -167,6 +168,30 @@ _BATCH_MAX = 10_000
 _QUEUE_FULL = KafkaError._QUEUE_FULL
 _PLAIN_META = {(None, None)}
 _meta = itemgetter(2, 3)  # a checked row's (headers, timestamp)
+
+
+def _unreachable(
+    bootstrap: str, timeout: float, exc: KafkaException, seen: list[KafkaError]
+) -> LogError:
+    """The error for brokers that did not answer a first request: refused credentials or TLS
+    (:class:`LogAuthenticationError`) when librdkafka said so, else unavailable, with the
+    last reason librdkafka gave for a failed connection."""
+    refusals = [
+        e
+        for e in seen
+        if e.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL)
+        or (e.code() == KafkaError._TRANSPORT and "SSL" in e.str())
+    ]
+    if refusals:
+        return LogAuthenticationError(
+            f"the Kafka brokers at {bootstrap} refused this client: {refusals[-1].str()}"
+        )
+    message = f"no Kafka broker answered at {bootstrap} within {timeout} s: {_text(exc)}"
+    reasons = [e.str() for e in seen if e.code() == KafkaError._TRANSPORT]
+    if reasons:
+        message += f" (last connection error: {reasons[-1]})"
+    return LogUnavailableError(message)
+
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 Refused = list[tuple[CheckedRecord, KafkaError]]
@@ -294,14 +319,19 @@ class KafkaLog(Log):
         return f"KafkaLog({self.settings.bootstrap!r})"
 
     def _check_reachable(self) -> None:
+        """One metadata request, by a client of its own that keeps the connection errors
+        librdkafka reports (they say why: refused credentials, a failed TLS handshake, a
+        refused connection), so that the error raised can tell."""
+        seen: list[KafkaError] = []
+        config = self.settings.admin()
+        config["error_cb"] = seen.append
+        probe = AdminClient(config)
         try:
-            self._admin.list_topics(timeout=self.timeout)
+            probe.list_topics(timeout=self.timeout)
         except KafkaException as exc:
+            probe.poll(0)  # serves error_cb
             self._close_clients()
-            raise LogUnavailableError(
-                f"no Kafka broker answered at {self.settings.bootstrap} within {self.timeout} s: "
-                f"{_text(exc)}"
-            ) from None
+            raise _unreachable(self.settings.bootstrap, self.timeout, exc, seen) from None
 
     def _poll_loop(self, producer: Producer | None = None) -> None:
         if producer is None:  # (not `or`: a Producer with nothing queued is falsy)
