@@ -6,7 +6,8 @@ nothing), stopped at the end of the session whatever the tests did:
 - ``kafka_cluster``: 3 brokers, bootstrap ``127.0.0.1:11092,127.0.0.1:21092,127.0.0.1:31092``
   (replication factor 3, min.insync.replicas 2 by default).
 - ``kafka_single``: 1 broker on ``127.0.0.1:15092``, which also takes SASL/PLAIN clients
-  (``SASL_USER`` / ``SASL_PASSWORD``) on ``127.0.0.1:15094`` (``sasl_bootstrap``).
+  (``SASL_USER`` / ``SASL_PASSWORD``) on ``127.0.0.1:15094`` (``sasl_bootstrap``) and TLS
+  clients on ``127.0.0.1:15095`` (``tls_bootstrap``, trusting ``tls_ca_location``).
 
 Every port (controllers one above) lies below 32768, out of Linux's ephemeral range: a client
 connection never holds one as its local port when a broker (re)starts, in the fault tests
@@ -64,6 +65,7 @@ def _cluster(
     brokers: int,
     base_port: int,
     sasl_users: Mapping[str, str] | None = None,
+    tls: bool = False,
 ) -> Cluster:
     bootstrap = os.environ.get(EXTERNAL_ENV)
     if bootstrap:
@@ -71,7 +73,7 @@ def _cluster(
     try:
         base_port += int(os.environ.get(PORT_OFFSET_ENV) or 0)
         cluster = DevCluster(
-            brokers, base_port, tmp_path_factory.mktemp(name), sasl_users=sasl_users
+            brokers, base_port, tmp_path_factory.mktemp(name), sasl_users=sasl_users, tls=tls
         )
     except (KafkaKVError, ValueError) as exc:
         pytest.fail(f"the {name} Kafka cluster cannot be set up: {exc}", pytrace=False)
@@ -95,7 +97,7 @@ def kafka_cluster(
 def kafka_single(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Cluster:
-    """One broker on 127.0.0.1:15092 (SASL/PLAIN on 15094) for the whole session."""
+    """One broker on 127.0.0.1:15092 (SASL/PLAIN on 15094, TLS on 15095) for the session."""
     return _cluster(
         request,
         tmp_path_factory,
@@ -103,6 +105,7 @@ def kafka_single(
         brokers=1,
         base_port=15092,
         sasl_users={SASL_USER: SASL_PASSWORD},
+        tls=True,
     )
 
 

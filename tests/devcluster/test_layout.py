@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafkakv.devcluster.layout import (
+    TLS_STORE_PASSWORD,
     ClusterLayout,
     broker_command,
     format_command,
@@ -39,6 +40,18 @@ def test_sasl_users_add_a_plain_listener_two_ports_above_each_client_port() -> N
     assert plain.sasl_bootstrap is None and "sasl.enabled.mechanisms" not in plain.broker_config(
         1, "/d"
     )
+
+
+def test_a_keystore_adds_a_tls_listener_three_ports_above_each_client_port() -> None:
+    layout = ClusterLayout(2, 19092, tls_keystore="/state/tls/broker.p12")
+    assert layout.ports == [19092, 19093, 19095, 29092, 29093, 29095]
+    assert layout.tls_bootstrap == "127.0.0.1:19095,127.0.0.1:29095"
+    config = layout.broker_config(1, "/d")
+    assert config["listeners"].endswith(",SSL://127.0.0.1:19095")
+    assert "SSL:SSL" in config["listener.security.protocol.map"]
+    assert config["listener.name.ssl.ssl.keystore.location"] == "/state/tls/broker.p12"
+    assert config["listener.name.ssl.ssl.keystore.password"] == TLS_STORE_PASSWORD
+    assert ClusterLayout(2, 19092).tls_bootstrap is None
 
 
 @pytest.mark.parametrize("user", [("a b", "pw"), ("app", 'pw"; x'), ("", "pw")])

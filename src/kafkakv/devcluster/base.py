@@ -44,6 +44,16 @@ class Cluster(ABC):
         """``host:port`` of the brokers' SASL/PLAIN listeners, when the cluster has them."""
         return None
 
+    @property
+    def tls_bootstrap(self) -> str | None:
+        """``host:port`` of the brokers' TLS listeners, when the cluster has them."""
+        return None
+
+    @property
+    def tls_ca_location(self) -> str | None:
+        """The PEM certificate a TLS client must trust, when the cluster has TLS listeners."""
+        return None
+
     @abstractmethod
     def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to broker ``node_id``; with SIGKILL, return once it is gone."""

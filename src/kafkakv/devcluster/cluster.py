@@ -31,6 +31,7 @@ from kafkakv.devcluster.probe import brokers_seen_by, port_is_free
 from kafkakv.devcluster.process import BrokerProcess, log_tail
 from kafkakv.devcluster.state import ClusterState
 from kafkakv.devcluster.storage import StateDir
+from kafkakv.devcluster.tls import make_certificate
 from kafkakv.errors import ClusterError, ConfigError
 
 __all__ = ["ClusterStatus", "DevCluster", "NodeStatus", "default_state_dir"]
@@ -73,8 +74,10 @@ class DevCluster(Cluster):
     Node ``i`` (``1 .. brokers``) serves clients on ``127.0.0.1:base_port + (i-1)*10000`` and
     its controller one port above. Nothing runs until :meth:`start`; ``with DevCluster() as c``
     starts it and stops it on the way out. ``sasl_users`` (user name → password) adds a
-    SASL/PLAIN listener two ports above each client port (:attr:`sasl_bootstrap`), for
-    trying a client's security settings against a real broker.
+    SASL/PLAIN listener two ports above each client port (:attr:`sasl_bootstrap`), and
+    ``tls=True`` a TLS listener three ports above (:attr:`tls_bootstrap`, with a self-signed
+    certificate made once in the state directory, :attr:`tls_ca_location`): for trying a
+    client's security settings against a real broker.
 
     ``die_with_parent`` (the default, for tests) makes the kernel kill every broker when the
     thread that started it exits; leave it on only when that thread lives as long as the
@@ -98,9 +101,16 @@ class DevCluster(Cluster):
         start_timeout: float = 90.0,
         progress: Progress | None = None,
         sasl_users: Mapping[str, str] | None = None,
+        tls: bool = False,
     ) -> None:
-        self.layout = ClusterLayout(brokers, base_port, tuple(sorted((sasl_users or {}).items())))
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        self._tls_dir = self.state_dir / "tls" if tls else None
+        self.layout = ClusterLayout(
+            brokers,
+            base_port,
+            tuple(sorted((sasl_users or {}).items())),
+            str(self.state_dir.absolute() / "tls" / "broker.p12") if tls else "",
+        )
         self.files = StateDir(self.state_dir, self.layout)
         self.kafka_version = kafka_version
         self.start_timeout = start_timeout
@@ -125,6 +135,19 @@ class DevCluster(Cluster):
     def sasl_bootstrap(self) -> str | None:
         """``host:port`` of every node's SASL/PLAIN listener; None without ``sasl_users``."""
         return self.layout.sasl_bootstrap
+
+    @property
+    def tls_bootstrap(self) -> str | None:
+        """``host:port`` of every node's TLS listener; None without ``tls``."""
+        return self.layout.tls_bootstrap
+
+    @property
+    def tls_ca_location(self) -> str | None:
+        """The PEM certificate TLS clients trust (``ssl.ca.location``); None without ``tls``.
+        It exists once :meth:`start` has run."""
+        if self._tls_dir is None:
+            return None
+        return str(self._tls_dir.absolute() / "ca.pem")
 
     @property
     def status(self) -> ClusterStatus:
@@ -325,6 +348,8 @@ class DevCluster(Cluster):
         """Everything before the first broker starts: tools, state, ports, configs, storage."""
         self._java = find_java()
         jars = self.jars
+        if self._tls_dir is not None:
+            make_certificate(self._java, self._tls_dir)
         self._state = self.files.claim(self.kafka_version)
         busy = [p for p in self.layout.ports if not port_is_free(p)]
         if busy:

@@ -3,7 +3,8 @@
 Node ``i`` (ids ``1 .. brokers``) is a combined KRaft node (``process.roles=broker,controller``)
 whose client listener is ``base_port + (i - 1) * 10000`` and whose controller listener is the
 next port, both on 127.0.0.1 only. With ``sasl_users``, each node also takes SASL/PLAIN
-clients (``security.protocol=SASL_PLAINTEXT``) on the port after that, for those users.
+clients (``security.protocol=SASL_PLAINTEXT``) on the port after that, for those users; with
+``tls_keystore``, TLS clients (``security.protocol=SSL``) on the port after that one.
 
 >>> layout = ClusterLayout(brokers=3, base_port=19092)
 >>> layout.bootstrap
@@ -26,6 +27,7 @@ __all__ = [
     "DEFAULT_JVM_OPTIONS",
     "HOST",
     "NODE_PORT_STEP",
+    "TLS_STORE_PASSWORD",
     "ClusterLayout",
     "broker_command",
     "format_command",
@@ -61,6 +63,9 @@ _FORMAT_JVM_OPTIONS: tuple[str, ...] = (
 
 _MAX_PORT = 65535
 
+TLS_STORE_PASSWORD = "kafkakv-dev-cluster"
+"""The password of a dev cluster's keystore: a throwaway certificate for 127.0.0.1 only."""
+
 _JAAS_SAFE = re.compile(r"[A-Za-z0-9._-]+")
 """What a SASL user name or password may hold: nothing that needs quoting in a JAAS line."""
 
@@ -77,6 +82,9 @@ class ClusterLayout:
     base_port: int = 19092
     sasl_users: tuple[tuple[str, str], ...] = ()
     """``(user, password)`` pairs a SASL/PLAIN listener accepts; none: no such listener."""
+    tls_keystore: str = ""
+    """A PKCS12 keystore (password :data:`TLS_STORE_PASSWORD`) holding the key and certificate
+    of a TLS listener; empty: no such listener."""
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -112,6 +120,11 @@ class ClusterLayout:
         not the layout has one."""
         return self.client_port(node_id) + 2
 
+    def tls_port(self, node_id: int) -> int:
+        """The port of node ``node_id``'s TLS listener (client port + 3), whether or not the
+        layout has one."""
+        return self.client_port(node_id) + 3
+
     def address(self, node_id: int) -> str:
         """``host:port`` of node ``node_id``'s client listener."""
         return f"{HOST}:{self.client_port(node_id)}"
@@ -127,10 +140,21 @@ class ClusterLayout:
             return None
         return ",".join(f"{HOST}:{self.sasl_port(i)}" for i in self.node_ids)
 
+    @property
+    def tls_bootstrap(self) -> str | None:
+        """``bootstrap.servers`` of the TLS listeners; None without ``tls_keystore``."""
+        if not self.tls_keystore:
+            return None
+        return ",".join(f"{HOST}:{self.tls_port(i)}" for i in self.node_ids)
+
     def node_ports(self, node_id: int) -> list[int]:
-        """The ports node ``node_id`` binds: client, controller and, with users, SASL."""
-        first = self.client_port(node_id)
-        return list(range(first, first + (3 if self.sasl_users else 2)))
+        """The ports node ``node_id`` binds: client, controller, and SASL and TLS if any."""
+        ports = [self.client_port(node_id), self.controller_port(node_id)]
+        if self.sasl_users:
+            ports.append(self.sasl_port(node_id))
+        if self.tls_keystore:
+            ports.append(self.tls_port(node_id))
+        return ports
 
     @property
     def ports(self) -> list[int]:
@@ -173,17 +197,28 @@ class ClusterLayout:
         listeners = f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{port + 1}"
         advertised = f"PLAINTEXT://{HOST}:{port}"
         protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-        sasl: dict[str, str] = {}
-        if self.sasl_users:  # brokers and controllers still talk PLAINTEXT among themselves
+        security: dict[str, str] = {}
+        # brokers and controllers still talk PLAINTEXT among themselves
+        if self.sasl_users:
             address = f"SASL_PLAINTEXT://{HOST}:{self.sasl_port(node_id)}"
             listeners, advertised = f"{listeners},{address}", f"{advertised},{address}"
             protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
             users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users)
-            sasl = {
+            security = {
                 "sasl.enabled.mechanisms": "PLAIN",
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
                     f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
                 ),
+            }
+        if self.tls_keystore:
+            address = f"SSL://{HOST}:{self.tls_port(node_id)}"
+            listeners, advertised = f"{listeners},{address}", f"{advertised},{address}"
+            protocols += ",SSL:SSL"
+            security |= {
+                "listener.name.ssl.ssl.keystore.type": "PKCS12",
+                "listener.name.ssl.ssl.keystore.location": self.tls_keystore,
+                "listener.name.ssl.ssl.keystore.password": TLS_STORE_PASSWORD,
+                "listener.name.ssl.ssl.key.password": TLS_STORE_PASSWORD,
             }
         return {
             # identity and listeners
@@ -195,7 +230,7 @@ class ClusterLayout:
             "listener.security.protocol.map": protocols,
             "inter.broker.listener.name": "PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
-            **sasl,
+            **security,
             "log.dirs": data_dir,
             # what a replicated map needs: acks=all means two copies, nothing lost silently
             "num.partitions": "1",
