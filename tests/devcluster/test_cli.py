@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import kafkakv
 from kafkakv.devcluster import DevCluster
 from kafkakv.devcluster.state import ClusterState
 
@@ -37,10 +38,22 @@ def _runs(pid: int) -> bool:
 def test_start_status_refuse_stop(tmp_path: Path) -> None:
     where = str(tmp_path / "dev")
     try:
-        started = _kafkakv("start", "--brokers", "1", "--base-port", str(BASE_PORT), "--dir", where)
+        security = ("--tls", "--sasl-user", "app:s3cret")
+        started = _kafkakv(
+            "start", "--brokers", "1", "--base-port", str(BASE_PORT), "--dir", where, *security
+        )
         assert started.returncode == 0, started.stderr
         assert started.stdout.strip() == f"127.0.0.1:{BASE_PORT}"
         assert "starting node 1" in started.stderr and "ready in" in started.stderr
+        assert f"SASL/PLAIN clients: 127.0.0.1:{BASE_PORT + 2}" in started.stderr
+        ca = str(Path(where).absolute() / "tls" / "ca.pem")
+        assert f"TLS clients: 127.0.0.1:{BASE_PORT + 3}" in started.stderr
+        assert f"ssl.ca.location={ca}" in started.stderr
+        tls = f"kafka://127.0.0.1:{BASE_PORT + 3}?security.protocol=SSL&ssl.ca.location={ca}"
+        with kafkakv.connect(tls, timeout=20) as db:  # the listener it printed works
+            db.log.create_topic("made-over-tls", 1)
+        with kafkakv.connect(f"kafka://127.0.0.1:{BASE_PORT}", timeout=20) as db:
+            assert "made-over-tls" in db.log.topics()
 
         state = ClusterState.load(Path(where))
         assert state is not None
@@ -68,6 +81,12 @@ def test_start_status_refuse_stop(tmp_path: Path) -> None:
     finally:
         if ClusterState.load(Path(where)) is not None:
             DevCluster.attach(where).stop()
+
+
+def test_a_sasl_user_without_a_password_is_a_usage_error(tmp_path: Path) -> None:
+    done = _kafkakv("start", "--dir", str(tmp_path), "--sasl-user", "app")
+    assert done.returncode == 2 and "USER:PASSWORD" in done.stderr
+    assert ClusterState.load(tmp_path) is None  # nothing started
 
 
 def test_stop_of_a_directory_without_a_cluster_says_so(tmp_path: Path) -> None:

@@ -58,10 +58,38 @@ def dev_cluster_group() -> None:
 @click.option(
     "--timeout", type=click.FloatRange(min=1), default=90.0, show_default=True, help="Seconds."
 )
+@click.option(
+    "--sasl-user",
+    "sasl_users",
+    multiple=True,
+    metavar="USER:PASSWORD",
+    help="Add a SASL/PLAIN listener (client port + 2) that accepts this user; repeatable.",
+)
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Add a TLS listener (client port + 3) with a self-signed certificate for 127.0.0.1.",
+)
 def start_command(
-    brokers: int, base_port: int, state_dir: Path | None, kafka_version: str, timeout: float
+    brokers: int,
+    base_port: int,
+    state_dir: Path | None,
+    kafka_version: str,
+    timeout: float,
+    sasl_users: tuple[str, ...],
+    tls: bool,
 ) -> None:
-    """Start the cluster and print its bootstrap servers once every broker is ready."""
+    """Start the cluster and print its bootstrap servers once every broker is ready.
+
+    Only the plaintext listeners' addresses go to stdout; those of the SASL and TLS
+    listeners, with the client settings they need, go to stderr.
+    """
+    users: dict[str, str] = {}
+    for pair in sasl_users:
+        user, colon, password = pair.partition(":")
+        if not colon:
+            raise click.BadParameter(f"{pair!r} is not USER:PASSWORD", param_hint="--sasl-user")
+        users[user] = password
     cluster = DevCluster(
         brokers,
         base_port,
@@ -69,6 +97,8 @@ def start_command(
         kafka_version=kafka_version,
         die_with_parent=False,
         progress=_progress,
+        sasl_users=users,
+        tls=tls,
     )
     began = time.monotonic()
     cluster.start(timeout=timeout)
@@ -77,6 +107,16 @@ def start_command(
         f" (logs in node-*/logs/server.log); stop with: kafkakv dev-cluster stop"
         + (f" --dir {state_dir}" if state_dir else "")
     )
+    if cluster.sasl_bootstrap is not None:
+        _progress(
+            f"SASL/PLAIN clients: {cluster.sasl_bootstrap} (security.protocol=SASL_PLAINTEXT, "
+            f"sasl.mechanism=PLAIN, users {', '.join(sorted(users))})"
+        )
+    if cluster.tls_bootstrap is not None:
+        _progress(
+            f"TLS clients: {cluster.tls_bootstrap} (security.protocol=SSL, "
+            f"ssl.ca.location={cluster.tls_ca_location})"
+        )
     click.echo(cluster.bootstrap)
 
 
