@@ -56,7 +56,7 @@ def postgres() -> Iterator[Any]:
     # must traverse to its data, and every pytest session that starts on the machine resets
     # /tmp/pytest-of-<user> to mode 700 (a server there dies at its next checkpoint).
     home = tempfile.mkdtemp(prefix="kafkakv-test-postgres-")
-    server = EmbeddedPostgres(os.path.join(home, "data"))
+    server = EmbeddedPostgres(os.path.join(home, "data"), die_with_parent=True)
     try:
         connection = server.start()
     except KafkaKVError as exc:

@@ -34,7 +34,7 @@ _REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
     """One server for the module's read-only and table-per-test checks."""
-    pg = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data")
+    pg = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", die_with_parent=True)
     pg.start()
     try:
         yield pg
@@ -231,14 +231,14 @@ def test_a_directory_of_something_else_is_refused(tmp_path: Path) -> None:
     assert pg.status is PostgresStatus.NEW
 
 
-def _run_starter(data_dir: Path, then: str) -> subprocess.Popen[str]:
+def _run_starter(data_dir: Path, then: str, die_with_parent: bool = False) -> subprocess.Popen[str]:
     """A Python process that starts a server on ``data_dir``, prints its pid and port, then
     ``exit``s without closing it or ``sleep``s."""
     code = textwrap.dedent(
         f"""
         import sys, time
         from kafkakv.pipeline.postgres import EmbeddedPostgres
-        pg = EmbeddedPostgres(sys.argv[1])
+        pg = EmbeddedPostgres(sys.argv[1], die_with_parent={die_with_parent!r})
         print(pg.start().port, pg.pid, flush=True)
         if {then == "sleep"!r}:
             time.sleep(120)
@@ -274,6 +274,23 @@ def test_a_server_orphaned_by_a_killed_process_is_stopped_by_the_next_start(
         assert pg.pid != pid
         with pg.connection.connect() as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_server_started_to_die_with_its_parent_dies_with_a_killed_process(
+    tmp_path: Path,
+) -> None:
+    starter = _run_starter(tmp_path / "data", "sleep", die_with_parent=True)
+    try:
+        assert starter.stdout is not None
+        port, pid = (int(word) for word in starter.stdout.readline().split())
+        assert _alive(pid) and _port_accepts(port)
+    finally:
+        starter.send_signal(signal.SIGKILL)
+        starter.wait()
+    assert _gone_within(pid, 10.0)  # no atexit ran: the kernel's SIGQUIT stopped it
+    assert not _port_accepts(port)
+    with EmbeddedPostgres(tmp_path / "data") as pg, pg.connection.connect() as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # the data directory still works
 
 
 # -- where a server is --------------------------------------------------------------------------

@@ -9,44 +9,21 @@ however that ends (even ``kill -9`` of pytest).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from kafkakv.errors import ClusterError
+from kafkakv.lifecycle import die_with_parent_hook
 
 __all__ = ["BrokerProcess", "log_tail", "spawn"]
 
-_PR_SET_PDEATHSIG = 1
 _POLL_S = 0.05
 _TAIL_LINES = 30
 _TAIL_BYTES = 64 * 1024
-
-
-def _die_with_parent_hook() -> Callable[[], None]:
-    """A ``preexec_fn`` that asks the kernel to SIGKILL the child when its parent dies.
-
-    ``libc`` is loaded here, in the parent: the hook runs between fork and exec, where only
-    async-signal-safe work belongs. A parent that died before the hook ran is caught by
-    comparing ``getppid()`` with the pid it had.
-    """
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError) as exc:
-        raise ClusterError(f"prctl(PR_SET_PDEATHSIG) is not available here: {exc}") from exc
-    parent = os.getpid()
-
-    def hook() -> None:
-        if prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
-            os._exit(126)
-        if os.getppid() != parent:
-            os._exit(126)
-
-    return hook
 
 
 def spawn(argv: Sequence[str], output: Path, *, die_with_parent: bool) -> subprocess.Popen[bytes]:
@@ -54,7 +31,10 @@ def spawn(argv: Sequence[str], output: Path, *, die_with_parent: bool) -> subpro
 
     Raises :class:`~kafkakv.errors.ClusterError` when the program cannot be started.
     """
-    hook = _die_with_parent_hook() if die_with_parent else None
+    try:
+        hook = die_with_parent_hook() if die_with_parent else None
+    except OSError as exc:
+        raise ClusterError(str(exc)) from exc
     try:
         with open(output, "ab") as out:
             return subprocess.Popen(

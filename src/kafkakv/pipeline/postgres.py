@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Self
 from urllib.parse import quote, unquote, urlsplit
 
 from kafkakv.errors import ClosedError, ConfigError, PostgresError
-from kafkakv.lifecycle import Closeable
+from kafkakv.lifecycle import Closeable, die_with_parent_hook
 
 if TYPE_CHECKING:
     import psycopg
@@ -292,7 +292,10 @@ class EmbeddedPostgres(Closeable):
     A closed server cannot start again: open a new ``EmbeddedPostgres`` on the same
     ``data_dir``. A server this process started and did not close is stopped when the
     interpreter exits (``atexit``); one left behind by a killed process is stopped by the next
-    start on its data directory. Thread-safe. Raises :class:`~kafkakv.errors.ConfigError` for
+    start on its data directory. With ``die_with_parent`` (for tests) the kernel also stops
+    it (SIGQUIT: immediate shutdown) when the thread that started it exits, even when this
+    process is killed with SIGKILL: start it from a thread that lives as long as the server
+    should (the main thread). Thread-safe. Raises :class:`~kafkakv.errors.ConfigError` for
     a port outside 1-65535, a non-positive timeout or an empty name.
     """
 
@@ -304,6 +307,7 @@ class EmbeddedPostgres(Closeable):
         database: str = "kafkakv",
         user: str = "kafkakv",
         startup_timeout: float = 60.0,
+        die_with_parent: bool = False,
     ) -> None:
         if port is not None and not 1 <= port <= 65535:
             raise ConfigError(f"PostgreSQL port {port} is outside 1-65535")
@@ -315,6 +319,7 @@ class EmbeddedPostgres(Closeable):
         self.database = database
         self.user = user
         self.startup_timeout = startup_timeout
+        self._die_with_parent = die_with_parent
         self._requested_port = port
         self._lock = threading.RLock()
         self._status = PostgresStatus.NEW
@@ -528,6 +533,10 @@ class EmbeddedPostgres(Closeable):
     ) -> None:
         """Launch the server on ``port`` and wait until its postmaster.pid says ready."""
         socket_dir = self._socket_dir(account)
+        try:  # SIGQUIT: the postmaster stops its backends and exits at once
+            hook = die_with_parent_hook(signal.SIGQUIT) if self._die_with_parent else None
+        except OSError as exc:
+            raise PostgresError(str(exc)) from exc
         argv = [str(bin_dir / "postgres"), "-D", str(self.data_dir)]
         for setting in (*_SERVER_SETTINGS, f"port={port}", f"unix_socket_directories={socket_dir}"):
             argv += ["-c", setting]
@@ -549,6 +558,7 @@ class EmbeddedPostgres(Closeable):
                     user=None if account is None else account.uid,
                     group=None if account is None else account.gid,
                     extra_groups=None if account is None else [],
+                    preexec_fn=hook,  # runs after the switch to the server's account
                 )
             self._proc = proc
             _LIVE.add(self)
