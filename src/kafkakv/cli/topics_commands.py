@@ -1,8 +1,9 @@
 """``kafkakv topics create|verify`` and ``kafkakv init-existing``: a map's topics from the shell.
 
 TARGET (``--target/-t`` or ``KAFKAKV_TARGET``) is an embedded log directory or
-``kafka://host:port[,host:port...]``; ``--request-timeout`` bounds each request to its brokers. NAME is a map's name: its topics are NAME, NAME_ops and
-NAME_flush, created with the settings the map's protocol needs (``docs/maps.md``).
+``kafka://host:port[,host:port...]``; ``--request-timeout`` bounds each request to its
+brokers. NAME is a map's name: its topics are NAME, NAME_ops and NAME_flush, created with the
+settings the map's protocol needs (``docs/maps.md``).
 
 Exit codes: 0 success; 1 ``verify`` found a missing topic or a wrong setting; 2 a usage error or
 an error kafkakv raised (``error: <message>``).
@@ -51,9 +52,11 @@ _SHOWN = (
 
 @contextmanager
 def _database(target: str, timeout: float | None) -> Iterator[Database]:
-    options: dict[str, Any] = {} if "://" in target else {"background_cleaner": False}
-    if timeout is not None and "://" in target:
-        options["timeout"] = timeout
+    options: dict[str, Any]
+    if "://" not in target:
+        options = {"background_cleaner": False}
+    else:
+        options = {} if timeout is None else {"timeout": timeout}
     with connect(target, **options) as db:
         yield db
 

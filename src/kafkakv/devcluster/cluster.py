@@ -31,7 +31,7 @@ from kafkakv.devcluster.probe import brokers_seen_by, port_is_free
 from kafkakv.devcluster.process import BrokerProcess, log_tail
 from kafkakv.devcluster.state import ClusterState
 from kafkakv.devcluster.storage import StateDir
-from kafkakv.devcluster.tls import make_certificate
+from kafkakv.devcluster.tls import make_certificate, tls_files
 from kafkakv.errors import ClusterError, ConfigError
 
 __all__ = ["ClusterStatus", "DevCluster", "NodeStatus", "default_state_dir"]
@@ -105,11 +105,9 @@ class DevCluster(Cluster):
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
         self._tls_dir = self.state_dir / "tls" if tls else None
+        keystore = "" if self._tls_dir is None else str(tls_files(self._tls_dir).keystore)
         self.layout = ClusterLayout(
-            brokers,
-            base_port,
-            tuple(sorted((sasl_users or {}).items())),
-            str(self.state_dir.absolute() / "tls" / "broker.p12") if tls else "",
+            brokers, base_port, tuple(sorted((sasl_users or {}).items())), keystore
         )
         self.files = StateDir(self.state_dir, self.layout)
         self.kafka_version = kafka_version
@@ -147,7 +145,7 @@ class DevCluster(Cluster):
         It exists once :meth:`start` has run."""
         if self._tls_dir is None:
             return None
-        return str(self._tls_dir.absolute() / "ca.pem")
+        return str(tls_files(self._tls_dir).ca_location)
 
     @property
     def status(self) -> ClusterStatus:

@@ -16,7 +16,7 @@ from pathlib import Path
 from kafkakv.devcluster.layout import HOST, TLS_STORE_PASSWORD
 from kafkakv.errors import ClusterError
 
-__all__ = ["TlsFiles", "make_certificate"]
+__all__ = ["TlsFiles", "make_certificate", "tls_files"]
 
 _ALIAS = "kafkakv-dev-cluster"
 _VALID_DAYS = 3650  # a dev cluster's state directory may live long; nothing else trusts it
@@ -31,11 +31,17 @@ class TlsFiles:
     """PEM: the certificate, for a client's ``ssl.ca.location``."""
 
 
+def tls_files(directory: Path) -> TlsFiles:
+    """Where :func:`make_certificate` keeps its files in ``directory`` (absolute paths)."""
+    directory = directory.absolute()
+    return TlsFiles(directory / "broker.p12", directory / "ca.pem")
+
+
 def make_certificate(java: str, directory: Path) -> TlsFiles:
     """The keystore and PEM in ``directory``, made with the ``keytool`` beside ``java`` unless
     both exist already. Raises :class:`~kafkakv.errors.ClusterError` with keytool's output
     when it is missing or fails."""
-    files = TlsFiles(directory / "broker.p12", directory / "ca.pem")
+    files = tls_files(directory)
     if files.keystore.is_file() and files.ca_location.is_file():
         return files
     keytool = Path(os.path.realpath(java)).with_name("keytool")
