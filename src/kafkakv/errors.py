@@ -6,7 +6,9 @@
     ├── ConfigError (ValueError)          a setting or topic config that is unknown or out of range
     ├── ClosedError                       a log, writer or map used after close()
     ├── OperationTimeoutError (TimeoutError)
-    │                                     a blocking call ran out of its timeout
+    │   │                                 a blocking call ran out of its timeout
+    │   └── LockTimeoutError              another process held an embedded log's lock for the
+    │                                     whole timeout (``path`` and ``pid`` say which)
     └── LogError                          anything the log layer refuses or fails at
         ├── TopicExistsError              create_topic() for a name that exists
         ├── UnknownTopicError (KeyError)  a topic that does not exist
@@ -48,6 +50,11 @@
         │                                 a key outside the partitions a sharded replica holds
         ├── DataLossError                 ops a replica needs were removed before a flush
         │                                 covered them (ops retention too small)
+        ├── UnknownMapError (KeyError)    ``create=False`` (or a reading command) for a map
+        │                                 whose topics do not exist
+        ├── PartitionStalledError         a replica stopped applying a partition at a record
+        │                                 it cannot apply as the others do (a function it
+        │                                 lacks, a store write that failed)
         └── OperationFailedError          an update decided as failed when applied: the same
             │                             on every replica, the state unchanged
             ├── FunctionError             a registered compute/merge function raised
@@ -73,6 +80,7 @@ __all__ = [
     "InvalidRecordError",
     "JarFetchError",
     "KafkaKVError",
+    "LockTimeoutError",
     "LogAuthenticationError",
     "LogError",
     "LogIOError",
@@ -82,6 +90,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "OperationFailedError",
     "OperationTimeoutError",
+    "PartitionStalledError",
     "PipelineError",
     "PostgresError",
     "RecordTooLargeError",
@@ -90,6 +99,7 @@ __all__ = [
     "TopicExistsError",
     "TopicMismatchError",
     "UnknownFunctionError",
+    "UnknownMapError",
     "UnknownPartitionError",
     "UnknownTopicError",
     "UnsupportedOperationError",
@@ -111,6 +121,17 @@ class ClosedError(KafkaKVError):
 
 class OperationTimeoutError(KafkaKVError, TimeoutError):
     """A blocking call did not finish within its timeout."""
+
+
+class LockTimeoutError(OperationTimeoutError):
+    """Another process held a lock of the embedded log (a partition's writer lock, a topic's
+    lock) for the whole timeout: a writer stopped by SIGSTOP or a debugger, say. ``path`` is the
+    lock file and ``pid`` the process that holds it (None when it could not be told)."""
+
+    def __init__(self, message: str, *, path: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.pid = pid
 
 
 class LogError(KafkaKVError):
@@ -224,6 +245,31 @@ class WrongPartitionError(MapError, KeyError):
 class DataLossError(MapError):
     """Ops a replica must replay are gone from the ops topic (retention removed them before a
     flush covered them); the replica cannot be made equal to the others."""
+
+
+class UnknownMapError(MapError, KeyError):
+    """The map's topics do not exist, and the caller asked not to create them
+    (``db.map(name, create=False)``, ``kafkakv map get``...)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown map"
+
+
+class PartitionStalledError(MapError):
+    """This replica stopped applying a partition at a record it cannot apply exactly as the
+    other replicas do, rather than skip it and diverge: a compute or merge function that is
+    not registered in this process, a store write that failed. Reads and updates of that
+    partition raise it until the cause is fixed (register the function; applying resumes by
+    itself) or the process restarts with it fixed. ``partition`` and ``offset`` name the ops
+    record, ``function`` the missing function's name when that is the cause."""
+
+    def __init__(
+        self, message: str, *, partition: int, offset: int, function: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.offset = offset
+        self.function = function
 
 
 class OperationFailedError(MapError):
