@@ -28,13 +28,16 @@ b'{"a":[1,2],"b":1}'
 
 from __future__ import annotations
 
+import json
 import math
 import pickle
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 import msgpack
+import msgspec
 import orjson
 
 from kafkakv.errors import ConfigError, DecodeError, EncodeError
@@ -69,6 +72,24 @@ class Codec(ABC, Generic[T]):
     def decode(self, data: bytes) -> T:
         """The object of ``data``; raises :class:`~kafkakv.errors.DecodeError` on bad bytes."""
 
+    def check(self, data: bytes) -> None:
+        """Raise :class:`~kafkakv.errors.DecodeError` unless :meth:`decode` would read
+        ``data``. A replica stores only bytes that pass, so that a record another program
+        wrote can never break reads. Codecs override it with a check cheaper than decoding."""
+        self.decode(data)
+
+    def undecodable(self, items: Sequence[bytes]) -> list[int]:
+        """The indexes of ``items`` that fail :meth:`check`, in order (usually none). Codecs
+        override it with a check of the whole batch at C speed, and look at items one by one
+        only when that fails."""
+        bad = []
+        for i, data in enumerate(items):
+            try:
+                self.check(data)
+            except DecodeError:
+                bad.append(i)
+        return bad
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -91,6 +112,13 @@ class StrCodec(Codec[str]):
         except UnicodeDecodeError as exc:
             raise DecodeError(f"not UTF-8: {exc}") from exc
 
+    def undecodable(self, items: Sequence[bytes]) -> list[int]:
+        try:  # valid UTF-8 pieces join to valid UTF-8, and a bad piece spoils the join
+            b"".join(items).decode("utf-8")
+        except UnicodeDecodeError:
+            return super().undecodable(items)
+        return []
+
 
 class BytesCodec(Codec[bytes]):
     name = "bytes"
@@ -105,6 +133,12 @@ class BytesCodec(Codec[bytes]):
 
     def decode(self, data: bytes) -> bytes:
         return bytes(data)
+
+    def check(self, data: bytes) -> None:
+        pass
+
+    def undecodable(self, items: Sequence[bytes]) -> list[int]:
+        return []
 
 
 _INT = struct.Struct(">Q")
@@ -131,27 +165,71 @@ class IntCodec(Codec[int]):
         value: int = _INT.unpack(data)[0]
         return value - _SIGN
 
+    def check(self, data: bytes) -> None:
+        if len(data) != 8:
+            raise DecodeError(f"the int codec reads 8 bytes, got {len(data)}")
+
 
 class JsonCodec(Codec[Any]):
     """JSON through orjson, dict keys sorted so that equal dicts give equal bytes. Tuples come
-    back as lists; a NaN or infinity is refused at the top level (orjson writes nested ones as
-    null)."""
+    back as lists. NaN and infinity, at any depth, are refused (JSON has neither; orjson would
+    write them as null). A number too large for a float reads as infinity, as Python's own
+    ``json`` module reads it."""
 
     name = "json"
 
     def encode(self, obj: Any) -> bytes:
-        if isinstance(obj, float) and not math.isfinite(obj):
-            raise EncodeError("JSON has no NaN or infinity")
         try:
-            return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+            data = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
         except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
             raise EncodeError(f"cannot write as JSON: {exc}") from exc
+        # orjson writes a NaN or an infinity as null: look closer only when a null is there.
+        if b"null" in data and _has_non_finite(obj):
+            raise EncodeError("JSON has no NaN or infinity")
+        return data
 
     def decode(self, data: bytes) -> Any:
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError as exc:
+            try:  # orjson refuses numbers beyond a float's range, which check() lets pass
+                return json.loads(bytes(data).decode("utf-8"))
+            except ValueError:
+                raise DecodeError(f"not JSON: {exc}") from exc
+
+    def check(self, data: bytes) -> None:
+        try:  # validates the syntax without building objects; the strings' UTF-8 apart
+            _json_syntax(data)
+            bytes(data).decode("utf-8")
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise DecodeError(f"not JSON: {exc}") from exc
+
+    def undecodable(self, items: Sequence[bytes]) -> list[int]:
+        # One parse of the whole batch as an array: when it yields exactly the items, each
+        # item is one JSON value. (Items that hide a comma or a bracket change the count or
+        # the pieces, and are then looked at one by one.)
+        try:
+            pieces = _json_pieces(b"[" + b",".join(items) + b"]")
+            b"".join(items).decode("utf-8")
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return super().undecodable(items)
+        if len(pieces) != len(items) or list(map(bytes, pieces)) != list(items):
+            return super().undecodable(items)
+        return []
+
+
+_json_syntax = msgspec.json.Decoder(msgspec.Raw).decode
+_json_pieces = msgspec.json.Decoder(list[msgspec.Raw]).decode
+
+
+def _has_non_finite(obj: Any) -> bool:
+    if isinstance(obj, float):
+        return not math.isfinite(obj)
+    if isinstance(obj, dict):
+        return any(_has_non_finite(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return any(_has_non_finite(v) for v in obj)
+    return False
 
 
 class MsgpackCodec(Codec[Any]):
@@ -171,6 +249,8 @@ class MsgpackCodec(Codec[Any]):
             return msgpack.unpackb(data, raw=False, strict_map_key=False)
         except Exception as exc:  # msgpack raises several unrelated types for bad input
             raise DecodeError(f"not msgpack: {exc}") from exc
+
+    # check() decodes: msgpack validates at about the speed it decodes.
 
 
 class PickleCodec(Codec[Any]):
@@ -197,6 +277,10 @@ class PickleCodec(Codec[Any]):
             return pickle.loads(data)
         except Exception as exc:
             raise DecodeError(f"cannot unpickle: {exc}") from exc
+
+    def check(self, data: bytes) -> None:
+        """Nothing: telling whether bytes unpickle means running them. Replicas store what
+        they are given; a bad record breaks reads of its key only when they decode it."""
 
 
 _BY_NAME: dict[str, type[Codec[Any]]] = {

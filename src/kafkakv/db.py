@@ -10,8 +10,12 @@
 
 from __future__ import annotations
 
+import atexit
+import inspect
+import logging
 import os
 import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -54,7 +58,7 @@ def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Databas
         raise ConfigError(
             f"unsupported target {text!r}: give a directory (embedded log) or kafka://host:port"
         )
-    return Database(EmbeddedLog(text, **log_options), owns_log=True)
+    return Database(_construct(EmbeddedLog, text, **log_options), owns_log=True)
 
 
 def _kafka_log(url: str, options: dict[str, Any]) -> Log:
@@ -66,12 +70,39 @@ def _kafka_log(url: str, options: dict[str, Any]) -> Log:
         ) from exc
     bootstrap, settings = parse_kafka_url(url)
     config = {**settings, **options.pop("config", {})}
-    return KafkaLog(bootstrap, config=config, **options)
+    return _construct(KafkaLog, bootstrap, config=config, **options)
+
+
+def _construct(cls: type[Log], *args: Any, **options: Any) -> Log:
+    """``cls(*args, **options)``, an option it does not take a ConfigError (not TypeError)."""
+    try:
+        inspect.signature(cls).bind(*args, **options)
+    except TypeError as exc:
+        known = [
+            n for n, p in inspect.signature(cls).parameters.items() if p.kind == p.KEYWORD_ONLY
+        ]
+        raise ConfigError(
+            f"{cls.__name__}: {exc}; its options are {', '.join(known) or 'none'}"
+        ) from None
+    return cls(*args, **options)
+
+
+log = logging.getLogger("kafkakv")
+
+#: Every database not closed yet, drained at interpreter exit and disowned by forked children.
+_open_databases: weakref.WeakSet[Database] = weakref.WeakSet()
 
 
 class Database(Closeable):
     """A log plus the map replicas opened on it. Context manager; :meth:`close` closes every
-    map (failing their pending updates) and, when it opened it, the log."""
+    map (draining their updates in flight) and, when it opened it, the log.
+
+    A database belongs to the process that opened it. Still open at interpreter exit, it is
+    closed then, which drains its maps' updates (a warning counts those that could not be
+    delivered). In a child made by ``fork`` it and its maps raise
+    :class:`~kafkakv.errors.ClosedError` on every use and never wait for a lock the parent's
+    threads may have held: call :func:`connect` again in the child.
+    """
 
     def __init__(self, log: Log, *, owns_log: bool) -> None:
         self.log = log
@@ -80,6 +111,14 @@ class Database(Closeable):
         self._directories: list[Directory[Any, Any]] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
+        _open_databases.add(self)
+
+    def _check_open(self) -> None:
+        if self._pid != os.getpid():
+            raise ClosedError(_inherited_message(self._pid))
+        if self._closed:
+            raise ClosedError("database is closed")
 
     def map(
         self,
@@ -176,8 +215,7 @@ class Database(Closeable):
         *,
         shared: bool,
     ) -> list[ReplicaMap[Any, Any]]:
-        if self._closed:
-            raise ClosedError("database is closed")
+        self._check_open()
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ConfigError(f"map names repeat: {names}")
@@ -230,8 +268,7 @@ class Database(Closeable):
         seconds (the directory is closed then).
         """
         with self._lock:
-            if self._closed:
-                raise ClosedError("database is closed")
+            self._check_open()
         directory: Directory[Any, Any] = Directory(
             self.log,
             topic,
@@ -262,21 +299,80 @@ class Database(Closeable):
         with self._lock:
             self._directories = [d for d in self._directories if d is not directory]
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Close every map and directory opened here, then the log if this database opened
-        it."""
+        it. Idempotent.
+
+        Each map first drains its updates in flight, for at most ``timeout`` seconds (default:
+        the map's timeout): async updates still queued are sent, and every update that
+        reached the log resolves with its true result. One that could not, fails with
+        :class:`~kafkakv.errors.ClosedError` saying whether it reached the log.
+        """
+        self._close(timeout)
+
+    def _close(self, timeout: float | None) -> int:
+        """close(); returns the number of updates that failed to drain."""
+        if self._pid != os.getpid():  # inherited through fork: the parent's to close
+            self._closed = True
+            _open_databases.discard(self)
+            return 0
         with self._lock:
             if self._closed:
-                return
+                return 0
             self._closed = True
             engines, self._engines = self._engines, []
             directories, self._directories = self._directories, []
+        _open_databases.discard(self)
+        failed = 0
         for directory in directories:
             directory.close()
         for engine in engines:
-            engine.close()
+            failed += engine.close(timeout)
         if self._owns_log:
             self.log.close()
+        return failed
+
+    def _inherited(self) -> None:
+        """In a child made by fork: every map of this database refuses all use. Takes no
+        lock (another thread of the parent may have held it while forking)."""
+        message = _inherited_message(self._pid)
+        for engine in list(self._engines):
+            engine.disown(message)
+
+
+def _inherited_message(pid: int) -> str:
+    return (
+        f"this database was opened in another process (pid {pid}) and inherited through "
+        "fork: call kafkakv.connect() in this one"
+    )
+
+
+def _after_fork_in_child() -> None:
+    for db in list(_open_databases):
+        db._inherited()
+
+
+def _close_at_exit() -> None:
+    """Drain and close what the program left open, as a Kafka producer's close does."""
+    for db in list(_open_databases):
+        if db._pid != os.getpid() or db._closed:
+            continue
+        try:
+            failed = db._close(None)
+        except Exception as exc:
+            log.warning("kafkakv: closing a database at exit failed: %s", exc)
+            continue
+        if failed:
+            log.warning(
+                "kafkakv: %d updates could not be delivered before exit (the database on %s "
+                "was not closed, and draining it ran out of time)",
+                failed,
+                db.log,
+            )
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_at_exit)
 
 
 _SETTING_NAMES = {"flush_period", "timeout", "max_in_flight", "consistency", "barriers"}

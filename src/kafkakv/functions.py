@@ -20,6 +20,7 @@ deterministic (same inputs, same result on every machine) and must not change ``
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
@@ -32,6 +33,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _lock = threading.Lock()
 _registry: dict[str, Callable[..., Any]] = {}
+
+
+def _reset_after_fork() -> None:
+    """A thread of the parent may have held the lock while forking: a fresh one."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 @overload

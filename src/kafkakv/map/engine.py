@@ -24,6 +24,7 @@ the barrier groups. Nothing blocks on I/O while holding ``_barrier_cond``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import os
@@ -38,6 +39,7 @@ from typing import Any, Literal, cast
 import msgpack
 import msgspec
 
+from kafkakv import functions
 from kafkakv.codecs import Codec
 from kafkakv.errors import (
     ClosedError,
@@ -49,8 +51,10 @@ from kafkakv.errors import (
     LogUnavailableError,
     OperationFailedError,
     OperationTimeoutError,
+    PartitionStalledError,
     RecordTooLargeError,
     ResultDecodeError,
+    UnknownFunctionError,
 )
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Log, LogWriter, Record, records_of
@@ -77,6 +81,7 @@ _WAIT_SLICE = 0.5  # the follower thread re-checks its state this often
 _FOLLOW_PAUSE = 0.0002  # what the follower waits after a wake-up before taking the lock
 _LOCAL_GRACE = 0.005  # the follower idles this long after a local writer applied
 _RETRY_PAUSE = 1.0  # the follower waits this long after the log could not answer
+_STALL_RETRY = 0.05  # a stalled partition looks for its missing function this often
 
 
 _FUTURE_GUARD = threading.Lock()
@@ -92,7 +97,9 @@ class OpFuture(Future[Any]):
     finds the future finished.
     """
 
-    def __init__(self, state: MapState | None = None, slot: bool = False) -> None:
+    def __init__(
+        self, state: MapState | None = None, slot: bool = False, partition: int = -1
+    ) -> None:
         # No Future.__init__: that would build the Condition now.
         self._cond: threading.Condition | None = None
         self._state = "PENDING"
@@ -106,6 +113,7 @@ class OpFuture(Future[Any]):
         # one of the max_in_flight slots.
         self.map_state = state
         self.slot = slot
+        self.partition = partition
 
     @property
     def _condition(self) -> threading.Condition:
@@ -192,15 +200,33 @@ class MapState:
     values: Codec[Any]
     store: Store
     listeners: list[Listener] = field(default_factory=list)
+    #: Store keys whose key or value this replica's codecs cannot read (a record another
+    #: program wrote, a replica with other codecs): kept as written, so that every replica
+    #: holds the same bytes, and left out of iteration and len() here.
+    unreadable: dict[bytes, ApplyError] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ApplyError:
-    """An op that failed when applied (or did not decode), as every replica saw it."""
+    """A record that every replica refused the same way, or that stopped this one: an op that
+    failed when applied, an ops record that did not decode, a data record whose key or value
+    does not decode (``topic`` says which topic the offset is in). ``key`` is the record key
+    (the map's prefix included), when it has one."""
 
     partition: int
     offset: int
     error: str
+    key: bytes | None = None
+    topic: str = ""
+
+
+def _reset_after_fork() -> None:
+    """A thread of the parent may have held the guard while forking: a fresh one."""
+    global _FUTURE_GUARD
+    _FUTURE_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
@@ -299,8 +325,13 @@ class ReplicaEngine:
         self._barrier_next: dict[int, _BarrierGroup | None] = dict.fromkeys(self.held)
         self._barrier_busy: dict[int, bool] = dict.fromkeys(self.held, False)
         self._last_local = 0.0  # monotonic time a local writer last started or finished
-        self._closed = False
+        self._closed = False  # close() began: no new updates; what is in flight drains
+        self._stopped = False  # the threads stop, nothing more is applied
+        self._disowned = False  # inherited through fork: see disown
         self._failure: BaseException | None = None
+        #: Partitions this replica stopped applying, at a record it cannot apply as the others
+        #: do (see _stall). Read without the lock on every read: a dict, empty as a rule.
+        self.stalled: dict[int, PartitionStalledError] = {}
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -320,35 +351,140 @@ class ReplicaEngine:
             thread.start()
             self._threads.append(thread)
 
-    def close(self) -> None:
-        """Stop the threads, fail whatever is pending with ClosedError, close the stores."""
-        if self._closed:
-            return
+    def close(self, timeout: float | None = None) -> int:
+        """Stop taking updates, drain the ones in flight, stop the threads, close the stores.
+
+        Draining sends the async updates still queued and applies every update that reached
+        the log, so that each future resolves with its true result; it takes at most
+        ``timeout`` seconds (default: the map's timeout). An update still unresolved then
+        fails with :class:`~kafkakv.errors.ClosedError`, whose message says whether it never
+        reached the log or reached it with an outcome this replica did not see. Returns the
+        number of updates failed so. Idempotent (later calls return 0).
+        """
+        if self._closed or self._disowned:
+            return 0
         self._closed = True
+        limit = self.settings.timeout if timeout is None else timeout
+        deadline = time.monotonic() + max(0.0, limit)
+        if self._failure is None and self._threads:
+            self._drain(deadline)
+        self._stopped = True
         with self._outbox_ready:
             self._outbox_ready.notify_all()
         self._flush_queue.put(None)
-        # The follower needs no join: it checks _closed under the lock before applying.
+        # The follower needs no join: it checks _stopped under the lock before applying.
         for thread in self._threads[1:]:
             if thread is not threading.current_thread():
                 thread.join(timeout=5)
-        closed = ClosedError(f"map {self.maps[0].name!r} was closed before the operation ended")
+        name = self.maps[0].name
+        unsent = ClosedError(
+            f"map {name!r} was closed before this update was sent: it never reached the log"
+        )
+        unknown = ClosedError(
+            f"map {name!r} was closed before this replica applied the update: it reached the "
+            "log, or was on its way, and its outcome is unknown here (sync() from another "
+            "replica shows it)"
+        )
+        failed = 0
         with self._lock:
+            outbox, self._outbox = list(self._outbox), collections.deque()
+            for _, record in outbox:
+                future = self._pending.pop(decode_op(record.value).seq, None)
+                if future is not None:
+                    future.resolve(exception=unsent)
+                    failed += 1
             pending, self._pending = self._pending, {}
             for future in pending.values():
-                future.resolve(exception=closed)
+                if not future.done():
+                    future.resolve(exception=unknown)
+                    failed += 1
             for writer in self._writers.values():
                 writer.close()
             for state in self.maps:
                 state.store.close()
         with self._barrier_cond:
             self._barrier_cond.notify_all()
+        return failed
+
+    def disown(self, message: str) -> None:
+        """In a child made by fork: refuse every use with ClosedError(``message``) from now on,
+        and never touch the locks, threads, writers or stores the parent owns (the threads are
+        gone, and a lock one of them held stays held)."""
+        self._disowned = True
+        self._stopped = True
+        self._failure = ClosedError(message)
+
+    def _drain(self, deadline: float) -> None:
+        """close(): hand every queued update to the log, then apply until every future of
+        this replica is resolved, or ``deadline``. The threads still run meanwhile."""
+        ready, outbox = self._outbox_ready, self._outbox
+        with ready:  # the sender is idle with an empty outbox: every update was handed over
+            ready.notify_all()
+            sender = self._threads[1]  # follower, sender, flusher
+            while (outbox or not self._sender_idle) and sender.is_alive():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                ready.wait(min(remaining, _WAIT_SLICE))
+        ops = self.topics.ops
+        while self._pending and self._failure is None:
+            live = {f.partition for f in list(self._pending.values())} - set(self.stalled)
+            remaining = deadline - time.monotonic()
+            if not live or remaining <= 0:
+                return
+            progressed = False
+            for p in sorted(live & set(self.held)):
+                if not self._lock.acquire(timeout=remaining):
+                    return
+                try:
+                    progressed |= self._apply_available(p)
+                except (LogUnavailableError, OperationTimeoutError) as exc:
+                    log.warning("closing %s: cannot apply for now: %s", self.topics.data, exc)
+                except KafkaKVError:
+                    return
+                finally:
+                    self._lock.release()
+            if self._pending and not progressed:
+                waiting = {(ops, p): self._applied[p] for p in live if p in self._applied}
+                self.log.wait_any(waiting, min(max(0.0, remaining), _STALL_RETRY))
 
     def check_usable(self) -> None:
         if self._closed:
             raise ClosedError(f"map {self.maps[0].name!r} is closed")
         if self._failure is not None:
             raise self._failure
+
+    def check_partitions(self, partitions: Iterable[int]) -> None:
+        """Raise :class:`~kafkakv.errors.PartitionStalledError` if one of ``partitions`` is
+        stalled and cannot resume yet (its missing function is still not registered)."""
+        for p in partitions:
+            if p in self.stalled:
+                self._resume_or_raise(p)
+
+    def _resume_or_raise(self, p: int) -> None:
+        stall = self.stalled.get(p)
+        if stall is None:
+            return
+        if stall.function is not None and stall.function in functions.registered():
+            # Registered since: applying goes on (from this thread or the follower's).
+            self.stalled.pop(p, None)
+            log.warning(
+                "replica of %s resumes applying partition %d: function %r is registered now",
+                self.topics.data,
+                p,
+                stall.function,
+            )
+            return
+        raise stall
+
+    def _check_applying(self, p: int) -> None:
+        """apply_until's check: closing still applies (draining), stopping does not."""
+        if self._failure is not None:
+            raise self._failure
+        if self._stopped:
+            raise ClosedError(f"map {self.maps[0].name!r} is closed")
+        if p in self.stalled:
+            self._resume_or_raise(p)
 
     # -- keys and partitions ------------------------------------------------------------
     def partition_of(self, record_key: bytes) -> int:
@@ -363,7 +499,7 @@ class ReplicaEngine:
     # -- updates ------------------------------------------------------------------------
     def submit(
         self,
-        state: MapState,
+        state: MapState | None,
         code: OpCode,
         record_key: bytes,
         p: int,
@@ -377,6 +513,8 @@ class ReplicaEngine:
         """
         if self._closed or self._failure is not None:
             self.check_usable()
+        if self.stalled and p in self.stalled:  # refused before appending: nothing in flight
+            self._resume_or_raise(p)
         seq = next(self._seq)
         value = encode_op(code, self.origin, seq, args)
         if len(record_key) + len(value) > self.max_record_bytes:
@@ -384,7 +522,7 @@ class ReplicaEngine:
                 f"an update of {len(record_key) + len(value)} bytes is over the ops topic's "
                 f"max.message.bytes={self.max_record_bytes}"
             )
-        future = OpFuture(state, not wait)  # a caller that waits is its own bound
+        future = OpFuture(state, not wait, p)  # a caller that waits is its own bound
         if not wait:
             if not self._slots.take(self.settings.timeout):
                 raise OperationTimeoutError(
@@ -428,10 +566,12 @@ class ReplicaEngine:
         while True:
             with ready:
                 self._sender_idle = True  # set before looking, so no append goes unnoticed
-                while not outbox and not self._closed:
+                if self._closed:
+                    ready.notify_all()  # close() waits for an idle sender and an empty outbox
+                while not outbox and not self._stopped:
                     ready.wait(_WAIT_SLICE)
                 self._sender_idle = False
-            if self._closed:
+            if self._stopped:
                 return
             if len(outbox) < _SEND_BATCH // 4:
                 time.sleep(_LINGER)  # let a batch gather: one append per batch, not per update
@@ -469,7 +609,7 @@ class ReplicaEngine:
         Raises OperationTimeoutError at ``deadline``; the update may still apply later.
         """
         while self._applied[p] <= offset:
-            self.check_usable()
+            self._check_applying(p)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._lock.acquire(timeout=remaining):
                 raise OperationTimeoutError(
@@ -487,7 +627,7 @@ class ReplicaEngine:
         """Read and apply what partition ``p`` has: up to ``limit`` records, or only until
         offset ``until`` is applied. Lock held."""
         applied = 0
-        while applied < limit:
+        while applied < limit and p not in self.stalled:
             with gc_paused():  # thousands of short-lived objects per batch: see gcpause
                 records, after = self.log.read_batch(
                     self.topics.ops, p, self._applied[p], max_records=_READ_BATCH
@@ -501,13 +641,17 @@ class ReplicaEngine:
                 self._apply_records(p, records, after)
                 applied += len(records)
                 del records  # before collection resumes: see gcpause
-            if until is not None and self._applied[p] > until:
+            if p in self.stalled or (until is not None and self._applied[p] > until):
                 break
         return applied > 0
 
     def _apply_records(self, p: int, records: Sequence[Record], after: int) -> None:
         """The state machine step for a batch of ops records of partition ``p``, read up to
-        ``after`` (exclusive). Lock held."""
+        ``after`` (exclusive). Lock held.
+
+        A record this replica cannot apply as the others do (a function not registered here)
+        stalls the partition: the records before it are applied, it and those after are not
+        (``after`` becomes its offset), and applying resumes there later."""
         if (
             len(records) >= _BULK_MIN
             and self._plain
@@ -522,18 +666,20 @@ class ReplicaEngine:
         origin = self.origin
         last = self._applied[p] - 1
         freed = 0
+        stall = False  # True: stopped at the record at offset ``last``
         plain = self.maps[0] if self._plain else None
         if plain is not None:  # one map, record key = store key: resolved once per batch
             plain_overlay: dict[bytes, bytes | None] = {}
             changes[id(plain)] = plain_overlay
         next_flush = self._next_flush[p]
+        ops = self.topics.ops
         for key, value, _, _, _, offset in records:
             assert offset is not None
             last = offset
             try:
                 code, op_origin, seq, args = decode_op(value)
             except DecodeError as exc:
-                self.errors.append(ApplyError(p, offset, str(exc)))
+                self.errors.append(ApplyError(p, offset, str(exc), key, ops))
                 continue
             if code >= OpCode.BARRIER:  # control records
                 if code is OpCode.FLUSHED:
@@ -556,20 +702,38 @@ class ReplicaEngine:
                 overlay = changes.setdefault(id(state), {})
             current = overlay[user_key] if user_key in overlay else state.store.get(user_key)
             new: bytes | Keep | None
-            if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
-                result, new = current, args[0]
-            else:
-                try:
+            try:
+                if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
+                    result, new = current, args[0]
+                else:
                     result, new = decide(code, args, current, user_key, state.keys, state.values)
-                except OperationFailedError as exc:
-                    self.errors.append(ApplyError(p, offset, str(exc)))
-                    if pending is not None:
-                        freed += pending.slot
-                        events.append((_fail, pending, exc))
-                    continue
+            except UnknownFunctionError as exc:
+                # The other replicas may well know it: stop here rather than skip the record.
+                if pending is not None:
+                    pending_ops[seq] = pending  # still pending: decided when applying resumes
+                stall = self._stall(p, offset, key, exc)
+                break
+            except OperationFailedError as exc:
+                self.errors.append(ApplyError(p, offset, str(exc), key, ops))
+                if pending is not None:
+                    freed += pending.slot
+                    events.append((_fail, pending, exc))
+                continue
             if new is not KEEP and new != current:
                 overlay[user_key] = new
                 dirty[key] = offset
+                unreadable = state.unreadable
+                if new is not None:
+                    problem = _unreadable(
+                        state, user_key, new, current is None or user_key in unreadable
+                    )
+                    if problem is not None:
+                        unreadable[user_key] = error = ApplyError(p, offset, problem, key, ops)
+                        self.errors.append(error)
+                    elif unreadable:
+                        unreadable.pop(user_key, None)
+                elif unreadable:
+                    unreadable.pop(user_key, None)
                 if state.listeners:
                     events.append((_notify, state, (user_key, current, new, mine)))
             if pending is not None:
@@ -581,7 +745,7 @@ class ReplicaEngine:
                 else:
                     self._ask_flush(p, offset)
                     next_flush = self._next_flush[p]
-        after = max(after, last + 1)
+        after = last if stall else max(after, last + 1)  # a stall: from its record on
         position = {p: Positions(after, self._flushed[p])}
         for state in self.maps:
             state.store.write(changes.get(id(state), {}), position)
@@ -606,11 +770,17 @@ class ReplicaEngine:
         keys = cast(list[bytes], [r[0] for r in records])
         if None in keys or len(set(keys)) != len(keys):  # a key twice: decided in order
             return False
+        state = self.maps[0]
+        values = [op[3] for op in ops]
+        if state.values.undecodable(values) or state.keys.undecodable(keys):
+            return False  # the record loop notes them one by one
+        if state.unreadable:  # readable values replace unreadable ones
+            for key in keys:
+                state.unreadable.pop(key, None)
         offsets = cast(list[int], [r[5] for r in records])
         origin = self.origin
         pop = self._pending.pop
         futures = [pop(seq, None) if o == origin else None for _, o, seq, _ in ops]
-        state = self.maps[0]
         previous = state.store.get_many(keys)
         self._dirty[p].update(zip(keys, offsets, strict=True))
         last = offsets[-1]
@@ -622,7 +792,7 @@ class ReplicaEngine:
                     else:
                         self._ask_flush(p, offset)
         after = max(after, last + 1)
-        changes = dict(zip(keys, [op[3] for op in ops], strict=True))
+        changes = dict(zip(keys, values, strict=True))
         state.store.write(changes, {p: Positions(after, self._flushed[p])})
         self._applied[p] = after  # only now: see _apply_records
         done = [(f, old) for f, old in zip(futures, previous, strict=True) if f is not None]
@@ -639,6 +809,24 @@ class ReplicaEngine:
         self._flush_asked.add(p)
         self._next_flush[p] = offset + self.settings.flush_period
         self._flush_queue.put(p)
+
+    def _stall(self, p: int, offset: int, key: bytes | None, exc: UnknownFunctionError) -> bool:
+        """Stop applying ``p`` at the record at ``offset`` (see PartitionStalledError). Lock
+        held. Returns True, for the apply loop's flag."""
+        stall = PartitionStalledError(
+            f"this replica stopped applying {self.topics.ops}[{p}] at offset {offset}: the "
+            f"update there calls function {exc.name!r}, which is not registered in this "
+            "process. The other replicas may have applied it, so this one waits rather than "
+            "skip it: register the function (applying resumes) or restart with it",
+            partition=p,
+            offset=offset,
+            function=exc.name,
+        )
+        if p not in self.stalled:
+            log.error("%s", stall)
+            self.errors.append(ApplyError(p, offset, str(stall), key, self.topics.ops))
+        self.stalled[p] = stall
+        return True
 
     def _state_for(self, key: bytes | None) -> MapState | None:
         if key is None:
@@ -666,7 +854,7 @@ class ReplicaEngine:
     def _follow(self) -> None:
         """Background: apply what other processes append, for every held partition."""
         ops = self.topics.ops
-        while not self._closed:
+        while not self._stopped:
             try:
                 quiet = time.monotonic() - self._last_local
                 if quiet < _LOCAL_GRACE:
@@ -677,8 +865,14 @@ class ReplicaEngine:
                     # _LOCAL_GRACE.
                     time.sleep(_LOCAL_GRACE - quiet)
                     continue
-                waiting = {(ops, p): self._applied[p] for p in self.held}
-                ready = self.log.wait_any(waiting, _WAIT_SLICE)
+                resumed = self._resume_stalled()
+                waiting = {(ops, p): self._applied[p] for p in self.held if p not in self.stalled}
+                if waiting:
+                    pause = _STALL_RETRY if self.stalled else _WAIT_SLICE
+                    ready = [*self.log.wait_any(waiting, pause), *resumed]
+                else:
+                    time.sleep(_STALL_RETRY)
+                    ready = resumed
                 if not ready:
                     continue
                 # A wake-up may come from a local writer that just started: give it the
@@ -686,25 +880,36 @@ class ReplicaEngine:
                 time.sleep(_FOLLOW_PAUSE)
                 for _, p in ready:
                     with self._lock:
-                        if not self._closed:
+                        if not self._stopped:
                             self._apply_available(p)
             except ClosedError:
                 return
             except (LogUnavailableError, OperationTimeoutError) as exc:
                 # Brokers down or a leader moving: reads from the store go on, and following
                 # resumes when the log answers again.
-                if self._closed:
+                if self._stopped:
                     return
                 log.warning("replica of %s cannot follow for now: %s", self.topics.data, exc)
                 time.sleep(_RETRY_PAUSE)
             except Exception as exc:  # the log failed under us: say so to every caller
-                if self._closed:
+                if self._stopped:
                     return
                 log.error("replica of %s stopped following: %s", self.topics.data, exc)
                 self._failure = exc
                 with self._lock:
                     self._fail_pending(list(self._pending), exc)
                 return
+
+    def _resume_stalled(self) -> list[tuple[str, int]]:
+        """The stalled partitions whose missing function is registered now, un-stalled."""
+        resumed = []
+        for p in list(self.stalled):
+            try:
+                self._resume_or_raise(p)
+            except PartitionStalledError:
+                continue
+            resumed.append((self.topics.ops, p))
+        return resumed
 
     # -- barriers -----------------------------------------------------------------------
     def sync(self, partitions: Iterable[int], timeout: float | None) -> None:
@@ -764,21 +969,21 @@ class ReplicaEngine:
     def _flush_loop(self) -> None:
         while True:
             p = self._flush_queue.get()
-            if p is None or self._closed:
+            if p is None or self._stopped:
                 return
             try:
                 self.flush(p)
             except FencedError:
                 log.info("flush of %s[%d] fenced by another replica", self.topics.data, p)
             except Exception as exc:  # a failed flush loses nothing: ops stay; retry later
-                if self._closed:
+                if self._stopped:
                     return
                 log.warning("flush of %s[%d] failed: %s", self.topics.data, p, exc)
             finally:
                 with self._lock:
                     self._flush_asked.discard(p)
                     missed = self._flush_missed.pop(p, -1)
-                    if missed > self._flushed[p] and not self._closed:
+                    if missed > self._flushed[p] and not self._stopped:
                         self._ask_flush(p, missed)
 
     def flush(self, p: int) -> int | None:
@@ -883,7 +1088,9 @@ class ReplicaEngine:
     def _applied_to_end(self, p: int, deadline: float) -> None:
         end = self.log.end_offset(self.topics.ops, p)
         if end > self._applied[p]:
-            self.apply_until(p, end - 1, deadline)
+            # A stall does not fail the open: reads of p raise it, and errors() shows it.
+            with contextlib.suppress(PartitionStalledError):
+                self.apply_until(p, end - 1, deadline)
         else:  # persist the positions even when there is nothing to apply
             for state in self.maps:
                 state.store.write({}, {p: Positions(self._applied[p], self._flushed[p])})
@@ -934,13 +1141,46 @@ class ReplicaEngine:
                     if FLUSH_POINT_KEY in batch:
                         del batch[FLUSH_POINT_KEY]
                         flushed = max(flushed, _last_flush_point(records))
-                    self.maps[0].store.write(cast(dict[bytes, bytes | None], batch), {})
+                    loaded = cast(dict[bytes, bytes | None], batch)
+                    self._note_loaded(self.maps[0], p, records, loaded)
+                    self.maps[0].store.write(loaded, {})
                 else:
-                    flushed = max(flushed, self._load_shared(records))
+                    flushed = max(flushed, self._load_shared(p, records))
                 position = (records[-1].offset or 0) + 1
                 del records  # before collection resumes: see gcpause
 
-    def _load_shared(self, records: Sequence[Record]) -> int:
+    def _note_loaded(
+        self, state: MapState, p: int, records: Sequence[Record], batch: dict[bytes, bytes | None]
+    ) -> None:
+        """Bootstrap's check of a batch of data records (``batch``: the last value per key):
+        the keys and values this replica's codecs cannot read go to ``state.unreadable`` and
+        :attr:`errors`, with their offsets. One pass at C speed when all are readable."""
+        values = cast(list[bytes], list(batch.values()))
+        if None in values:  # tombstones: nothing to read
+            values = [v for v in values if v is not None]
+        unreadable = state.unreadable
+        if not state.values.undecodable(values) and not state.keys.undecodable(list(batch)):
+            if unreadable:
+                for key in batch:
+                    unreadable.pop(key, None)
+            return
+        latest = {r[0]: r for r in records if r[0] in batch}
+        for key, record in latest.items():
+            self._note_value(state, p, record, key)
+
+    def _note_value(self, state: MapState, p: int, record: Record, user_key: bytes) -> None:
+        """Note whether the data record's key and value are readable here (bootstrap)."""
+        value, unreadable = record.value, state.unreadable
+        problem = None if value is None else _unreadable(state, user_key, value, True)
+        if problem is None:
+            unreadable.pop(user_key, None)
+        else:
+            assert record.offset is not None
+            error = ApplyError(p, record.offset, problem, record.key, self.topics.data)
+            unreadable[user_key] = error
+            self.errors.append(error)
+
+    def _load_shared(self, p: int, records: Sequence[Record]) -> int:
         """Write data records of several maps to their stores; return the flush point seen."""
         flushed = -1
         changes: dict[int, dict[bytes, bytes | None]] = {}
@@ -952,7 +1192,9 @@ class ReplicaEngine:
             owner = self._state_for(key)
             if owner is None or key is None:
                 continue
-            changes.setdefault(id(owner), {})[key[len(owner.prefix) :]] = record.value
+            user_key = key[len(owner.prefix) :]
+            self._note_value(owner, p, record, user_key)
+            changes.setdefault(id(owner), {})[user_key] = record.value
         for state in self.maps:
             if id(state) in changes:
                 state.store.write(changes[id(state)], {})
@@ -1013,3 +1255,14 @@ def _notify(state: MapState, change: tuple[bytes, bytes | None, bytes | None, bo
             listener(k, o, n, mine)
         except Exception:
             log.exception("a listener of map %s raised", state.name)
+
+
+def _unreadable(state: MapState, key: bytes, value: bytes, check_key: bool) -> str | None:
+    """Why this replica's codecs cannot read ``value`` (or ``key``), or None when they can."""
+    try:
+        state.values.check(value)
+        if check_key:
+            state.keys.check(key)
+    except DecodeError as exc:
+        return f"stored as written, but this replica's codecs cannot read it: {exc}"
+    return None

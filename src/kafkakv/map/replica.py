@@ -26,8 +26,10 @@ import msgpack
 
 from kafkakv import functions
 from kafkakv.errors import (
+    DecodeError,
     EncodeError,
     OperationTimeoutError,
+    PartitionStalledError,
     UnknownFunctionError,
     WrongPartitionError,
 )
@@ -102,9 +104,12 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     # -- reads --------------------------------------------------------------------------
     def _barrier(self, p: int | None = None) -> None:
-        self._engine.check_usable()
+        engine = self._engine
+        engine.check_usable()
+        if engine.stalled:  # reads of a stalled partition raise PartitionStalledError
+            engine.check_partitions(self.partitions if p is None else (p,))
         if self._linearizable:
-            self._engine.sync(self.partitions if p is None else (p,), None)
+            engine.sync(self.partitions if p is None else (p,), None)
 
     def __getitem__(self, key: K) -> V:
         encoded, _, p = self._locate(key)
@@ -130,14 +135,20 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         return encoded in self._store
 
     def __len__(self) -> int:
+        """The number of keys, those that do not decode here left out (see :meth:`errors`)."""
         self._barrier()
-        return len(self._store)
+        return len(self._store) - len(self._state.unreadable)
 
     def __iter__(self) -> Iterator[K]:
         self._barrier()
-        decode = self._keys.decode
+        decode, unreadable = self._keys.decode, self._state.unreadable
         for encoded in self._store:
-            yield decode(encoded)
+            if unreadable and encoded in unreadable:
+                continue
+            try:
+                yield decode(encoded)
+            except DecodeError:  # stored before this process ran (a persistent store)
+                self._note_unreadable(encoded)
 
     def items(self) -> ItemsView[K, V]:
         """A view whose iteration reads the store once (not one lookup per key)."""
@@ -148,17 +159,39 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def _pairs(self) -> Iterator[tuple[K, V]]:
         self._barrier()
-        kd, vd = self._keys.decode, self._values.decode
+        kd, vd, unreadable = self._keys.decode, self._values.decode, self._state.unreadable
         for k, v in self._store.items():
-            yield kd(k), vd(v)
+            if unreadable and k in unreadable:
+                continue
+            try:
+                yield kd(k), vd(v)
+            except DecodeError:  # stored before this process ran (a persistent store)
+                self._note_unreadable(k)
+
+    def _note_unreadable(self, encoded: bytes) -> None:
+        """A key or value found unreadable by a read rather than when it was applied: it sits
+        in a persistent store since an earlier run. Reported once, offset unknown (-1)."""
+        if encoded not in self._state.unreadable:
+            error = ApplyError(
+                self._engine.partition_of(self._prefix + encoded),
+                -1,
+                "stored as written (before this process started), but this replica's codecs "
+                "cannot read it",
+                self._prefix + encoded,
+            )
+            self._state.unreadable[encoded] = error
+            self._engine.errors.append(error)
 
     # -- updates (sync) -----------------------------------------------------------------
-    def _submit(self, code: OpCode, key: K, args: Sequence[Any], wait: bool) -> OpFuture:
+    def _submit(
+        self, code: OpCode, key: K, args: Sequence[Any], wait: bool, decode: bool = True
+    ) -> OpFuture:
         _, record_key, p = self._locate(key)
-        return self._engine.submit(self._state, code, record_key, p, args, wait)
+        state = self._state if decode else None  # None: the future keeps the result's bytes
+        return self._engine.submit(state, code, record_key, p, args, wait)
 
-    def _call(self, code: OpCode, key: K, *args: Any) -> Any:
-        future = self._submit(code, key, args, True)
+    def _call(self, code: OpCode, key: K, *args: Any, decode: bool = True) -> Any:
+        future = self._submit(code, key, args, True, decode)
         try:
             return future.result(timeout=self._engine.settings.timeout)
         except concurrent.futures.TimeoutError:
@@ -169,7 +202,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         return cast(V | None, self._call(OpCode.PUT, key, self._value(value)))
 
     def __setitem__(self, key: K, value: V) -> None:
-        self._call(OpCode.PUT, key, self._value(value))
+        # The previous value is not returned, so not decoded: replacing one that does not
+        # decode here is no error.
+        self._call(OpCode.PUT, key, self._value(value), decode=False)
 
     def put_if_absent(self, key: K, value: V) -> V | None:
         """Set ``key`` only if absent; return the value it already had (None: it was set).
@@ -220,7 +255,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         return cast(V | None, self._call(OpCode.MERGE, key, name, self._value(value)))
 
     def __delitem__(self, key: K) -> None:
-        if self.remove(key) is None:
+        if self._call(OpCode.REMOVE, key, decode=False) is None:  # only "was it there?"
             raise KeyError(key)
 
     def pop(self, key: K, default: Any = _MISSING) -> Any:
@@ -252,7 +287,10 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         if isinstance(other, Mapping):
             pairs = other.items()
         elif hasattr(other, "keys"):
-            pairs = ((k, other[k]) for k in other)
+            # As dict.update: keys() and [] suffice; the object itself need not iterate (ruff's
+            # SIM118 would drop the keys() call, which broke such objects once).
+            keys = other.keys()
+            pairs = ((k, other[k]) for k in keys)
         else:
             pairs = other
         futures = [self.put_async(k, v) for k, v in pairs]
@@ -339,8 +377,16 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         return {p: positions.applied for p, positions in self._engine.positions().items()}
 
     def errors(self) -> list[ApplyError]:
-        """Ops that failed when applied or did not decode (the latest 1000), oldest first."""
+        """Records refused or noted when applied (the latest 1000), oldest first: ops that
+        failed or did not decode, keys and values stored as written that this replica's
+        codecs cannot read (left out of iteration and ``len``; ``m[k]`` raises
+        :class:`~kafkakv.errors.DecodeError`), and the record a partition stalled at."""
         return list(self._engine.errors)
+
+    def stalled(self) -> dict[int, PartitionStalledError]:
+        """The partitions this replica stopped applying, each with the error that says where
+        and why (a compute or merge function not registered here). Empty as a rule."""
+        return dict(self._engine.stalled)
 
     def check(self) -> list[str]:
         """Problems found by the store's self-check (empty: sound)."""

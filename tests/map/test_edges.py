@@ -1,0 +1,339 @@
+"""The core promise at its edges: replicas that cannot diverge, results that are true.
+
+- a record calling a function this process lacks stalls its partition, never is skipped;
+- a record another program wrote, that the map's codecs cannot read, breaks no read;
+- closing, and interpreter exit, drain the updates in flight;
+- a database inherited through fork is refused in the child, and never deadlocks it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test import mapping_tests
+
+import kafkakv
+from kafkakv import functions
+from kafkakv.codecs import PickleCodec
+from kafkakv.errors import ClosedError, DecodeError, PartitionStalledError
+from kafkakv.log.base import Record
+from kafkakv.log.partitioner import partition_for
+from kafkakv.map.ops import OpCode, encode_op
+from kafkakv.map.topics import MapTopics, adopt_existing
+from tests.map.conftest import OpenMap, embedded_only, log_options
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def edge_add() -> Iterator[str]:
+    name = "edge-add"
+
+    def add(key: str, old: Any, n: int) -> int:
+        return int(old or 0) + n
+
+    functions.register(name)(add)
+    yield name
+    functions.unregister(name)
+
+
+# -- a function registered in some processes only ------------------------------------------
+def test_a_missing_function_stalls_the_partition_until_it_is_registered(
+    open_map: OpenMap, edge_add: str
+) -> None:
+    writer = open_map(partitions=2)
+    writer["other"] = 1
+    assert writer.compute("k", edge_add, 42) == 42
+    offset = writer.applied_offsets()[writer.partition_of("k")] - 1
+    add = functions.lookup(edge_add)
+    functions.unregister(edge_add)  # a replica in a process that lacks it
+
+    peer = open_map()  # opens all the same, and stops applying k's partition at the record
+    p = peer.partition_of("k")
+    with pytest.raises(PartitionStalledError, match=edge_add) as raised:
+        peer["k"]
+    assert (raised.value.partition, raised.value.offset) == (p, offset)
+    assert raised.value.function == edge_add and str(offset) in str(raised.value)
+    assert set(peer.stalled()) == {p}
+    assert [(e.partition, e.offset) for e in peer.errors()] == [(p, offset)]
+    with pytest.raises(PartitionStalledError):
+        list(peer.items())  # every partition is read: one is stalled
+    if peer.partition_of("other") != p:
+        assert peer["other"] == 1  # the other partition is applied and readable
+    # An update of the stalled partition is refused before anything is appended.
+    with pytest.raises(PartitionStalledError):
+        peer["k"] = 7
+    assert writer["k"] == 42
+
+    functions.register(edge_add)(add)  # applying resumes by itself
+    wait_for(lambda: not peer.stalled(), 10, "the partition to resume")
+    peer.sync()
+    assert peer["k"] == 42 and peer == writer
+
+
+def test_a_restart_with_the_function_resumes_a_stalled_persistent_replica(
+    target: str, map_name: str, tmp_path: Path, edge_add: str
+) -> None:
+    with kafkakv.connect(target, **log_options(target)) as db:
+        m = db.map(map_name)
+        m.compute("k", edge_add, 5)
+        add = functions.lookup(edge_add)
+        functions.unregister(edge_add)
+        with kafkakv.connect(target, **log_options(target)) as other:
+            peer = other.map(map_name, store="lmdb", store_path=str(tmp_path / "s"))
+            assert peer.stalled()
+        functions.register(edge_add)(add)
+        with kafkakv.connect(target, **log_options(target)) as other:
+            peer = other.map(map_name, store="lmdb", store_path=str(tmp_path / "s"))
+            assert not peer.stalled() and peer["k"] == 5
+
+
+# -- records the map's codecs cannot read ---------------------------------------------------
+def _foreign_put(log: Any, topics: MapTopics, count: int, key: bytes, value: bytes) -> int:
+    """Append a PUT as another program could: a well-formed op whose key or value is not
+    what the map's codecs write. Returns its offset."""
+    p = partition_for(key, count) if count > 1 else 0
+    op = encode_op(OpCode.PUT, b"foreign!", 0, [value])
+    return int(log.append(topics.ops, p, [Record(key, op)]))
+
+
+def test_an_update_that_does_not_decode_breaks_no_read_and_shows_in_errors(
+    open_map: OpenMap, map_name: str
+) -> None:
+    m = open_map(partitions=3)
+    m.update({f"k{i}": i for i in range(20)})
+    log, topics = m._engine.log, MapTopics.for_name(map_name)
+    bad_value = _foreign_put(log, topics, 3, b"k3", b"not json")
+    bad_key = _foreign_put(log, topics, 3, b"\xff\xfe", b"1")
+    m.sync()
+    expected = {f"k{i}": i for i in range(20) if i != 3}
+    for replica in (m, open_map()):  # the writer's replica, and one that bootstraps
+        replica.sync()
+        assert dict(replica.items()) == expected
+        assert sorted(replica) == sorted(expected) and len(replica) == len(expected)
+        assert sorted(replica.keys()) == sorted(expected)
+        with pytest.raises(DecodeError):
+            replica["k3"]
+        noted = {(e.key, e.offset) for e in replica.errors()}
+        assert noted == {(b"k3", bad_value), (b"\xff\xfe", bad_key)}
+        assert {e.partition for e in replica.errors()} == {
+            partition_for(b"k3", 3),
+            partition_for(b"\xff\xfe", 3),
+        }
+    m["k3"] = 33  # a readable value replaces the unreadable one
+    assert m["k3"] == 33 and len(m) == 20
+
+
+def test_a_flushed_unreadable_value_reads_the_same_on_every_replica(
+    open_map: OpenMap, map_name: str
+) -> None:
+    m = open_map()
+    m["a"] = 1
+    offset = _foreign_put(m._engine.log, MapTopics.for_name(map_name), 1, b"b", b"\x00junk")
+    m.sync()
+    m.flush()
+    fresh = open_map()  # loads "b" from the data topic
+    assert dict(fresh.items()) == dict(m.items()) == {"a": 1}
+    assert [e.key for e in fresh.errors()] == [b"b"]
+    assert fresh.errors()[0].topic in (map_name, f"{map_name}_ops")
+    assert [e.offset for e in m.errors()] == [offset]
+
+
+def test_an_adopted_topic_with_an_unreadable_record_reads_and_reports_it(
+    log: Any, topic: str
+) -> None:
+    log.create_topic(topic, 1, {"cleanup.policy": "compact"})
+    log.append(topic, 0, [Record(b"good", b'"yes"'), Record(b"bad", b"{oops")])
+    adopt_existing(log, MapTopics.for_name(topic))
+    with kafkakv.connect(log) as db:
+        m = db.map(topic)
+        assert dict(m.items()) == {"good": "yes"}
+        assert [(e.partition, e.offset, e.key, e.topic) for e in m.errors()] == [
+            (0, 1, b"bad", topic)
+        ]
+
+
+# -- closing and exit drain ------------------------------------------------------------------
+def test_close_resolves_every_async_update_that_reached_the_log(target: str, map_name: str) -> None:
+    with kafkakv.connect(target, **log_options(target)) as db:
+        m = db.map(map_name)
+        futures = [m.put_async(f"k{i}", i) for i in range(5000)]
+    assert all(f.done() for f in futures)
+    assert [f.exception(0) for f in futures] == [None] * 5000
+    with kafkakv.connect(target, **log_options(target)) as db:
+        assert len(db.map(map_name)) == 5000
+
+
+@embedded_only
+def test_a_close_out_of_time_fails_only_what_it_cannot_vouch_for(
+    target: str, map_name: str
+) -> None:
+    db = kafkakv.connect(target)
+    m = db.map(map_name)
+    futures = [m.put_async(f"k{i}", i) for i in range(20_000)]
+    db.close(timeout=0)  # drain nothing: whatever is not applied yet fails
+    with kafkakv.connect(target) as fresh:
+        stored = fresh.map(map_name)
+        for i, future in enumerate(futures):
+            assert future.done()
+            error = future.exception(0)
+            if error is None:
+                assert stored[f"k{i}"] == i  # a result reported is true
+            else:
+                assert isinstance(error, ClosedError)
+                if "never reached the log" in str(error):
+                    assert f"k{i}" not in stored
+                else:
+                    assert "outcome is unknown" in str(error)
+
+
+_EXIT_SCRIPT = """
+import sys, kafkakv
+db = kafkakv.connect(sys.argv[1])
+m = db.map("exit")
+for i in range(1000):
+    m.put_async(f"k{i}", i)
+"""
+
+
+def test_exit_without_close_delivers_async_updates(tmp_path: Path) -> None:
+    path = str(tmp_path / "log")
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", _EXIT_SCRIPT, path], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert "could not be delivered" not in done.stderr
+        with kafkakv.connect(path) as db:
+            assert len(db.map("exit")) == 1000
+        kafkakv.connect(path).close()
+
+
+# -- fork ------------------------------------------------------------------------------------
+_CHILD_OK = 0
+
+
+def _in_child(m: Any, db: kafkakv.Database, path: str) -> int:
+    """What a child made by fork checks; its exit code (0: all as promised)."""
+    for use in (
+        lambda: m["k"],
+        lambda: m.put("k", 2),
+        lambda: m.put_async("k", 2),
+        lambda: len(m),
+        lambda: m.sync(),
+        lambda: db.map("other"),
+    ):
+        try:
+            use()
+        except ClosedError as exc:
+            if "call kafkakv.connect() in this one" not in str(exc):
+                return 2
+        else:
+            return 3
+    db.close()  # the parent's to close: nothing happens here
+    with kafkakv.connect(path) as own:  # a database of its own works
+        mine = own.map("forked")
+        mine["child"] = os.getpid()
+        mine.sync()
+        if mine["child"] != os.getpid():
+            return 4
+    return _CHILD_OK
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_map_inherited_through_fork_is_refused_in_the_child_and_never_deadlocks(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "log")
+    with kafkakv.connect(path) as db:
+        m = db.map("forked")
+        m["k"] = 1
+        stop = threading.Event()
+
+        def busy() -> None:  # threads that hold the map's locks at any moment
+            i = 0
+            while not stop.is_set():
+                m.put_async(f"b{i % 100}", i)
+                i += 1
+
+        writers = [threading.Thread(target=busy) for _ in range(2)]
+        for t in writers:
+            t.start()
+        try:
+            for _ in range(8):
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the child reports through its exit code
+                    code = 1
+                    try:
+                        code = _in_child(m, db, path)
+                    finally:
+                        os._exit(code)
+                deadline = time.monotonic() + 30
+                while True:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        break
+                    if time.monotonic() > deadline:
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                        raise AssertionError("the forked child deadlocked")
+                    time.sleep(0.02)
+                assert os.waitstatus_to_exitcode(status) == _CHILD_OK
+        finally:
+            stop.set()
+            for t in writers:
+                t.join()
+        m.sync()
+        assert isinstance(m["child"], int) and m["k"] == 1  # the parent is unharmed
+
+
+# -- the CPython mapping protocol ------------------------------------------------------------
+def test_update_takes_an_object_with_keys_and_getitem_only(open_map: OpenMap) -> None:
+    class KeysOnly:
+        def keys(self) -> list[str]:
+            return ["a", "b"]
+
+        def __getitem__(self, key: str) -> int:
+            return {"a": 1, "b": 2}[key]
+
+    m = open_map()
+    m.update(KeysOnly())
+    assert dict(m.items()) == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize("target", ["embedded"], indirect=True)
+def test_the_cpython_mapping_protocol_suite_passes(target: str, tmp_path: Path) -> None:
+    """CPython's own ``BasicTestMappingProtocol``, unchanged, on a map (pickle values, so
+    that the suite's tuples come back as tuples)."""
+    db = kafkakv.connect(target)
+    names = iter(range(1_000_000))
+
+    class MapProtocol(mapping_tests.BasicTestMappingProtocol):  # type: ignore[misc]
+        @staticmethod
+        def type2test(*args: Any, **kwargs: Any) -> Any:
+            m = db.map(f"cp{next(names)}", value_codec=PickleCodec(trusted=True))
+            m.update(*args, **kwargs)
+            return m
+
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(MapProtocol)
+    result = unittest.TestResult()
+    suite.run(result)
+    db.close()
+    problems = [f"{t}: {e}" for t, e in result.failures + result.errors]
+    assert result.testsRun > 5 and problems == []
