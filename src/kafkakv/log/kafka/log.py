@@ -21,6 +21,7 @@ Where Kafka behaves differently from the embedded log:
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -29,7 +30,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import (
     Consumer,
@@ -60,7 +61,8 @@ from kafkakv.log.base import Batch, CleanResult, FailureCallback, Log, LogWriter
 from kafkakv.log.base import TopicPartition as TP
 from kafkakv.log.config import parse_topic_config, validate_topic_name
 from kafkakv.log.kafka.reader import Reader
-from kafkakv.log.kafka.settings import ClientSettings
+from kafkakv.log.kafka.refusals import Refusals, slices, speaks_tls
+from kafkakv.log.kafka.settings import ClientSettings, open_client
 from kafkakv.log.records import CheckedRecord, check_batch
 
 __all__ = ["KafkaLog", "KafkaLogWriter"]
@@ -72,6 +74,12 @@ _PROPAGATION_S = 2.0
 spreads asynchronously): lookups ask again for this long before saying there is no topic."""
 
 _Headers = list[tuple[str, str | bytes | None]] | None  # built once, not per record
+_T = TypeVar("_T")
+
+_WAIT_SLICE_S = 0.1
+"""How often a wait on a delivery or a flush looks for a refusal report (see .refusals)."""
+_TLS_PROBE_S = 1.0
+"""The longest the TLS check of a silent plaintext listener waits (see _check_reachable)."""
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
 """How long the brokers let a writer's transaction stay open before aborting it: the longest a
@@ -91,6 +99,9 @@ _RECORD_FAILURES = _TOO_LARGE | {
     KafkaError._UNKNOWN_TOPIC,
     KafkaError.INVALID_RECORD,
 }
+# A blocking call cut short at the end of its slice fails with one of these (list_topics says
+# _TRANSPORT): called again while the wait's timeout lasts (see KafkaLog._patiently).
+_SLICE_EXPIRED = {KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE, KafkaError._TRANSPORT}
 _UNAVAILABLE = {
     KafkaError._ALL_BROKERS_DOWN,
     KafkaError._TRANSPORT,
@@ -171,25 +182,13 @@ _meta = itemgetter(2, 3)  # a checked row's (headers, timestamp)
 
 
 def _unreachable(
-    bootstrap: str, timeout: float, exc: KafkaException, seen: list[KafkaError]
-) -> LogError:
-    """The error for brokers that did not answer a first request: refused credentials or TLS
-    (:class:`LogAuthenticationError`) when librdkafka said so, else unavailable, with the
+    bootstrap: str, timeout: float, exc: KafkaException, last_transport: str | None
+) -> LogUnavailableError:
+    """The error for brokers that did not answer a first request within ``timeout``, with the
     last reason librdkafka gave for a failed connection."""
-    refusals = [
-        e
-        for e in seen
-        if e.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL)
-        or (e.code() == KafkaError._TRANSPORT and "SSL" in e.str())
-    ]
-    if refusals:
-        return LogAuthenticationError(
-            f"the Kafka brokers at {bootstrap} refused this client: {refusals[-1].str()}"
-        )
     message = f"no Kafka broker answered at {bootstrap} within {timeout} s: {_text(exc)}"
-    reasons = [e.str() for e in seen if e.code() == KafkaError._TRANSPORT]
-    if reasons:
-        message += f" (last connection error: {reasons[-1]})"
+    if last_transport is not None:
+        message += f" (last connection error: {last_transport})"
     return LogUnavailableError(message)
 
 
@@ -291,13 +290,16 @@ class KafkaLog(Log):
         replication_factor: int = -1,
         transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
     ) -> None:
-        self.settings = ClientSettings(bootstrap, config, timeout)
+        self._refusals = Refusals(bootstrap)
+        self.settings = ClientSettings(bootstrap, config, timeout, error_cb=self._refusals)
         self.timeout = self.settings.timeout
         self._replication = replication_factor
         self.transaction_timeout_ms = transaction_timeout_ms
-        self._admin = AdminClient(self.settings.admin())
-        self._producer = Producer(self.settings.producer())
-        self._meta = Consumer(self.settings.consumer(f"kafkakv-meta-{uuid.uuid4().hex}"))
+        self._admin = open_client(AdminClient, self.settings.admin())
+        self._producer = open_client(Producer, self.settings.producer())
+        self._meta = open_client(
+            Consumer, self.settings.consumer(f"kafkakv-meta-{uuid.uuid4().hex}")
+        )
         self._meta_lock = threading.Lock()
         self._topics: dict[str, _TopicInfo] = {}
         self._local = threading.local()
@@ -319,29 +321,114 @@ class KafkaLog(Log):
         return f"KafkaLog({self.settings.bootstrap!r})"
 
     def _check_reachable(self) -> None:
-        """One metadata request, by a client of its own that keeps the connection errors
-        librdkafka reports (they say why: refused credentials, a failed TLS handshake, a
-        refused connection), so that the error raised can tell. Not the long-lived admin
-        client: an ``error_cb`` there would queue events that nothing serves (about 2 ms more
-        per connect, measured against 57-63 ms in all on the local cluster)."""
-        seen: list[KafkaError] = []
-        config = self.settings.admin()
-        config["error_cb"] = seen.append
-        probe = AdminClient(config)
+        """One metadata request, waited for in slices (:meth:`_patiently`) that serve the
+        admin client's error reports: refused credentials or TLS raise
+        :class:`~kafkakv.errors.LogAuthenticationError` as soon as librdkafka reports them
+        (a round trip or two), not at the end of the timeout. A plaintext client whose brokers
+        are all down checks, once, whether the first address speaks TLS (one handshake,
+        :func:`~.refusals.speaks_tls`), and says so: such a listener closes the connection
+        without a word librdkafka would pass on."""
+        protocol = str(self.settings.common.get("security.protocol", "plaintext")).lower()
+        probed = protocol not in ("plaintext", "sasl_plaintext")
+        address = self.settings.bootstrap.split(",")[0]
+
+        def serve() -> None:
+            nonlocal probed
+            self._admin.poll(0)  # runs error_cb: nothing else polls this client yet
+            if not probed and self._refusals.all_down:
+                probed = True
+                if speaks_tls(address, _TLS_PROBE_S):
+                    wanted = "SASL_SSL" if protocol == "sasl_plaintext" else "SSL"
+                    raise LogAuthenticationError(
+                        f"the Kafka broker at {address} closed the connection: the port speaks "
+                        f"TLS: add security.protocol={wanted} (and ssl.ca.location)"
+                    )
+
         try:
-            probe.list_topics(timeout=self.timeout)
+            self._patiently(
+                f"connecting to {self.settings.bootstrap}",
+                lambda wait: self._admin.list_topics(timeout=wait),
+                serve,
+            )
         except KafkaException as exc:
-            probe.poll(0)  # serves error_cb
             self._close_clients()
-            raise _unreachable(self.settings.bootstrap, self.timeout, exc, seen) from None
+            self._admin.poll(0)
+            self._refusals.check(0)
+            raise _unreachable(
+                self.settings.bootstrap, self.timeout, exc, self._refusals.last_transport
+            ) from None
+        except LogError:
+            self._close_clients()
+            raise
+
+    def _patiently(
+        self,
+        what: str,
+        call: Callable[[float], _T],
+        serve: Callable[[], object] | None = None,
+    ) -> _T:
+        """``call(seconds)``, a blocking librdkafka call, within the log's ``timeout``, cut in
+        slices (:func:`~.refusals.slices`: 0.1 s, then each twice the last) so that a refusal
+        any client of this log reports meanwhile raises
+        :class:`~kafkakv.errors.LogAuthenticationError` at the end of the slice. ``serve``
+        runs between slices (to poll a client nothing else polls).
+
+        A slice that ran out (the call waited all of it and failed with a timeout or a
+        transport error; a future's ``TimeoutError``) is called again, which sends its request
+        again; any other error, and the last slice's, propagate as the call raised them (a
+        future's timeout as :class:`~kafkakv.errors.OperationTimeoutError`). An answer in
+        the first slice costs nothing more than the call."""
+        deadline = time.monotonic() + self.timeout
+        mark = self._refusals.mark()
+        for length in slices():
+            started = time.monotonic()
+            remaining = deadline - started
+            final = length >= remaining
+            wait = max(remaining, 0.001) if final else length
+            try:
+                return call(wait)
+            except concurrent.futures.TimeoutError:
+                if final:
+                    raise OperationTimeoutError(
+                        f"{what}: no answer within {self.timeout} s"
+                    ) from None
+            except KafkaException as exc:
+                err = _error_of(exc)
+                ran_out = time.monotonic() - started >= 0.9 * wait
+                if (
+                    final
+                    or not ran_out
+                    or err is None
+                    or err.code() not in _SLICE_EXPIRED
+                    or err.fatal()
+                    or err.txn_requires_abort()
+                ):
+                    raise
+            if serve is not None:
+                serve()
+            self._refusals.check(mark)
+        raise AssertionError("slices() never ends")
 
     def _poll_loop(self, producer: Producer | None = None) -> None:
+        """Serve ``producer``'s callbacks (deliveries, error reports) until closed; the main
+        loop (no ``producer``) also serves the error reports of the admin and metadata
+        clients, so that a refusal reaches :class:`Refusals` while a call waits in them."""
+        main = producer is None
         if producer is None:  # (not `or`: a Producer with nothing queued is falsy)
             producer = self._producer
         while not self._closed:
             try:
                 producer.poll(0.1)
-            except (KafkaException, SystemError) as exc:  # a fatal producer error
+                if main:
+                    self._admin.poll(0)
+                    if self._meta_lock.acquire(blocking=False):  # never wait behind a call
+                        try:
+                            self._meta.poll(0)  # nothing assigned: error reports only
+                        finally:
+                            self._meta_lock.release()
+            except (KafkaException, SystemError, RuntimeError) as exc:  # a fatal producer error
+                if self._closed:  # (RuntimeError: a client closed under the loop)
+                    return
                 log.error("the producer of %s failed: %s", self.settings.bootstrap, exc)
                 time.sleep(0.1)
 
@@ -370,7 +457,7 @@ class KafkaLog(Log):
             [topic], operation_timeout=self.timeout, request_timeout=self.timeout
         )
         try:
-            futures[name].result()
+            self._patiently(f"creating topic {name!r}", futures[name].result)
         except KafkaException as exc:
             err = _error_of(exc)
             code = err.code() if err is not None else None
@@ -389,7 +476,10 @@ class KafkaLog(Log):
     def _await_leaders(self, name: str, partitions: int) -> None:
         deadline = time.monotonic() + self.timeout
         while True:
-            meta = self._admin.list_topics(topic=name, timeout=self.timeout)
+            try:
+                meta = self._metadata(name)
+            except KafkaException as exc:
+                raise self._failure(f"looking up topic {name!r}", exc) from None
             topic = meta.topics.get(name)
             if (
                 topic is not None
@@ -408,11 +498,12 @@ class KafkaLog(Log):
             return self._replication
         self._check_open()
         try:
-            meta = self._admin.list_topics(timeout=self.timeout)
+            meta = self._metadata()
             broker = ConfigResource(ResourceType.BROKER, str(next(iter(meta.brokers))))
-            entries = self._admin.describe_configs([broker], request_timeout=self.timeout)[
-                broker
-            ].result()
+            entries = self._patiently(
+                "reading the brokers' defaults",
+                self._admin.describe_configs([broker], request_timeout=self.timeout)[broker].result,
+            )
         except (KafkaException, StopIteration) as exc:
             raise LogUnavailableError(f"cannot read the brokers' defaults: {exc}") from None
         entry = entries.get("default.replication.factor")
@@ -423,7 +514,7 @@ class KafkaLog(Log):
         """Every topic except Kafka's internal ones (``__consumer_offsets``...), sorted."""
         self._check_open()
         try:
-            meta = self._admin.list_topics(timeout=self.timeout)
+            meta = self._metadata()
         except KafkaException as exc:
             raise self._failure("listing topics", exc) from None
         return sorted(t for t in meta.topics if not t.startswith("__"))
@@ -449,7 +540,7 @@ class KafkaLog(Log):
         deadline = time.monotonic() + _PROPAGATION_S
         while True:
             try:
-                meta = self._admin.list_topics(topic=topic, timeout=self.timeout)
+                meta = self._metadata(topic)
             except KafkaException as exc:
                 raise self._failure(f"looking up topic {topic!r}", exc) from None
             found = meta.topics.get(topic)
@@ -472,9 +563,12 @@ class KafkaLog(Log):
         deadline = time.monotonic() + _PROPAGATION_S
         while True:
             try:
-                entries = self._admin.describe_configs([resource], request_timeout=self.timeout)[
-                    resource
-                ].result()
+                entries = self._patiently(
+                    f"describing topic {topic!r}",
+                    self._admin.describe_configs([resource], request_timeout=self.timeout)[
+                        resource
+                    ].result,
+                )
                 return {
                     name: "" if e.value is None else str(e.value) for name, e in entries.items()
                 }
@@ -484,6 +578,16 @@ class KafkaLog(Log):
                 if not unknown or time.monotonic() > deadline:
                     raise self._failure(f"describing topic {topic!r}", exc) from None
                 time.sleep(0.05)
+
+    def _metadata(self, topic: str | None = None) -> Any:
+        """Fresh cluster metadata, of one topic or all (a ``ClusterMetadata``); raises
+        ``KafkaException`` as ``list_topics`` does, or a refusal (:meth:`_patiently`)."""
+        if topic is None:
+            return self._patiently("listing topics", lambda t: self._admin.list_topics(timeout=t))
+        return self._patiently(
+            f"looking up topic {topic!r}",
+            lambda t: self._admin.list_topics(topic=topic, timeout=t),
+        )
 
     def _partition(self, topic: str, partition: int) -> _TopicInfo:
         info = self._info(topic)
@@ -541,7 +645,7 @@ class KafkaLog(Log):
             if self._bulk is None:
                 config = self.settings.producer()
                 config["delivery.report.only.error"] = True
-                self._bulk = Producer(config)
+                self._bulk = open_client(Producer, config)
                 self._bulk_poller = threading.Thread(
                     target=self._poll_loop,
                     args=(self._bulk,),
@@ -557,10 +661,15 @@ class KafkaLog(Log):
         if refused:
             raise self._append_failure(topic, partition, refused[0][1])
         # librdkafka gives up at message.timeout.ms (= timeout); the margin is for the report.
-        if not delivery.done.wait(self.timeout + 5):
-            raise OperationTimeoutError(
-                f"append to {topic}[{partition}] not acknowledged within {self.timeout} s"
-            )
+        # Waited in slices, for a refusal the poll thread serves meanwhile (see .refusals).
+        deadline = time.monotonic() + self.timeout + 5
+        mark = self._refusals.mark()
+        while not delivery.done.wait(_WAIT_SLICE_S):
+            self._refusals.check(mark)
+            if time.monotonic() > deadline:
+                raise OperationTimeoutError(
+                    f"append to {topic}[{partition}] not acknowledged within {self.timeout} s"
+                )
         if delivery.error is not None:
             raise self._append_failure(topic, partition, delivery.error)
         first = delivery.firsts[(topic, partition)]
@@ -620,6 +729,7 @@ class KafkaLog(Log):
                 self.timeout,
                 self._bounds,
                 self._written,
+                self._refusals,
             )
             self._local.reader = reader
             with self._readers_lock:
@@ -652,10 +762,13 @@ class KafkaLog(Log):
         return self._reader().read(topic, partition, offset, max_records, max_bytes)
 
     def _bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        tp = TopicPartition(topic, partition)
         with self._meta_lock:
             try:
-                low, high = self._meta.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=self.timeout, cached=False
+                low, high = self._patiently(
+                    f"asking the offsets of {topic}[{partition}]",
+                    lambda t: self._meta.get_watermark_offsets(tp, timeout=t, cached=False),
+                    lambda: self._meta.poll(0),  # the poll thread cannot while this holds it
                 )
             except KafkaException as exc:
                 raise self._failure(f"asking the offsets of {topic}[{partition}]", exc) from None
@@ -698,7 +811,7 @@ class KafkaLog(Log):
         """Partitions without a leader, or with fewer in-sync replicas than replicas."""
         self._check_open()
         try:
-            meta = self._admin.list_topics(timeout=self.timeout)
+            meta = self._metadata()
         except KafkaException as exc:
             raise self._failure("listing topics", exc) from None
         problems = []
@@ -768,9 +881,16 @@ class KafkaLogWriter(LogWriter):
 
     def _open(self) -> Producer:
         owner = self._log
-        producer = Producer(owner.settings.transactional(self._id, owner.transaction_timeout_ms))
+        producer = open_client(
+            Producer, owner.settings.transactional(self._id, owner.transaction_timeout_ms)
+        )
         try:  # fences every earlier producer with this id; aborts its open transaction
-            producer.init_transactions(owner.timeout)
+            # (called again after a slice that timed out: librdkafka goes on where it was)
+            owner._patiently(
+                f"opening transactional writer {self._id!r}",
+                producer.init_transactions,
+                lambda: producer.poll(0),
+            )
         except KafkaException as exc:
             raise owner._failure(f"opening transactional writer {self._id!r}", exc) from None
         return producer
@@ -830,11 +950,15 @@ class KafkaLogWriter(LogWriter):
                     self._abort()
                     raise self._log._append_failure(topic, p, err)
             if phase:
-                producer.flush(self._log.timeout)  # every record of the phase stored, or failed
+                self._flush(producer)  # every record of the phase stored, or failed
             if firsts.error is not None:
                 break  # the commit raises the transaction's error (the first failed record's)
-        try:
-            producer.commit_transaction(self._log.timeout)
+        try:  # (called again after a slice that timed out: the commit goes on meanwhile)
+            self._log._patiently(
+                f"committing a transaction of writer {self._id!r}",
+                producer.commit_transaction,
+                lambda: producer.poll(0),
+            )
         except KafkaException as exc:  # the first record's fate, should the commit's hide it
             raise self._transaction_failure(exc, firsts.error) from None
         if firsts.error is not None:  # librdkafka committed after a failed record: cannot be
@@ -846,6 +970,18 @@ class KafkaLogWriter(LogWriter):
             self._log._wrote(topic, p, offsets[(topic, p)] + len(rows))
         self._await_visible({tp: offsets[tp] + len(rows) for tp, rows in batches.items()})
         return offsets
+
+    def _flush(self, producer: Producer) -> None:
+        """Wait until every queued record is stored or failed (up to the log's timeout), in
+        slices: a flush serves the producer's callbacks, refusal reports included, and stops
+        at the first (:class:`~kafkakv.errors.LogAuthenticationError`)."""
+        refusals = self._log._refusals
+        mark = refusals.mark()
+        deadline = time.monotonic() + self._log.timeout
+        while producer.flush(min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))):
+            refusals.check(mark)
+            if time.monotonic() >= deadline:
+                return  # the commit reports the records not stored
 
     def _await_visible(self, ends: Mapping[TP, int]) -> None:
         """Return once every partition's last stable offset reaches ``ends``.

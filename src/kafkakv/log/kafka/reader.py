@@ -7,7 +7,9 @@ keeps, per partition, the records the consumer delivered that nobody has read ye
 the offset where the previous one stopped costs no seek; a read elsewhere seeks. The consumer
 reports the end of a partition (``enable.partition.eof``) at the offset after the last record it
 may see, past transaction markers; that is how a read knows it has reached the end and how
-far a reader may step over offsets that hold nothing.
+far a reader may step over offsets that hold nothing. A read or wait stops at the first report
+that the brokers refuse the client (:mod:`kafkakv.log.kafka.refusals`), which the consumer's
+polls serve.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from kafkakv.errors import LogError, OffsetOutOfRangeError, OperationTimeoutError
 from kafkakv.log.base import Batch, Record
-from kafkakv.log.kafka.settings import ClientConfig
+from kafkakv.log.kafka.refusals import Refusals
+from kafkakv.log.kafka.settings import ClientConfig, open_client
 
 __all__ = ["Reader"]
 
@@ -83,8 +86,10 @@ class Reader:
         timeout: float,
         bounds: Bounds,
         written: Mapping[tuple[str, int], int] | None = None,
+        refusals: Refusals | None = None,
     ) -> None:
-        self.consumer = Consumer(config)
+        self.consumer = open_client(Consumer, config)
+        self._refusals = refusals if refusals is not None else Refusals("")
         self.timeout = timeout
         self._bounds = bounds
         # How far this process's own appends reach, per partition: a read below that is not
@@ -223,9 +228,11 @@ class Reader:
         self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> Batch:
         self._calls += 1
+        mark = self._refusals.mark()
         part = self._position(topic, partition, offset)
         deadline = time.monotonic() + self.timeout
         while True:
+            self._refusals.check(mark)
             if part.failure is not None:
                 failure, part.failure = part.failure, None
                 del self._parts[(topic, partition)]
@@ -292,9 +299,11 @@ class Reader:
         self, positions: dict[tuple[str, int], int], timeout: float | None
     ) -> set[tuple[str, int]]:
         self._calls += 1
+        mark = self._refusals.mark()
         parts = {tp: self._position(tp[0], tp[1], offset) for tp, offset in positions.items()}
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            self._refusals.check(mark)
             ready = {
                 tp
                 for tp, part in parts.items()

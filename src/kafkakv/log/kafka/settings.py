@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException
 
 from kafkakv.errors import ConfigError
 
@@ -26,10 +28,13 @@ _LIBRDKAFKA_LOG = logging.getLogger("kafkakv.librdkafka")
 # matters itself. Its lines reach the application's handlers only if it configured logging.
 _LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 
-__all__ = ["ClientConfig", "ClientSettings", "parse_kafka_url"]
+__all__ = ["ClientConfig", "ClientSettings", "open_client", "parse_kafka_url"]
 
 ClientConfig = dict[str, Any]
 """A librdkafka configuration as confluent-kafka's clients take it."""
+
+ErrorCallback = Callable[[KafkaError], None]
+_Client = TypeVar("_Client")
 
 _REQUIRED: dict[str, tuple[str, set[str]]] = {
     # name: (value kafkakv uses, spellings of it that a caller may also give)
@@ -77,7 +82,13 @@ def parse_kafka_url(url: str) -> tuple[str, dict[str, str]]:
 class ClientSettings:
     """The settings of each kind of client a :class:`~kafkakv.log.kafka.KafkaLog` makes."""
 
-    def __init__(self, bootstrap: str, config: Mapping[str, Any] | None, timeout: float) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        config: Mapping[str, Any] | None,
+        timeout: float,
+        error_cb: ErrorCallback | None = None,
+    ) -> None:
         common: ClientConfig = {"bootstrap.servers": bootstrap, "client.id": "kafkakv"}
         for name, value in (config or {}).items():
             text = _as_text(name, value)
@@ -96,11 +107,15 @@ class ClientSettings:
         self.bootstrap = bootstrap
         self.timeout = float(timeout)
         self.common = common
+        self.error_cb = error_cb
+        """Given to every client as librdkafka's ``error_cb`` (see :mod:`.refusals`)."""
 
     def _only(self, prefixes: tuple[str, ...]) -> ClientConfig:
         # Settings meant for one client kind only would make librdkafka warn on the others.
         out: ClientConfig = {k: v for k, v in self.common.items() if not k.startswith(prefixes)}
         out["logger"] = _LIBRDKAFKA_LOG  # librdkafka's messages go to logging, not stderr
+        if self.error_cb is not None:
+            out["error_cb"] = self.error_cb
         return out
 
     def producer(self) -> ClientConfig:
@@ -147,6 +162,22 @@ class ClientSettings:
 
     def admin(self) -> ClientConfig:
         return self._only(_PRODUCER_ONLY + _CONSUMER_ONLY)
+
+
+def open_client(kind: Callable[[ClientConfig], _Client], config: ClientConfig) -> _Client:
+    """``kind(config)``: a librdkafka client (``Producer``, ``Consumer``, ``AdminClient``).
+
+    Creating one connects to nothing, but librdkafka checks every setting: an unknown name, a
+    value it cannot parse or a file it cannot read (``ssl.ca.location``) raises
+    :class:`~kafkakv.errors.ConfigError` with librdkafka's words, which name the setting.
+    """
+    try:
+        return kind(config)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError._INVALID_ARG:
+            raise ConfigError(f"librdkafka refused the Kafka settings: {err.str()}") from exc
+        raise
 
 
 def _as_text(name: str, value: Any) -> str:
