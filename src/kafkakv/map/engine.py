@@ -59,6 +59,7 @@ from kafkakv.errors import (
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Log, LogWriter, Record, records_of
 from kafkakv.log.partitioner import partition_for
+from kafkakv.map import metrics
 from kafkakv.map.ops import KEEP, Keep, OpCode, decide, decode_op, encode_op
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics
@@ -232,6 +233,18 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
 
 
+class _ErrorLog(collections.deque[ApplyError]):
+    """The latest 1000 records noted as errors, and how many were noted in all."""
+
+    def __init__(self) -> None:
+        super().__init__(maxlen=1000)
+        self.total = 0
+
+    def append(self, error: ApplyError) -> None:
+        self.total += 1
+        super().append(error)
+
+
 class _Slots:
     """At most ``limit`` async updates unapplied. Taking and giving are counters (``next`` on
     an itertools.count is atomic under the GIL); only a caller over the limit takes a lock and
@@ -312,7 +325,7 @@ class ReplicaEngine:
         self._events: collections.deque[tuple[Callable[[Any, Any], None], Any, Any]] = (
             collections.deque()
         )
-        self.errors: collections.deque[ApplyError] = collections.deque(maxlen=1000)
+        self.errors = _ErrorLog()
         self._slots = _Slots(settings.max_in_flight)
         self._sender_idle = False
         # Async updates waiting for the sender: (partition, ops record).
@@ -340,6 +353,7 @@ class ReplicaEngine:
         deadline = time.monotonic() + self.settings.timeout * max(1, len(self.held))
         for p in self.held:
             self._bootstrap(p, deadline)
+        metrics.track(self)
         for target, name in (
             (self._follow, "follower"),
             (self._send_loop, "sender"),
@@ -364,6 +378,7 @@ class ReplicaEngine:
         if self._closed or self._disowned:
             return 0
         self._closed = True
+        metrics.forget(self)
         limit = self.settings.timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, limit)
         if self._failure is None and self._threads:
@@ -491,6 +506,10 @@ class ReplicaEngine:
         if self.partition_count == 1:
             return 0
         return partition_for(record_key, self.partition_count)
+
+    def pending_updates(self) -> list[OpFuture]:
+        """This replica's updates not resolved yet (a snapshot)."""
+        return list(self._pending.values())
 
     def positions(self) -> dict[int, Positions]:
         with self._lock:
