@@ -14,6 +14,7 @@ import atexit
 import inspect
 import logging
 import os
+import re
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -30,10 +31,10 @@ from kafkakv.log.embedded import EmbeddedLog
 from kafkakv.map.engine import MapState, ReplicaEngine
 from kafkakv.map.replica import ReplicaMap, SortedReplicaMap
 from kafkakv.map.settings import MapSettings
-from kafkakv.map.topics import MapTopics, ensure_topics
+from kafkakv.map.topics import MapTopics, check_topics, create_topics
 from kafkakv.store import OrderedStore, Store, open_store
 
-__all__ = ["Database", "connect"]
+__all__ = ["Database", "check_target", "connect"]
 
 
 def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Database:
@@ -46,19 +47,49 @@ def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Databas
       ``log_options`` go to :class:`~kafkakv.log.kafka.KafkaLog` (``config`` for more
       settings, ``timeout``, ``replication_factor``...);
     - a :class:`~kafkakv.log.Log` you opened yourself (not closed by :meth:`Database.close`).
+
+    Raises :class:`~kafkakv.errors.ConfigError` for a target :func:`check_target` refuses.
     """
     if isinstance(target, Log):
         if log_options:
             raise ConfigError("log options apply only when kafkakv opens the log itself")
         return Database(target, owns_log=False)
     text = os.fspath(target)
+    check_target(text)
     if text.startswith("kafka://"):
         return Database(_kafka_log(text, log_options), owns_log=True)
+    return Database(_construct(EmbeddedLog, text, **log_options), owns_log=True)
+
+
+_BROKER = re.compile(r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
+"""``host:port``, ``1.2.3.4:port`` or ``[::1]:port``: how a Kafka broker address looks."""
+
+
+def check_target(text: str) -> None:
+    """Refuse a target :func:`connect` would misread, before anything is opened or created.
+
+    A URL other than ``kafka://...``, and a bare broker list (``host:port[,host:port...]``)
+    that is not an existing path: it would silently become a new log directory of that name,
+    so the message suggests ``kafka://`` (``./host:9092`` still names a directory).
+
+    >>> check_target("127.0.0.1:9092")
+    Traceback (most recent call last):
+    kafkakv.errors.ConfigError: '127.0.0.1:9092' looks like a Kafka broker address, not a log directory: did you mean kafka://127.0.0.1:9092? (For a directory of that name, write ./127.0.0.1:9092)
+    >>> check_target("kafka://127.0.0.1:9092"), check_target("/var/lib/log")
+    (None, None)
+    """
+    if text.startswith("kafka://"):
+        return
     if "://" in text:
         raise ConfigError(
             f"unsupported target {text!r}: give a directory (embedded log) or kafka://host:port"
         )
-    return Database(_construct(EmbeddedLog, text, **log_options), owns_log=True)
+    brokers = text.split(",")
+    if all(_BROKER.fullmatch(b) for b in brokers) and not os.path.exists(text):
+        raise ConfigError(
+            f"{text!r} looks like a Kafka broker address, not a log directory: did you mean "
+            f"kafka://{text}? (For a directory of that name, write ./{text})"
+        )
 
 
 def _kafka_log(url: str, options: dict[str, Any]) -> Log:
@@ -136,8 +167,15 @@ class Database(Closeable):
         timeout: float = 30.0,
         max_in_flight: int = 10_000,
         topics: str | None = None,
+        create: bool = True,
     ) -> ReplicaMap[Any, Any]:
         """Open a replica of map ``name``, creating its topics if needed, and load it.
+
+        Every option and every existing topic is checked before any topic is created, so a
+        refusal leaves nothing behind. ``create=False`` opens only a map whose topics exist.
+        An existing data topic that holds records is opened only with its ops topic: one that
+        another program wrote is adopted with ``kafkakv init-existing`` (which checks where its
+        records sit), never by opening it.
 
         ``partitions``: for new topics (default 1); checked against existing ones.
         ``store``: ``"dict"``, ``"sorted"``, ``"lmdb"`` (with ``store_path``, survives
@@ -149,7 +187,9 @@ class Database(Closeable):
         Returns a :class:`SortedReplicaMap` when the store is ordered. Costs the bootstrap:
         reading the data topic and the ops after the last flush (or, for a persistent store,
         only the ops it has not applied). Raises
-        :class:`~kafkakv.errors.TopicMismatchError` for existing topics with wrong settings,
+        :class:`~kafkakv.errors.TopicMismatchError` for existing topics with wrong settings or
+        partition counts, topics of another map, or a data topic with records and no ops topic;
+        :class:`~kafkakv.errors.UnknownMapError` with ``create=False`` when a topic is missing;
         :class:`~kafkakv.errors.ConfigError` for bad options.
         """
         settings = MapSettings(
@@ -160,7 +200,9 @@ class Database(Closeable):
             barriers=barriers,
         )
         spec = _MapSpec(name, key_codec, value_codec, store, store_path)
-        maps = self._open(topics or name, [spec], partitions, shard, settings, shared=bool(topics))
+        maps = self._open(
+            topics or name, [spec], partitions, shard, settings, shared=bool(topics), create=create
+        )
         return maps[0]
 
     def sorted_map(self, name: str, **options: Any) -> SortedReplicaMap[Any, Any]:
@@ -182,11 +224,13 @@ class Database(Closeable):
         *,
         partitions: int | None = None,
         shard: Iterable[int] | None = None,
+        create: bool = True,
         **options: Any,
     ) -> dict[str, ReplicaMap[Any, Any]]:
         """Open several maps that share the topics ``topics`` in one replica (one follower,
         one flusher). Key/value codec and store options apply to each map; ``store_path`` is
-        a directory holding one store per map."""
+        a directory holding one store per map. ``create`` and what is checked: see
+        :meth:`map`."""
         settings = MapSettings(**{k: options.pop(k) for k in list(options) if k in _SETTING_NAMES})
         path = options.pop("store_path", None)
         specs = [
@@ -202,7 +246,7 @@ class Database(Closeable):
         unknown = set(options) - {"key_codec", "value_codec", "store"}
         if unknown:
             raise ConfigError(f"unknown map options: {', '.join(sorted(unknown))}")
-        opened = self._open(topics, specs, partitions, shard, settings, shared=True)
+        opened = self._open(topics, specs, partitions, shard, settings, shared=True, create=create)
         return {m.name: m for m in opened}
 
     def _open(
@@ -214,17 +258,18 @@ class Database(Closeable):
         settings: MapSettings,
         *,
         shared: bool,
+        create: bool,
     ) -> list[ReplicaMap[Any, Any]]:
         self._check_open()
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ConfigError(f"map names repeat: {names}")
         topics = MapTopics.for_name(base)
-        count = ensure_topics(self.log, topics, partitions)
-        held = sorted(set(range(count) if shard is None else shard))
-        bad = [p for p in held if not isinstance(p, int) or not 0 <= p < count]
-        if bad or not held:
-            raise ConfigError(f"shard must name partitions of 0..{count - 1}, not {bad or held}")
+        plan = check_topics(self.log, topics, partitions, create=create)
+        held = _held_partitions(shard, plan.partitions)
+        count = create_topics(self.log, plan)  # only now: a refusal above leaves nothing behind
+        if count != plan.partitions:  # another process created a topic meanwhile
+            held = _held_partitions(shard, count)
         states = [spec.state(shared) for spec in specs]
         max_bytes = int(self.log.topic_config(topics.ops)["max.message.bytes"])
         engine = ReplicaEngine(self.log, topics, count, held, states, settings, max_bytes)
@@ -375,6 +420,14 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_close_at_exit)
 
 
+def _held_partitions(shard: Iterable[int] | None, count: int) -> list[int]:
+    held = sorted(set(range(count) if shard is None else shard))
+    bad = [p for p in held if not isinstance(p, int) or not 0 <= p < count]
+    if bad or not held:
+        raise ConfigError(f"shard must name partitions of 0..{count - 1}, not {bad or held}")
+    return held
+
+
 _SETTING_NAMES = {"flush_period", "timeout", "max_in_flight", "consistency", "barriers"}
 
 
@@ -408,6 +461,7 @@ class _MapSpec:
         self.values = codec_for(value_codec)
         self.store = store
         self.store_path = store_path
+        _validate_store(store, store_path)  # before any topic is created
         if store == "sorted":
             _require_ordered_keys(self.keys)  # before anything is opened
 
@@ -420,3 +474,18 @@ class _MapSpec:
         name = self.name.encode()
         prefix = bytes([len(name)]) + name if shared else b""
         return MapState(self.name, prefix, self.keys, self.values, store)
+
+
+def _validate_store(store: str | Store, path: str | os.PathLike[str] | None) -> None:
+    """What :func:`~kafkakv.store.open_store` would refuse, checked without opening it."""
+    if isinstance(store, Store):
+        if path is not None:
+            raise ConfigError("store_path applies to a store opened by name, not a Store object")
+    elif store in ("dict", "sorted"):
+        if path is not None:
+            raise ConfigError(f"the {store!r} store is in memory: it takes no store_path")
+    elif store == "lmdb":
+        if path is None:
+            raise ConfigError("the 'lmdb' store needs store_path (a directory)")
+    else:
+        raise ConfigError(f"unknown store {store!r}: use 'dict', 'sorted', 'lmdb' or a Store")

@@ -10,31 +10,60 @@ The ops and flush topics must never lose records by age (``retention.ms=-1``): a
 starts after a quiet week still needs every op after the last flush. Their size retention is a
 safety net sized from the flush period (see docs/maps.md). The data topic must be compacted and
 only compacted: deleting old data by age would lose keys nobody updated lately.
+
+Opening a map checks before it creates: :func:`check_topics` reads what exists and refuses
+(creating nothing) when an existing topic has a wrong setting or partition count, belongs to
+another map, or is a data topic that holds records but has no ops topic (written by another
+program: only :func:`adopt_existing` checks where its records sit and adopts it). Only then
+does :func:`create_topics` create the missing topics.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from kafkakv.errors import ConfigError, TopicExistsError, TopicMismatchError
+from kafkakv.errors import ConfigError, TopicExistsError, TopicMismatchError, UnknownMapError
 from kafkakv.log.base import Log
 from kafkakv.log.config import validate_topic_name
 from kafkakv.log.partitioner import partition_for
 
-__all__ = ["AdoptReport", "MapTopics", "adopt_existing", "ensure_topics"]
+__all__ = [
+    "AdoptReport",
+    "MapTopics",
+    "TopicPlan",
+    "adopt_existing",
+    "check_topics",
+    "create_topics",
+    "ensure_topics",
+    "min_insync_replicas",
+]
 
 _SAFE = {"unclean.leader.election.enable": "false"}
 _NO_AGE = {"cleanup.policy": "delete", "retention.ms": "-1", "file.delete.delay.ms": "7200000"}
 
-#: (setting, required value) pairs checked on existing topics; anything else may differ.
+#: (setting, required value) pairs checked on existing topics; anything else may differ
+#: (``min.insync.replicas`` is checked as a minimum: see :func:`min_insync_replicas`).
 _REQUIRED_DATA = {"cleanup.policy": "compact", "unclean.leader.election.enable": "false"}
 _REQUIRED_LOG = {
     "cleanup.policy": "delete",
     "retention.ms": "-1",
     "unclean.leader.election.enable": "false",
 }
+
+_ROLES = (("_ops", "ops"), ("_flush", "flush"))
+
+
+def min_insync_replicas(replication: int) -> int:
+    """The ``min.insync.replicas`` a map's topics need when topics get ``replication`` copies:
+    2 from three copies on (an acknowledged update survives the loss of any one broker, and
+    one broker down stops no writes), else 1 (with one or two copies, 2 would stop every
+    write while one broker is down).
+
+    >>> min_insync_replicas(1), min_insync_replicas(2), min_insync_replicas(3)
+    (1, 1, 2)
+    """
+    return 2 if replication >= 3 else 1
 
 
 @dataclass(frozen=True)
@@ -52,15 +81,17 @@ class MapTopics:
         validate_topic_name(topics.flush)
         return topics
 
+    @property
+    def names(self) -> tuple[str, str, str]:
+        """``(data, ops, flush)``."""
+        return (self.data, self.ops, self.flush)
+
     def settings(
         self, replication: int = 1, ops_retention_bytes: int = 2 << 30
     ) -> dict[str, dict[str, str]]:
-        """Kafka topic configs to create the three topics with, for ``replication`` copies.
-
-        ``min.insync.replicas`` is 2 from three copies on (an acknowledged update survives
-        the loss of any one broker, and one broker down stops no writes), else 1.
-        """
-        safe = {**_SAFE, "min.insync.replicas": "2" if replication >= 3 else "1"}
+        """Kafka topic configs to create the three topics with, for ``replication`` copies
+        (``min.insync.replicas`` from :func:`min_insync_replicas`)."""
+        safe = {**_SAFE, "min.insync.replicas": str(min_insync_replicas(replication))}
         return {
             self.data: {**safe, "cleanup.policy": "compact", "min.compaction.lag.ms": "0"},
             self.ops: {**safe, **_NO_AGE, "retention.bytes": str(ops_retention_bytes)},
@@ -68,61 +99,187 @@ class MapTopics:
         }
 
 
+@dataclass(frozen=True)
+class TopicPlan:
+    """What :func:`check_topics` found sound: the partition count the map's topics have (or
+    will be created with), the topics still to create, the count asked for, and whether
+    :func:`adopt_existing` checked the data topic's records itself."""
+
+    topics: MapTopics
+    partitions: int
+    missing: tuple[str, ...]
+    requested: int | None = None
+    adopting: bool = False
+
+
 def ensure_topics(
     log: Log,
     topics: MapTopics,
     partitions: int | None,
     settings: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    create: bool = True,
 ) -> int:
-    """Create the map's topics, or verify the existing ones; return the partition count.
+    """Verify the map's existing topics, then create the missing ones; return the partition
+    count. :func:`check_topics` then :func:`create_topics`: a refusal creates nothing."""
+    return create_topics(log, check_topics(log, topics, partitions, create=create), settings)
 
-    ``partitions=None`` takes the existing count (1 when creating). Raises
-    :class:`~kafkakv.errors.TopicMismatchError` naming the topic and setting that is wrong, or
-    when the three topics disagree on their partition count, or the count differs from
-    ``partitions``. Cost: one metadata round trip per topic.
+
+def check_topics(
+    log: Log, topics: MapTopics, partitions: int | None, *, create: bool = True
+) -> TopicPlan:
+    """Check everything about the map's topics that can be checked before creating any.
+
+    ``partitions=None`` takes the existing count (1 when none exists). Raises
+    :class:`~kafkakv.errors.ConfigError` for a bad ``partitions``;
+    :class:`~kafkakv.errors.UnknownMapError` when ``create`` is false and a topic is missing;
+    :class:`~kafkakv.errors.TopicMismatchError` when an existing topic has a wrong setting (a
+    ``min.insync.replicas`` below :func:`min_insync_replicas` of the copies the log gives its
+    topics included), belongs to another map, when the existing topics disagree on their
+    partition count or differ from ``partitions``, or when the data topic holds records but
+    the ops topic does not exist (see :func:`adopt_existing`). Creates nothing. Cost: one
+    metadata round trip per existing topic, and two offset look-ups per partition of a data
+    topic that has no ops topic.
     """
-    if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
-        raise ConfigError(f"partitions must be a positive int, not {partitions!r}")
-    existing = set(log.topics())
-    missing = {topics.data, topics.ops, topics.flush} - existing
-    wanted = settings or (topics.settings(log.new_topic_replication()) if missing else {})
-    for name in (topics.data, topics.ops, topics.flush):
-        if name not in existing:
-            count = partitions or _existing_count(log, topics, existing) or 1
-            # Another process may create it meanwhile; it is verified below either way.
-            with contextlib.suppress(TopicExistsError):
-                log.create_topic(name, count, wanted[name])
-    counts = {name: log.partitions(name) for name in (topics.data, topics.ops, topics.flush)}
-    if len(set(counts.values())) != 1:
-        detail = ", ".join(f"{n}={c}" for n, c in counts.items())
-        raise TopicMismatchError(f"a map's topics must have equal partition counts: {detail}")
-    count = counts[topics.data]
-    if partitions is not None and partitions != count:
-        raise TopicMismatchError(
-            f"map topics {topics.data!r} exist with {count} partitions, not {partitions}"
-        )
-    _verify(log, topics.data, _REQUIRED_DATA)
-    _verify(log, topics.ops, _REQUIRED_LOG)
-    _verify(log, topics.flush, _REQUIRED_LOG)
+    return _check(log, topics, partitions, create=create, adopting=False)
+
+
+def create_topics(
+    log: Log, plan: TopicPlan, settings: Mapping[str, Mapping[str, str]] | None = None
+) -> int:
+    """Create the topics ``plan`` lists as missing (``settings``: configs by topic name,
+    default :meth:`MapTopics.settings`); return the partition count.
+
+    A topic that exists after all (another process created it meanwhile, or a Kafka broker
+    listed it late) is checked as :func:`check_topics` checks existing ones before the next
+    is created, raising :class:`~kafkakv.errors.TopicMismatchError` when it is not sound.
+    Cost: one create request per missing topic.
+    """
+    topics, count = plan.topics, plan.partitions
+    if not plan.missing:
+        return count
+    wanted = settings or topics.settings(log.new_topic_replication())
+    done = [n for n in topics.names if n not in plan.missing]
+    for name in plan.missing:
+        try:
+            log.create_topic(name, count, wanted[name])
+        except TopicExistsError:
+            count = _check_counts(log, topics, [*done, name], plan.requested) or count
+            _verify(log, topics, name, {*log.topics(), name})
+            if name == topics.data and topics.ops in plan.missing and not plan.adopting:
+                _refuse_foreign_data(log, topics, count)
+        done.append(name)
     return count
 
 
-def _existing_count(log: Log, topics: MapTopics, existing: set[str]) -> int | None:
-    for name in (topics.data, topics.ops, topics.flush):
-        if name in existing:
-            return log.partitions(name)
+def _check(
+    log: Log, topics: MapTopics, partitions: int | None, *, create: bool, adopting: bool
+) -> TopicPlan:
+    if partitions is not None and (
+        not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
+    ):
+        raise ConfigError(f"partitions must be a positive int, not {partitions!r}")
+    existing = set(log.topics())
+    present = [n for n in topics.names if n in existing]
+    missing = tuple(n for n in topics.names if n not in existing)
+    count = _check_counts(log, topics, present, partitions) or partitions or 1
+    for name in present:
+        _verify(log, topics, name, existing)
+    if missing and not create:
+        raise UnknownMapError(_unknown_map(topics, missing))
+    if not adopting and topics.data in existing and topics.ops not in existing:
+        _refuse_foreign_data(log, topics, count)
+    return TopicPlan(topics, count, missing, partitions, adopting)
+
+
+def _check_counts(
+    log: Log, topics: MapTopics, present: list[str], partitions: int | None
+) -> int | None:
+    """The partition count the present topics share (None: none present)."""
+    counts = {name: log.partitions(name) for name in present}
+    if len(set(counts.values())) > 1:
+        detail = ", ".join(f"{n}={c}" for n, c in counts.items())
+        raise TopicMismatchError(f"a map's topics must have equal partition counts: {detail}")
+    if not counts:
+        return None
+    count = next(iter(counts.values()))
+    if partitions is not None and partitions != count:
+        raise TopicMismatchError(
+            f"map topics of {topics.data!r} exist with {count} partitions, not {partitions}; "
+            "nothing was created"
+        )
+    return count
+
+
+def _unknown_map(topics: MapTopics, missing: tuple[str, ...]) -> str:
+    if len(missing) == 3:
+        return f"there is no map {topics.data!r} (no topic {topics.data!r}); nothing was created"
+    text = (
+        f"map {topics.data!r} is incomplete: topic(s) {', '.join(map(repr, missing))} do not "
+        "exist; nothing was created"
+    )
+    if topics.ops in missing and topics.data not in missing:
+        text += f"; to make the existing topic {topics.data!r} a map, see kafkakv init-existing"
+    return text
+
+
+def _refuse_foreign_data(log: Log, topics: MapTopics, count: int) -> None:
+    """A data topic with records and no ops topic was not written by this map: refuse it.
+
+    Either another program wrote it (its records may sit where murmur2 would not put them,
+    and a replica that loads one key from two partitions diverges from the writer), or it was
+    a map's data topic whose ops topic is gone (its flush points cover ops offsets that a new
+    ops topic would reuse, and replicas would skip those updates)."""
+    data = topics.data
+    holding = [p for p in range(count) if log.end_offset(data, p) > log.start_offset(data, p)]
+    if holding:
+        raise TopicMismatchError(
+            f"topic {topics.data!r} holds records (partitions {holding}) but there is no ops "
+            f"topic {topics.ops!r}: it was not written by this map. To adopt a topic another "
+            f"program wrote, check and adopt it with `kafkakv init-existing {topics.data}` "
+            "(kafkakv.map.topics.adopt_existing); else choose another map name. Nothing was "
+            "created"
+        )
+
+
+def _owner(topics: MapTopics, topic: str, existing: set[str]) -> str | None:
+    """Which other map ``topic`` belongs to, judged by the topics around it (a data topic
+    ``X_ops`` or ``X_flush`` next to a topic ``X``; an ops topic next to its own ops topic)."""
+    for suffix, role in _ROLES:
+        base = topic.removesuffix(suffix)
+        if base not in (topic, topics.data) and base in existing:
+            return f"it is the {role} topic of map {base!r}"
+    if topic != topics.data and f"{topic}_ops" in existing:
+        return f"it is the data topic of map {topic!r}"
     return None
 
 
-def _verify(log: Log, topic: str, required: Mapping[str, str]) -> None:
+def _verify(log: Log, topics: MapTopics, topic: str, existing: set[str]) -> None:
     config = log.topic_config(topic)
+    required = _REQUIRED_DATA if topic == topics.data else _REQUIRED_LOG
     for key, value in required.items():
         actual = config.get(key)
         if actual != value:
+            owner = _owner(topics, topic, existing) if key == "cleanup.policy" else None
+            if owner is not None:
+                raise TopicMismatchError(
+                    f"map {topics.data!r} cannot use topic {topic!r}: {owner} "
+                    f"({key}={actual}); choose another map name. Nothing was created"
+                )
             raise TopicMismatchError(
                 f"topic {topic!r} has {key}={actual}, a map needs {key}={value}; "
                 f"fix it with your admin tools or use another map name"
             )
+    replication = log.new_topic_replication()
+    needed = min_insync_replicas(replication)
+    actual_isr = config.get("min.insync.replicas", "1")  # Kafka's default when not reported
+    if not actual_isr.isdigit() or int(actual_isr) < needed:
+        raise TopicMismatchError(
+            f"topic {topic!r} has min.insync.replicas={actual_isr}, a map needs at least "
+            f"{needed} where topics get {replication} copies (with fewer, an "
+            "acknowledged update is lost when its leader dies); fix it with your admin tools "
+            "(kafka-configs --alter --add-config min.insync.replicas=...)"
+        )
 
 
 def adopt_existing(
@@ -140,9 +297,12 @@ def adopt_existing(
       holds no record (a map with history cannot adopt data);
     - every record sits in the partition the map would put its key in (Kafka's Java
       partitioner, murmur2); a topic written with another partitioner (librdkafka's default
-      is CRC32) would leave a key in two partitions once the map updates it.
+      is CRC32) would leave a key in two partitions once the map updates it;
+    - no record is a map's flush point: a topic that was a map's data topic, whose ops topic
+      is gone, records ops offsets as flushed that a new ops topic would start over at.
 
-    Then it creates the missing ops and flush topics. Reading every record costs one pass over
+    Then it checks the rest as :func:`check_topics` does and creates the missing ops and flush
+    topics. Reading every record costs one pass over
     the data topic; ``progress(n)`` is called with the number of records checked so far. A
     map opened afterwards loads every committed record of the data topic.
     """
@@ -170,6 +330,13 @@ def adopt_existing(
                 "used these topics, and adopting data now would mix two histories"
             )
     report = _check_partitioning(log, topics.data, count, progress)
+    if report.flush_points:
+        raise TopicMismatchError(
+            f"topic {topics.data!r} holds {report.flush_points} flush points of a map: it was a "
+            f"map's data topic and its ops topic is gone. A new ops topic starts again at offset "
+            "0, below what the flush points say was applied, so replicas would skip updates; "
+            "copy its keys into a new topic instead"
+        )
     if report.misplaced:
         key, found, wanted = report.misplaced[0]
         raise TopicMismatchError(
@@ -177,23 +344,27 @@ def adopt_existing(
             f"map would use (first: key {key!r} in partition {found}, murmur2 says {wanted}); "
             "write the topic with Kafka's default (murmur2) partitioner, or repartition it"
         )
-    ensure_topics(log, topics, count)
+    create_topics(log, _check(log, topics, count, create=True, adopting=True))
     return report
 
 
 @dataclass
 class AdoptReport:
-    """What :func:`adopt_existing` read: records per partition, and misplaced keys (the
-    first 100 as ``(key, partition found, partition wanted)``, and how many in all)."""
+    """What :func:`adopt_existing` read: records per partition, misplaced keys (the first 100
+    as ``(key, partition found, partition wanted)``, and how many in all), and the number of
+    map flush-point records."""
 
     records: dict[int, int]
     misplaced: list[tuple[bytes | None, int, int]]
     misplaced_count: int = 0
+    flush_points: int = 0
 
 
 def _check_partitioning(
     log: Log, topic: str, count: int, progress: Callable[[int], None] | None
 ) -> AdoptReport:
+    from kafkakv.map.engine import FLUSH_POINT_KEY  # here: the engine imports this module
+
     report = AdoptReport({}, [])
     seen = 0
     for p in range(count):
@@ -204,6 +375,9 @@ def _check_partitioning(
                 break
             for record in batch.records:
                 key = record.key
+                if key == FLUSH_POINT_KEY:
+                    report.flush_points += 1
+                    continue
                 wanted = partition_for(key, count) if key is not None else p
                 if wanted != p:
                     report.misplaced_count += 1
