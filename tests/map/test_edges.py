@@ -26,7 +26,13 @@ from test import mapping_tests
 import kafkakv
 from kafkakv import functions
 from kafkakv.codecs import PickleCodec
-from kafkakv.errors import ClosedError, DecodeError, PartitionStalledError
+from kafkakv.errors import (
+    ClosedError,
+    ConfigError,
+    DecodeError,
+    EncodeError,
+    PartitionStalledError,
+)
 from kafkakv.log.base import Record
 from kafkakv.log.partitioner import partition_for
 from kafkakv.map.ops import OpCode, encode_op
@@ -350,3 +356,20 @@ def test_the_cpython_mapping_protocol_suite_passes(target: str, tmp_path: Path) 
     db.close()
     problems = [f"{t}: {e}" for t, e in result.failures + result.errors]
     assert result.testsRun > 5 and problems == []
+
+
+# -- errors that arrived raw -----------------------------------------------------------------
+def test_an_unknown_connect_option_is_a_config_error_naming_the_options(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="fsync") as raised:
+        kafkakv.connect(str(tmp_path / "log"), fsnyc="always")
+    assert "fsnyc" in str(raised.value) and not (tmp_path / "log").exists()
+
+
+def test_nested_nan_is_refused_before_anything_is_appended(open_map: OpenMap) -> None:
+    m = open_map()
+    end = m.applied_offsets()
+    for value in ([float("nan")], {"x": 1e309}):
+        with pytest.raises(EncodeError, match="NaN"):
+            m["k"] = value
+    m.sync()
+    assert m.applied_offsets() == end and "k" not in m
