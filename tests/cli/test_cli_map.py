@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 
 import kafkakv
 from kafkakv.cli.main import main
+from kafkakv.log import Record
 
 
 @pytest.fixture
@@ -216,6 +217,46 @@ def test_read_commands_do_not_create_a_missing_log(tmp_path: Path, name: str) ->
     assert not missing.exists()
 
 
+def test_read_commands_do_not_create_a_missing_map(log_dir: Path, name: str) -> None:
+    ok(cli(log_dir, "put", "other", "k", "1"))
+    before = sorted(os.listdir(log_dir / "topics"))
+    reads = (["get", name, "k"], ["del", name, "k"], ["dump", name], ["dump", name, "--count"])
+    for args in (*reads, ["watch", name, "--timeout", "0.1"]):
+        assert_clean_error(cli(log_dir, *args), f"there is no map {name!r}")
+    assert sorted(os.listdir(log_dir / "topics")) == before
+
+
+def test_put_refuses_a_name_on_another_maps_topic_and_creates_nothing(
+    log_dir: Path, name: str
+) -> None:
+    ok(cli(log_dir, "put", name, "k", "1"))
+    assert_clean_error(cli(log_dir, "put", f"{name}_ops", "x", "1"), f"ops topic of map {name!r}")
+    topics = set(os.listdir(log_dir / "topics"))
+    assert topics == {name, f"{name}_ops", f"{name}_flush"}
+
+
+def test_put_refuses_a_topic_another_program_wrote(log_dir: Path, name: str) -> None:
+    with kafkakv.connect(log_dir) as db:
+        db.log.create_topic(name, 1, {"cleanup.policy": "compact"})
+        db.log.append(name, 0, [Record(b"c5", b'"old"')])
+    assert_clean_error(cli(log_dir, "put", name, "c5", '"new"'), "kafkakv init-existing")
+    assert_clean_error(cli(log_dir, "get", name, "c5"), "kafkakv init-existing")
+    assert set(os.listdir(log_dir / "topics")) == {name}
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:12600", "localhost:9092,localhost:9093"])
+def test_a_broker_address_without_kafka_scheme_is_refused(
+    address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for args in (["put", name, "k", "1"], ["get", name, "k"]):
+        assert_clean_error(cli(Path(address), *args), f"did you mean kafka://{address}?")
+    for command in (["log", "-p", address, "create"], ["topics", "create", "-t", address]):
+        result = CliRunner().invoke(main, [*command, name], env={"KAFKAKV_LOG": None})
+        assert_clean_error(result, f"did you mean kafka://{address}?")
+    assert os.listdir(tmp_path) == []
+
+
 def test_missing_path_is_a_clear_usage_error(name: str) -> None:
     result = CliRunner().invoke(main, ["map", "get", name, "k"], env={"KAFKAKV_LOG": None})
     assert result.exit_code == 2
@@ -249,7 +290,8 @@ def test_dump_prints_every_pair_sorted_by_key(log_dir: Path, name: str) -> None:
 
 
 def test_dump_of_an_empty_map(log_dir: Path, name: str) -> None:
-    log_dir.mkdir()
+    api_put(log_dir, name, {"k": 1})
+    ok(cli(log_dir, "del", name, "k"))
     assert ok(cli(log_dir, "dump", name)) == ""
     assert ok(cli(log_dir, "dump", name, "--count")) == "0\n"
 
@@ -311,7 +353,7 @@ def test_watch_shows_old_and_new_of_updates_and_removals(log_dir: Path, name: st
 
 
 def test_watch_stops_at_the_timeout(log_dir: Path, name: str) -> None:
-    log_dir.mkdir()
+    api_put(log_dir, name, {})
     started = time.monotonic()
     result = cli(log_dir, "watch", name, "--timeout", "0.5")
     elapsed = time.monotonic() - started

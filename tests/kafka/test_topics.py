@@ -1,4 +1,5 @@
-"""``kafkakv topics create|verify`` on both logs, and ``kafkakv init-existing`` on Kafka."""
+"""``kafkakv topics create|verify`` and reading map commands on both logs; ``kafkakv
+init-existing``, min.insync.replicas and foreign topics on Kafka."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from confluent_kafka import Producer
 import kafkakv
 from kafkakv.cli.main import main
 from kafkakv.devcluster import Cluster
+from kafkakv.errors import TopicMismatchError
 from kafkakv.log import Log
 from kafkakv.log.partitioner import partition_for
+from kafkakv.map.topics import MapTopics
 from tests.conftest import KAFKA_TIMEOUT, LOG_BACKENDS, open_log
 
 
@@ -89,6 +92,57 @@ def test_create_refuses_a_partition_count_that_differs(target: tuple[str, Log]) 
     assert code == 2 and "2 partitions, not 4" in err
 
 
+def test_create_refuses_before_creating_anything(target: tuple[str, Log]) -> None:
+    where, lg = target
+    name = _name()
+    lg.create_topic(name, 2, {"cleanup.policy": "compact"})
+    code, _, err = run("topics", "create", "-t", where, name, "-n", "4")
+    assert code == 2 and "2 partitions, not 4" in err
+    flowers = _name()
+    assert run("topics", "create", "-t", where, flowers)[0] == 0
+    code, _, err = run("topics", "create", "-t", where, f"{flowers}_ops")
+    assert code == 2 and f"the ops topic of map {flowers!r}" in err
+    left = set(lg.topics())
+    assert {
+        f"{name}_ops",
+        f"{name}_flush",
+        f"{flowers}_ops_ops",
+        f"{flowers}_ops_flush",
+    }.isdisjoint(left)
+
+
+def test_map_commands_create_nothing_on_a_missing_map(target: tuple[str, Log]) -> None:
+    where, lg = target
+    name = _name()
+    for command in (("get", name, "k"), ("dump", name), ("del", name, "k")):
+        code, _, err = run("map", "-p", where, *command)
+        assert code == 2 and f"there is no map {name!r}" in err, err
+    assert name not in lg.topics()
+    code, _, err = run("map", "-p", where, "put", name, "k", "1")
+    assert code == 0, err
+    assert run("map", "-p", where, "get", name, "k")[:2] == (0, "1\n")
+
+
+def test_verify_checks_min_insync_replicas_against_the_copies(kafka_cluster: Cluster) -> None:
+    """3 copies: min.insync.replicas=1 would let a leader alone acknowledge updates that die
+    with it; verify says so, and the map refuses to open."""
+    url = "kafka://" + kafka_cluster.bootstrap
+    name = _name()
+    with kafkakv.connect(url, timeout=KAFKA_TIMEOUT) as db:
+        topics = MapTopics.for_name(name)
+        settings = topics.settings(db.log.new_topic_replication())
+        for topic, config in settings.items():
+            weak = topic == name
+            db.log.create_topic(
+                topic, 1, {**config, "min.insync.replicas": "1"} if weak else config
+            )
+        code, out, err = run("topics", "verify", "-t", url, name)
+        assert code == 1 and "ok: map" not in out
+        assert f"topic {name!r} has min.insync.replicas=1, a map needs at least 2" in err
+        with pytest.raises(TopicMismatchError, match=r"min\.insync\.replicas"):
+            db.map(name)
+
+
 # -- init-existing (Kafka) ---------------------------------------------------------------------
 def _producer(cluster: Cluster, **extra: str) -> Producer:
     return Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **extra})
@@ -134,6 +188,23 @@ def test_init_existing_adopts_committed_records_only(kafka_cluster: Cluster) -> 
         # The map has history now: adopting again is refused.
         code, _, err = run("init-existing", "-t", url, name)
         assert code == 2 and "is not empty" in err
+
+
+def test_a_topic_another_partitioner_wrote_is_never_adopted_by_opening_it(
+    kafka_cluster: Cluster,
+) -> None:
+    """The CRC32-written topic of issue 18: db.map and kafkakv map put refuse it (they used to
+    create the ops and flush topics and go on, and a fresh replica then read stale values)."""
+    url = "kafka://" + kafka_cluster.bootstrap
+    with kafkakv.connect(url, timeout=KAFKA_TIMEOUT) as db:
+        name = _connector_topic(kafka_cluster, db.log, "consistent_random")  # CRC32
+        with pytest.raises(TopicMismatchError, match="kafkakv init-existing"):
+            db.map(name)
+        code, _, err = run("map", "-p", url, "put", name, "row-5", '{"id": 5}')
+        assert code == 2 and f"kafkakv init-existing {name}" in err
+        code, _, err = run("topics", "create", "-t", url, name)
+        assert code == 2 and "kafkakv init-existing" in err
+        assert {f"{name}_ops", f"{name}_flush"}.isdisjoint(db.log.topics())
 
 
 def test_init_existing_refuses_keys_placed_by_another_partitioner(

@@ -9,8 +9,10 @@ prints the answer; nothing here knows more about the log than that API tells it 
 exception: ``describe`` adds up the sizes of a partition's ``*.log`` files, which the API does
 not report).
 
-The log directory comes from ``--path/-p`` or the ``KAFKAKV_LOG`` environment variable. Every
-command opens the log with the background cleaner off and closes it before exiting.
+The log directory comes from ``--path/-p`` or the ``KAFKAKV_LOG`` environment variable. A
+bare ``host:port`` there (no ``kafka://``) that is not an existing directory is refused with
+a hint, never created as a directory (:func:`kafkakv.db.check_target`). Every command opens
+the log with the background cleaner off and closes it before exiting.
 
 Exit codes: 0 success; 1 ``check`` found problems; 2 a usage error or an error kafkakv raised on
 purpose (:class:`~kafkakv.errors.KafkaKVError`, printed as ``error: <message>``, never as a
@@ -40,6 +42,7 @@ from kafkakv.cli.map_commands import map_group
 from kafkakv.cli.options import log_path_option
 from kafkakv.cli.pipeline_commands import pipeline_group
 from kafkakv.cli.topics_commands import init_existing_command, topics_group
+from kafkakv.db import check_target
 from kafkakv.errors import KafkaKVError, LogError
 from kafkakv.log import CleanResult, EmbeddedLog, Record
 
@@ -192,6 +195,9 @@ class LogTarget:
                 "no log directory: pass --path/-p or set KAFKAKV_LOG",
                 ctx=click.get_current_context(silent=True),
             )
+        if self.path.startswith("kafka://"):
+            raise CommandError(f"{self.path}: the log commands work on an embedded log directory")
+        check_target(self.path)  # host:port without kafka:// is refused, not made a directory
         if not create and not os.path.isdir(self.path):
             raise CommandError(f"no log at {self.path}: the directory does not exist")
         return EmbeddedLog(self.path, background_cleaner=False)

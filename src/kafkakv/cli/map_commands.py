@@ -2,8 +2,10 @@
 
 Every command parses its arguments, opens the map through :func:`kafkakv.connect` and
 :meth:`kafkakv.Database.map`, calls the :class:`~kafkakv.ReplicaMap` API and prints the answer.
-Opening a map that does not exist yet creates its topics (one partition), as ``db.map`` does;
-a log directory that does not exist is created only by ``put``.
+Only ``put`` creates: the log directory and the map's topics (one partition) when missing, as
+``db.map`` does. ``get``, ``del``, ``dump`` and ``watch`` open the map with ``create=False``: on
+a map that does not exist they print ``error: there is no map ...`` (exit code 2) and create
+nothing. Whatever the command, existing topics are checked before anything is created.
 
 KEY and VALUE arguments become objects of their codec: ``str`` keeps the text, ``bytes`` takes
 its UTF-8 bytes, ``int`` reads an integer, ``json`` and ``msgpack`` read a JSON document
@@ -20,7 +22,8 @@ value replaced or removed does not decode all the same, the update stands; its b
 printed on stderr after ``warning:`` (exit code 0), so nothing is lost.
 
 Exit codes: 0 success; 1 ``get`` or ``del`` of an absent key; 2 a usage error or an error kafkakv
-raised (``error: <message>``, never a traceback).
+raised (``error: <message>``, never a traceback), a map that does not exist included: a
+mistyped map name is an error, not an absent key.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import click
 from kafkakv import ReplicaMap, connect
 from kafkakv.cli.options import log_path_option, request_timeout_option
 from kafkakv.codecs import JsonCodec
+from kafkakv.db import check_target
 from kafkakv.errors import DecodeError, ResultDecodeError
 
 __all__ = ["MapCommandError", "map_group", "parse_arg", "to_json", "to_json_ready"]
@@ -145,23 +149,26 @@ class MapTarget:
     def open(
         self, name: str, key_codec: str, value_codec: str, *, create: bool = False
     ) -> Iterator[ReplicaMap[Any, Any]]:
-        """Connect, open map ``name`` (creating its topics if missing) and close both after.
+        """Connect, open map ``name`` and close both after.
 
-        A missing log directory is an error unless ``create``."""
+        Only with ``create`` are a missing log directory and missing topics created; without
+        it they are errors (:class:`~kafkakv.errors.UnknownMapError` for the topics)."""
         if self.path is None:
             raise click.UsageError(
                 "no log directory: pass --path/-p or set KAFKAKV_LOG",
                 ctx=click.get_current_context(silent=True),
             )
+        check_target(self.path)  # host:port without kafka:// is refused, not made a directory
         waits: dict[str, Any] = {} if self.timeout is None else {"timeout": self.timeout}
+        options = {"key_codec": key_codec, "value_codec": value_codec, "create": create, **waits}
         if self.path.startswith("kafka://"):
             with connect(self.path, **waits) as db:
-                yield db.map(name, key_codec=key_codec, value_codec=value_codec, **waits)
+                yield db.map(name, **options)
             return
         if not create and not os.path.isdir(self.path):
             raise MapCommandError(f"no log at {self.path}: the directory does not exist")
         with connect(self.path, background_cleaner=False) as db:
-            yield db.map(name, key_codec=key_codec, value_codec=value_codec, **waits)
+            yield db.map(name, **options)
 
 
 pass_target = click.make_pass_decorator(MapTarget)
@@ -174,7 +181,8 @@ pass_target = click.make_pass_decorator(MapTarget)
 def map_group(ctx: click.Context, path: str | None, request_timeout: float | None) -> None:
     """Read, write and watch a replicated map.
 
-    Every command opens the map NAME, creating its topics if it does not exist yet.
+    Only put creates the map NAME (and the log directory) when missing; get, del, dump and
+    watch on a map that does not exist fail with exit code 2 and create nothing.
     """
     ctx.obj = MapTarget(path, request_timeout)
 
@@ -241,7 +249,7 @@ def get_command(
 ) -> None:
     """Print KEY's value as JSON; exit code 1 when absent.
 
-    A map that does not exist yet is created (empty) by opening it.
+    A map that does not exist is an error (exit code 2); nothing is created.
     """
     k = _parse(key, key_codec, "KEY")
     with target.open(name, key_codec, value_codec) as m:
@@ -277,7 +285,9 @@ def put_command(
 ) -> None:
     """Set KEY to VALUE and print the previous value (nothing when there was none).
 
-    Creates the log directory and the map when they do not exist.
+    Creates the log directory and the map when they do not exist. Existing topics are
+    checked first: a refusal (wrong settings, another map's topic, a topic another program
+    wrote: see kafkakv init-existing) creates nothing.
     """
     k = _parse(key, key_codec, "KEY")
     v = _parse(value, value_codec, "VALUE")
@@ -304,7 +314,7 @@ def del_command(
 ) -> None:
     """Remove KEY and print the value it had; exit code 1 when absent.
 
-    A map that does not exist yet is created (empty) by opening it.
+    A map that does not exist is an error (exit code 2); nothing is created.
     """
     k = _parse(key, key_codec, "KEY")
     with target.open(name, key_codec, value_codec) as m:
@@ -339,7 +349,7 @@ def dump_command(
     order when the keys compare.
 
     Syncs first, so the dump holds every update completed before the command started. A map
-    that does not exist yet is created (empty) by opening it.
+    that does not exist is an error (exit code 2); nothing is created.
     """
     with target.open(name, key_codec, value_codec) as m:
         m.sync()
@@ -374,7 +384,7 @@ def watch_command(
     {"key", "old", "new", "mine"} JSON object per line (old/new null when absent).
 
     Runs until Ctrl-C, --limit or --timeout (exit code 0 for each). A map that does not
-    exist yet is created (empty) by opening it.
+    exist is an error (exit code 2); nothing is created.
     """
     changes: queue.SimpleQueue[dict[str, object]] = queue.SimpleQueue()
 

@@ -5,6 +5,13 @@ TARGET (``--target/-t`` or ``KAFKAKV_TARGET``) is an embedded log directory or
 brokers. NAME is a map's name: its topics are NAME, NAME_ops and NAME_flush, created with the
 settings the map's protocol needs (``docs/maps.md``).
 
+``verify`` and ``create`` check, on every existing topic: the cleanup policy and retention the
+protocol needs, ``unclean.leader.election.enable=false``, ``min.insync.replicas`` at least 2
+where the log gives topics three or more copies (else at least 1), equal partition counts, and
+that no topic belongs to another map. ``create`` also refuses a data topic that holds records
+but has no ops topic (another program wrote it: ``init-existing`` checks and adopts it). Every
+check runs before anything is created, so a refusal creates nothing.
+
 Exit codes: 0 success; 1 ``verify`` found a missing topic or a wrong setting; 2 a usage error or
 an error kafkakv raised (``error: <message>``).
 """
@@ -24,7 +31,7 @@ from rich.table import Table
 from kafkakv.cli.options import request_timeout_option
 from kafkakv.db import Database, connect
 from kafkakv.errors import TopicMismatchError
-from kafkakv.map.topics import MapTopics, adopt_existing, ensure_topics
+from kafkakv.map.topics import MapTopics, adopt_existing, check_topics, ensure_topics
 
 __all__ = ["init_existing_command", "topics_group"]
 
@@ -92,7 +99,8 @@ def topics_group() -> None:
 def create_command(
     target: str, name: str, partitions: int | None, request_timeout: float | None
 ) -> None:
-    """Create NAME, NAME_ops and NAME_flush (those missing), then verify all three."""
+    """Check the existing topics of map NAME, then create those missing of NAME, NAME_ops and
+    NAME_flush; a refusal (exit code 2) creates nothing."""
     topics = MapTopics.for_name(name)
     with _database(target, request_timeout) as db:
         ensure_topics(db.log, topics, partitions)
@@ -104,7 +112,8 @@ def create_command(
 @request_timeout_option
 @click.argument("name")
 def verify_command(target: str, name: str, request_timeout: float | None) -> None:
-    """Check that NAME's topics exist with the settings a map needs; exit 1 when not."""
+    """Check that NAME's topics exist with the settings a map needs (min.insync.replicas
+    included); exit 1 when not. Creates nothing."""
     topics = MapTopics.for_name(name)
     with _database(target, request_timeout) as db:
         missing = [t for t in (topics.data, topics.ops, topics.flush) if t not in db.log.topics()]
@@ -112,7 +121,7 @@ def verify_command(target: str, name: str, request_timeout: float | None) -> Non
             click.echo(f"missing: {', '.join(missing)}", err=True)
             sys.exit(EXIT_MISMATCH)
         try:
-            count = ensure_topics(db.log, topics, None)
+            count = check_topics(db.log, topics, None, create=False).partitions
         except TopicMismatchError as exc:
             click.echo(f"wrong: {exc}", err=True)
             sys.exit(EXIT_MISMATCH)
@@ -127,9 +136,11 @@ def verify_command(target: str, name: str, request_timeout: float | None) -> Non
 def init_existing_command(target: str, topic: str, request_timeout: float | None) -> None:
     """Adopt the compacted TOPIC (written by another program) as the data topic of map TOPIC.
 
-    Refuses when the ops topic has records, when partition counts differ, or when records
-    are not in the partition Kafka's default partitioner would choose. Reads every record
-    once to check that, with a progress line.
+    Refuses when the ops topic has records, when partition counts differ, when records are
+    not in the partition Kafka's default partitioner would choose, or when the topic holds a
+    map's flush points (its ops topic is gone). Reads every record once to check that, with a
+    progress line. Opening such a topic with db.map or kafkakv map put is refused: this command
+    is the one way to adopt it.
     """
     topics = MapTopics.for_name(topic)
     with (
