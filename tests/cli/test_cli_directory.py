@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -137,3 +139,31 @@ def test_load_from_kafka(kafka_cluster: Cluster) -> None:
     assert len(result.stdout.splitlines()) == 30
     missing = cli(url, "load", f"{name}-nope")
     assert missing.exit_code == 2 and missing.stderr.startswith("error: ")
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:  # a port nobody listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    ("args", "bound"),
+    [
+        (["load", "t", "--timeout", "3"], 3),  # --timeout bounds the whole command
+        (["serve", "t", "--timeout", "3", "--port", "0"], 3),
+        (["--request-timeout", "2", "load", "t"], 2),  # and --request-timeout each request
+    ],
+    ids=["load-timeout", "serve-timeout", "request-timeout"],
+)
+def test_no_broker_fails_within_the_timeout(args: list[str], bound: float) -> None:
+    """Nothing listens: the command says so with ``error: ...`` and exit code 2 within about
+    its timeout, not after the Kafka log's default 30 s."""
+    url = f"kafka://127.0.0.1:{_closed_port()}"
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["directory", "-p", url, *args], env={"KAFKAKV_LOG": None})
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.stderr.startswith("error: no Kafka broker answered at 127.0.0.1:")
+    assert elapsed < bound + 2, f"took {elapsed:.1f} s"

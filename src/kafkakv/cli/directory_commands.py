@@ -7,7 +7,9 @@ line). ``serve`` loads the same way, then serves the directory's Prometheus metr
 Both only read: they never create a log, a topic or anything in one.
 
 The target is ``-p/--path`` (or ``KAFKAKV_LOG``): an embedded log's directory or
-``kafka://host:port,...``. Exit codes: 0 success (records that failed to decode are reported,
+``kafka://host:port,...``. ``--timeout`` bounds the whole load, connecting included: the Kafka
+log's request timeout is ``--request-timeout`` (30 s by default) or ``--timeout``, whichever is
+shorter, and the directory gets what is left of ``--timeout`` once connected. Exit codes: 0 success (records that failed to decode are reported,
 not fatal); 2 a usage error or an error kafkakv raised (unknown topic, bad partition, a load
 that timed out), shown as ``error: <message>``.
 """
@@ -22,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -29,7 +32,7 @@ import click
 
 from kafkakv import Database, Directory, connect
 from kafkakv.cli.map_commands import CODEC_NAMES, MapCommandError, to_json_ready
-from kafkakv.cli.options import log_path_option
+from kafkakv.cli.options import log_path_option, request_timeout_option
 from kafkakv.metrics import serve
 
 __all__ = ["directory_group", "parse_partitions", "ready_line"]
@@ -40,7 +43,18 @@ _WAIT_SLICE_S = 0.5
 _SHOWN_ERRORS = 10
 """Record errors printed after loading (all of them are counted)."""
 
+_DEFAULT_REQUEST_TIMEOUT_S = 30.0
+"""The Kafka log's timeout when ``--request-timeout`` is not given (KafkaLog's default)."""
+
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What the group's options say: the log, and how long a request to Kafka may take."""
+
+    path: str | None
+    request_timeout: float | None
 
 
 def parse_partitions(text: str | None) -> list[int] | None:
@@ -74,10 +88,11 @@ def _json_line(doc: dict[str, object]) -> str:
 
 @click.group("directory")
 @log_path_option
+@request_timeout_option
 @click.pass_context
-def directory_group(ctx: click.Context, path: str | None) -> None:
+def directory_group(ctx: click.Context, path: str | None, request_timeout: float | None) -> None:
     """Load a topic as a read-only directory: report, dump or serve it."""
-    ctx.obj = path
+    ctx.obj = _Target(path, request_timeout)
 
 
 def _options(fn: _F) -> _F:
@@ -119,10 +134,10 @@ def _options(fn: _F) -> _F:
             ),
             click.option(
                 "--timeout",
-                type=click.FloatRange(min=0),
+                type=click.FloatRange(min=0, min_open=True),
                 default=60.0,
                 show_default=True,
-                help="Seconds to wait for readiness.",
+                help="Seconds to wait for readiness, connecting included.",
             ),
         )
     ):
@@ -131,14 +146,18 @@ def _options(fn: _F) -> _F:
 
 
 @contextmanager
-def _database(path: str | None) -> Iterator[Database]:
+def _database(target: _Target, timeout: float) -> Iterator[Database]:
+    """The database on ``target``; a Kafka log waits for its brokers at most ``timeout`` (or
+    ``--request-timeout``, if shorter) per request, its connect included."""
+    path = target.path
     if path is None:
         raise click.UsageError(
             "no log: pass --path/-p (a directory or kafka://host:port) or set KAFKAKV_LOG",
             ctx=click.get_current_context(silent=True),
         )
     if path.startswith("kafka://"):
-        with connect(path) as db:
+        requests = target.request_timeout or _DEFAULT_REQUEST_TIMEOUT_S
+        with connect(path, timeout=min(requests, timeout)) as db:
             yield db
         return
     if not os.path.isdir(path):
@@ -147,7 +166,10 @@ def _database(path: str | None) -> Iterator[Database]:
         yield db
 
 
-def _open(db: Database, topic: str, options: dict[str, Any]) -> Directory[Any, Any]:
+def _open(
+    db: Database, topic: str, options: dict[str, Any], deadline: float
+) -> Directory[Any, Any]:
+    """Load ``topic``, ready by ``deadline`` (what connecting left of ``--timeout``)."""
     directory = db.directory(
         topic,
         key_codec=options["key_codec"],
@@ -155,7 +177,7 @@ def _open(db: Database, topic: str, options: dict[str, Any]) -> Directory[Any, A
         partitions=parse_partitions(options["partitions"]),
         store=options["store"],
         store_path=options["store_path"],
-        timeout=options["timeout"],
+        timeout=max(0.0, deadline - time.monotonic()),
     )
     click.echo(ready_line(directory), err=True)
     for error in directory.errors()[:_SHOWN_ERRORS]:
@@ -170,11 +192,12 @@ def _open(db: Database, topic: str, options: dict[str, Any]) -> Directory[Any, A
 @_options
 @click.option("--dump", is_flag=True, help='Print every entry as a {"key", "value"} JSON line.')
 @click.pass_obj
-def load_command(path: str | None, /, topic: str, dump: bool, **options: Any) -> None:
+def load_command(target: _Target, /, topic: str, dump: bool, **options: Any) -> None:
     """Load TOPIC up to its end and report readiness (on stderr): keys, records, errors and
     seconds. With --dump, print the entries on stdout, one JSON object per line."""
-    with _database(path) as db:
-        directory = _open(db, topic, options)
+    deadline = time.monotonic() + options["timeout"]
+    with _database(target, options["timeout"]) as db:
+        directory = _open(db, topic, options, deadline)
         if dump:
             for key, value in directory.items():
                 click.echo(_json_line({"key": key, "value": value}))
@@ -199,7 +222,7 @@ def load_command(path: str | None, /, topic: str, dump: bool, **options: Any) ->
 )
 @click.pass_obj
 def serve_command(
-    path: str | None,
+    target: _Target,
     /,
     topic: str,
     port: int,
@@ -217,9 +240,10 @@ def serve_command(
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, on_signal)
+    deadline = time.monotonic() + options["timeout"]
     try:
-        with _database(path) as db:
-            directory = _open(db, topic, options)
+        with _database(target, options["timeout"]) as db:
+            directory = _open(db, topic, options, deadline)
             if watch:
                 directory.add_listener(
                     lambda key, old, new: changes.put({"key": key, "old": old, "new": new})
