@@ -57,3 +57,18 @@ def flusher(url: str, name: str, ready: Any) -> None:
 
 def kill_now(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
+
+
+def open_transaction(url: str, topic: str, started: Any) -> None:
+    """Open a transaction of a kafkakv writer on ``topic[0]`` (kafkakv's transactional settings:
+    its ``transaction.timeout.ms`` included), store one record in it, report the wall-clock
+    time just before producing it, and never commit: the parent kills this process."""
+    with kafkakv.connect(url, timeout=15) as db:
+        writer = db.log.writer(f"open-{topic}")
+        producer = writer._producer  # type: ignore[attr-defined]  # the test needs it mid-way
+        producer.begin_transaction()
+        started.put(time.time())
+        producer.produce(topic, b"open", b"k", 0)
+        producer.flush(15)
+        started.put("stored")
+        time.sleep(600)

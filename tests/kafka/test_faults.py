@@ -1,5 +1,6 @@
 """Faults on the 3-broker cluster (replication factor 3, min.insync.replicas 2): a leader
-killed under load, two brokers down, a replica killed inside a flush transaction."""
+killed under load, two brokers down, a replica killed inside a flush transaction, and how long
+a writer killed inside a transaction holds back readers."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import kafkakv
 from kafkakv.devcluster import Cluster
 from kafkakv.errors import KafkaKVError, OperationTimeoutError
+from kafkakv.log import Record
 from kafkakv.map import FLUSH_POINT_KEY
 from tests.kafka import _fault_workers
 
@@ -182,3 +184,41 @@ def test_kill_9_inside_a_flush_transaction_shows_no_half_flush(
         assert group == [], f"{len(group)} records of a flush without its flush point"
         # (The map itself may mix rounds: the kill can cut a round of puts short.)
         assert len(db.map(name, value_codec="json")) == 500
+
+
+ABORTED_HOLD_S = 10.0
+"""docs/kafka.md: a writer killed inside a transaction holds back read_committed readers of its
+partitions for at most 10 s (its transaction.timeout.ms, the brokers' cleanup interval and the
+abort markers' write)."""
+
+
+def test_a_writer_killed_inside_a_transaction_holds_readers_within_the_documented_bound(
+    kafka_cluster: Cluster,
+) -> None:
+    url = "kafka://" + kafka_cluster.bootstrap
+    topic = _name()
+    with kafkakv.connect(url, timeout=15) as db:
+        log = db.log
+        log.create_topic(topic)
+        log.append(topic, 0, [Record(b"before", b"1")])
+        started = ctx.Queue()
+        child = ctx.Process(target=_fault_workers.open_transaction, args=(url, topic, started))
+        child.start()
+        try:
+            began = started.get(timeout=60)  # wall clock: the transaction starts after this
+            assert started.get(timeout=30) == "stored"
+            end = log.end_offset(topic, 0)  # the last stable offset: held at the open record
+            assert child.pid is not None
+            _fault_workers.kill_now(child.pid)
+            child.join(10)
+        finally:
+            if child.is_alive():
+                child.kill()
+        log.append(topic, 0, [Record(b"after", b"2")])  # behind the open transaction
+        while log.end_offset(topic, 0) <= end:  # readers see nothing past the open record
+            assert time.time() - began < 30, "the open transaction was never aborted"
+            time.sleep(0.02)
+        held = time.time() - began
+        assert [r.key for r in log.read(topic, 0, 0)] == [b"before", b"after"]
+    print(f"readers held for {held:.2f} s after the writer began its transaction")
+    assert held <= ABORTED_HOLD_S, f"readers held for {held:.1f} s"

@@ -81,9 +81,13 @@ _WAIT_SLICE_S = 0.1
 _TLS_PROBE_S = 1.0
 """The longest the TLS check of a silent plaintext listener waits (see _check_reachable)."""
 
-DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
-"""How long the brokers let a writer's transaction stay open before aborting it: the longest a
-writer that crashed mid-transaction holds back readers of its partitions."""
+DEFAULT_TRANSACTION_TIMEOUT_MS = 8_000
+"""How long the brokers let a writer's transaction stay open before aborting it
+(``transaction.timeout.ms``). A writer that crashed mid-transaction holds back the
+``read_committed`` readers of its partitions this long, plus up to the brokers'
+``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (0.5 s on the dev cluster;
+Kafka's default is 10 s), plus the abort markers' write: at most 10 s on the dev cluster (see
+docs/kafka.md for what production brokers need)."""
 
 _FENCED = {
     KafkaError.PRODUCER_FENCED,
@@ -102,6 +106,23 @@ _RECORD_FAILURES = _TOO_LARGE | {
 # A blocking call cut short at the end of its slice fails with one of these (list_topics says
 # _TRANSPORT): called again while the wait's timeout lasts (see KafkaLog._patiently).
 _SLICE_EXPIRED = {KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE, KafkaError._TRANSPORT}
+# The transaction coordinator moving or loading: librdkafka retries these itself while a
+# transactional call waits; a call cut short may return them instead (see _call_again).
+_COORDINATOR = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.CONCURRENT_TRANSACTIONS,
+}
+# What a metadata lookup sees in passing while a topic is created or a leader moves.
+_IN_PASSING = {
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError._ALL_BROKERS_DOWN,
+}
 _UNAVAILABLE = {
     KafkaError._ALL_BROKERS_DOWN,
     KafkaError._TRANSPORT,
@@ -190,6 +211,34 @@ def _unreachable(
     if last_transport is not None:
         message += f" (last connection error: {last_transport})"
     return LogUnavailableError(message)
+
+
+def _call_again(err: KafkaError | None, ran_out: bool, again: bool, resumable: bool) -> bool:
+    """Whether :meth:`KafkaLog._patiently` calls again after ``err`` ended a slice early
+    (``ran_out`` False) or at its end: a slice that ran out with a timeout or transport error.
+    A call made ``again`` (an earlier slice was cut short) may fail fast with what its cut
+    attempt saw in passing (a partition not known yet, a leader moving), which one uncut call
+    would have waited through: such errors are called again too. So is, for a ``resumable``
+    call, any retriable error or a coordinator moving. Never a fatal error or one that
+    requires aborting the transaction.
+
+    >>> _call_again(KafkaError(KafkaError._TIMED_OUT), True, again=False, resumable=False)
+    True
+    >>> _call_again(KafkaError(KafkaError._TIMED_OUT), False, again=False, resumable=False)
+    False
+    >>> _call_again(KafkaError(KafkaError._UNKNOWN_PARTITION), False, True, resumable=False)
+    True
+    >>> _call_again(KafkaError(KafkaError.NOT_COORDINATOR), False, False, resumable=True)
+    True
+    """
+    if err is None or err.fatal() or err.txn_requires_abort():
+        return False
+    code = err.code()
+    if code in _SLICE_EXPIRED and (ran_out or again or resumable):
+        return True
+    if again and code in _IN_PASSING:
+        return True
+    return resumable and (err.retriable() or code in _COORDINATOR)
 
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
@@ -366,9 +415,11 @@ class KafkaLog(Log):
         what: str,
         call: Callable[[float], _T],
         serve: Callable[[], object] | None = None,
+        *,
+        resumable: bool = False,
     ) -> _T:
         """``call(seconds)``, a blocking librdkafka call, within the log's ``timeout``, cut in
-        slices (:func:`~.refusals.slices`: 0.1 s, then each twice the last) so that a refusal
+        slices (:func:`~.refusals.slices`: 0.25 s, then each twice the last) so that a refusal
         any client of this log reports meanwhile raises
         :class:`~kafkakv.errors.LogAuthenticationError` at the end of the slice. ``serve``
         runs between slices (to poll a client nothing else polls).
@@ -377,9 +428,13 @@ class KafkaLog(Log):
         transport error; a future's ``TimeoutError``) is called again, which sends its request
         again; any other error, and the last slice's, propagate as the call raised them (a
         future's timeout as :class:`~kafkakv.errors.OperationTimeoutError`). An answer in
-        the first slice costs nothing more than the call."""
+        the first slice costs nothing more than the call. ``resumable``: a transactional call
+        (``init_transactions``, ``commit_transaction``) that goes on in the background once
+        cut short; the next call may report what went wrong meanwhile, so it is called again
+        after any retriable error too (see :func:`_call_again`)."""
         deadline = time.monotonic() + self.timeout
         mark = self._refusals.mark()
+        again = False
         for length in slices():
             started = time.monotonic()
             remaining = deadline - started
@@ -393,17 +448,12 @@ class KafkaLog(Log):
                         f"{what}: no answer within {self.timeout} s"
                     ) from None
             except KafkaException as exc:
-                err = _error_of(exc)
                 ran_out = time.monotonic() - started >= 0.9 * wait
-                if (
-                    final
-                    or not ran_out
-                    or err is None
-                    or err.code() not in _SLICE_EXPIRED
-                    or err.fatal()
-                    or err.txn_requires_abort()
-                ):
+                if final or not _call_again(_error_of(exc), ran_out, again, resumable):
                     raise
+                if not ran_out:  # a quick retriable failure: do not spin
+                    time.sleep(min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
+            again = True
             if serve is not None:
                 serve()
             self._refusals.check(mark)
@@ -890,6 +940,7 @@ class KafkaLogWriter(LogWriter):
                 f"opening transactional writer {self._id!r}",
                 producer.init_transactions,
                 lambda: producer.poll(0),
+                resumable=True,
             )
         except KafkaException as exc:
             raise owner._failure(f"opening transactional writer {self._id!r}", exc) from None
@@ -958,6 +1009,7 @@ class KafkaLogWriter(LogWriter):
                 f"committing a transaction of writer {self._id!r}",
                 producer.commit_transaction,
                 lambda: producer.poll(0),
+                resumable=True,
             )
         except KafkaException as exc:  # the first record's fate, should the commit's hide it
             raise self._transaction_failure(exc, firsts.error) from None

@@ -24,7 +24,7 @@ from kafkakv.errors import LogAuthenticationError
 
 __all__ = ["Refusals", "is_refusal", "slices", "speaks_tls"]
 
-FIRST_SLICE_S = 0.1
+FIRST_SLICE_S = 0.25
 """The first slice of a wait; each next one is twice as long (see :func:`slices`)."""
 
 _REFUSED = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
@@ -55,11 +55,12 @@ def slices(first: float = FIRST_SLICE_S) -> Iterator[float]:
     within about the time already waited.
 
     >>> from itertools import islice
-    >>> list(islice(slices(0.1), 4))
-    [0.1, 0.2, 0.4, 0.8]
+    >>> list(islice(slices(0.25), 4))
+    [0.25, 0.5, 1.0, 2.0]
     """
     wait = first
-    while True:
+    while True:  # (a first slice of 0.1 s cut metadata lookups of new topics on a busy
+        # machine often enough to make them fail in passing; see log._call_again)
         yield wait
         wait *= 2
 
