@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from kafkakv.errors import CorruptLogError
+from kafkakv.errors import CorruptLogError, LockTimeoutError
 from kafkakv.log.base import Problem
 from kafkakv.log.embedded.format import INDEX_ENTRY, next_valid_batch, valid_batch_at
 from kafkakv.log.embedded.manifest import Manifest
@@ -27,7 +27,9 @@ def check_partition(part: Partition) -> list[Problem]:
         problems.append(Problem(part.topic, part.number, where, message))
 
     try:
-        part.published()  # lets the partition finish an interrupted roll first, as opening does
+        part.settle()  # finishes an interrupted roll first, as the next writer would
+    except LockTimeoutError:
+        raise  # a writer holds the lock: not a fault of the files (LockTimeoutError is an OSError)
     except (OSError, CorruptLogError) as exc:
         report("head", f"cannot be recovered: {exc}")
     try:

@@ -15,7 +15,8 @@ Compaction (``cleanup.policy`` includes ``compact``), after Kafka's design:
 
 The cleaner works without the partition lock (sealed segments never change) and takes it only
 for the swap, so appends continue meanwhile; ``clean.lock`` keeps two processes from cleaning
-the same partition at once.
+the same partition at once. Every lock wait ends at the caller's deadline with
+:class:`~kafkakv.errors.LockTimeoutError`.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 
 from kafkakv.log.base import CleanResult
+from kafkakv.log.embedded.flock import flock_until
 from kafkakv.log.embedded.format import (
     INDEX_ENTRY,
     decode_rows,
@@ -41,17 +44,26 @@ __all__ = ["CleanResult", "clean_partition", "dirty_ratio", "enforce_retention"]
 
 
 @contextlib.contextmanager
-def _clean_lock(part: Partition, *, block: bool) -> Iterator[bool]:
-    fd = os.open(os.path.join(part.dir, "clean.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+def _clean_lock(part: Partition, *, block: bool, deadline: float) -> Iterator[bool]:
+    """Hold ``clean.lock``: False at once when another cleaner has it and not ``block``,
+    else wait for it until ``deadline``."""
+    path = os.path.join(part.dir, "clean.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
-            return
+            if not block:
+                yield False
+                return
+            flock_until(fd, path, deadline, f"the cleaner lock of {part.topic}-{part.number}")
         yield True
     finally:
         os.close(fd)
+
+
+def _deadline(part: Partition, timeout: float | None) -> float:
+    return time.monotonic() + (part.settings.lock_timeout if timeout is None else timeout)
 
 
 def _cleanable(part: Partition, m: Manifest, now: int) -> tuple[SegmentInfo, ...]:
@@ -93,20 +105,28 @@ def _read_segment(part: Partition, seg: SegmentInfo) -> bytes:
         return f.read(seg.size)
 
 
-def clean_partition(part: Partition, *, force: bool, block: bool = False) -> CleanResult | None:
+def clean_partition(
+    part: Partition, *, force: bool, block: bool = False, timeout: float | None = None
+) -> CleanResult | None:
     """Compact ``part`` if it is due (or ``force``); None when skipped.
+
+    Without ``block``, skips when another process is cleaning the partition; with it, waits.
+    Each wait for a lock ends ``timeout`` seconds (None: the log's ``lock_timeout``) after the
+    call started, with :class:`~kafkakv.errors.LockTimeoutError`.
 
     Costs two passes over the cleanable segments (one over the dirty section to build the
     key map, one copying) and one manifest swap per group. Memory: one entry per distinct
     key of the dirty section.
     """
-    with _clean_lock(part, block=block) as got:
+    deadline = _deadline(part, timeout)
+    with _clean_lock(part, block=block, deadline=deadline) as got:
         if not got:
             return None
-        with part.locked():
+        with part.locked(deadline):
             part.remove_leftovers_locked()
+            head = part.settled_locked()
         now = now_ms()
-        m = part.manifest(part.published().layout_version)
+        m = part.manifest(head.layout_version)
         if not force and not (
             dirty_ratio(part, m, now) >= part.config.min_cleanable_dirty_ratio
             or _overdue(part, m, now)
@@ -132,7 +152,8 @@ def clean_partition(part: Partition, *, force: bool, block: bool = False) -> Cle
             out, rin, rout, bin_ = _copy_group(part, group, latest, now, generation)
             generation += 1
             swapped = False
-            with part.locked():
+            # The copy may take long: the swap gets a full timeout of its own.
+            with part.locked(_deadline(part, timeout)):
                 upto = _next_base(m, group[-1])
                 swapped = part.swap_locked(tuple(s.name for s in group), (out,), upto)
             if not swapped:
@@ -244,16 +265,17 @@ def _copy_group(
     return out, records_in, records_out, bytes_in
 
 
-def enforce_retention(part: Partition) -> int:
+def enforce_retention(part: Partition, *, timeout: float | None = None) -> int:
     """Drop the oldest sealed segments past ``retention.bytes`` or ``retention.ms``.
 
-    Returns how many segments were removed. The active segment is never removed.
+    Returns how many segments were removed. The active segment is never removed. Waits for
+    the partition lock at most ``timeout`` seconds (None: the log's ``lock_timeout``).
     """
     cfg = part.config
     if not cfg.delete or (cfg.retention_bytes < 0 and cfg.retention_ms < 0):
         return 0
-    with part.locked():
-        head = part.published()
+    with part.locked(_deadline(part, timeout)):
+        head = part.settled_locked()
         m = part.manifest(head.layout_version)
         total = sum(s.size or 0 for s in m.sealed) + head.active_pos
         now = now_ms()

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -28,13 +29,21 @@ from kafkakv.errors import (
     ConfigError,
     CorruptLogError,
     InvalidRecordError,
+    LockTimeoutError,
     LogIOError,
     NotALogError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
 )
-from kafkakv.log.base import EntryBatch, Log, LogWriter, Problem, Record, TopicPartition
+from kafkakv.log.base import (
+    EntryBatch,
+    FailureCallback,
+    Log,
+    Problem,
+    Record,
+    TopicPartition,
+)
 from kafkakv.log.config import TopicConfig, parse_topic_config, validate_topic_name
 from kafkakv.log.embedded.check import check_partition
 from kafkakv.log.embedded.cleaner import CleanResult, clean_partition, enforce_retention
@@ -59,7 +68,10 @@ class EmbeddedLog(Log):
     ``fsync`` is ``"always"``, ``"interval"`` (default) or ``"never"`` (see
     :class:`~kafkakv.log.embedded.settings.FsyncPolicy` for what each promises).
     ``background_cleaner`` runs compaction and retention every ``cleaner_interval_s`` in a
-    daemon thread. Raises :class:`~kafkakv.errors.NotALogError` for a non-empty directory that
+    daemon thread. ``lock_timeout`` is how long (seconds) a call waits for a lock another
+    process or thread holds when the call is given no ``timeout`` of its own; then it raises
+    :class:`~kafkakv.errors.LockTimeoutError` naming the lock file and the holder's pid. Reads
+    take no lock. Raises :class:`~kafkakv.errors.NotALogError` for a non-empty directory that
     is not a log.
 
     >>> import tempfile
@@ -81,9 +93,10 @@ class EmbeddedLog(Log):
         fsync_interval_ms: int = 1000,
         background_cleaner: bool = True,
         cleaner_interval_s: float = 5.0,
+        lock_timeout: float = 30.0,
     ):
         self.settings = EmbeddedSettings.make(
-            fsync, fsync_interval_ms, background_cleaner, cleaner_interval_s
+            fsync, fsync_interval_ms, background_cleaner, cleaner_interval_s, lock_timeout
         )
         self.path = os.path.abspath(os.fspath(path))
         self._topics_dir = os.path.join(self.path, "topics")
@@ -138,6 +151,15 @@ class EmbeddedLog(Log):
             if isinstance(exc, NotALogError):
                 raise
             raise LogIOError(exc.errno or 0, f"cannot open log {self.path}: {exc}") from exc
+
+    def _deadline(self, timeout: float | None) -> float:
+        """When a call given ``timeout`` stops waiting for locks (a :func:`time.monotonic`
+        value); None means the log's ``lock_timeout``, and a negative or NaN one 0."""
+        if timeout is None:
+            timeout = self.settings.lock_timeout
+        elif not timeout >= 0:
+            timeout = 0.0
+        return time.monotonic() + timeout
 
     # -- helpers ----------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -271,16 +293,38 @@ class EmbeddedLog(Log):
         return self._topic(topic)[1].to_kafka()
 
     # -- records ----------------------------------------------------------------------
-    def append(self, topic: str, partition: int, records: Sequence[Record]) -> int:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        timeout: float | None = None,
+    ) -> int:
         """Append one atomic batch; see :meth:`Log.append`.
 
-        Costs: encoding O(bytes) outside the lock; under the lock a handful of system calls
-        (flock, fstat, pwrite of the batch, pwrite of the head), plus ``fdatasync`` under the
-        ``always`` policy.
+        Waits for the partition's lock at most ``timeout`` seconds (None: ``lock_timeout``),
+        then raises :class:`~kafkakv.errors.LockTimeoutError`. Costs: encoding O(bytes)
+        outside the lock; under the lock a handful of system calls (flock, fstat, pwrite of
+        the batch, pwrite of the head), plus ``fdatasync`` under the ``always`` policy.
         """
         part = self._partition(topic, partition)
         body, count, base_ts, max_ts = self._encode(part, records)
-        return part.append(body, count, base_ts, max_ts)
+        deadline = None if timeout is None else self._deadline(timeout)
+        return part.append(body, count, base_ts, max_ts, deadline)
+
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        on_failure: FailureCallback | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """See :meth:`Log.send`: one :meth:`append` (stored before it returns, so failures
+        raise and ``on_failure`` is never called), waiting for the lock as it does."""
+        self.append(topic, partition, records, timeout=timeout)
 
     def read(
         self,
@@ -347,16 +391,24 @@ class EmbeddedLog(Log):
         self._check_open()
         return {tp for tp, part, offset in watched if part.end_offset() > offset}
 
-    def writer(self, transactional_id: str) -> LogWriter:
-        """See :meth:`Log.writer`. Rolls forward the id's last transaction if it was cut off."""
+    def writer(self, transactional_id: str, *, timeout: float | None = None) -> EmbeddedLogWriter:
+        """See :meth:`Log.writer`. Rolls forward the id's last transaction if it was cut off.
+
+        Waits for the id's lock (and, to roll forward, partition locks) at most ``timeout``
+        seconds (None: ``lock_timeout``), then raises :class:`~kafkakv.errors.LockTimeoutError`.
+        """
         self._check_open()
-        return EmbeddedLogWriter(self, transactional_id)
+        return EmbeddedLogWriter(self, transactional_id, self._deadline(timeout))
 
     # -- maintenance ------------------------------------------------------------------
-    def compact(self, topic: str, partition: int | None = None) -> list[CleanResult]:
+    def compact(
+        self, topic: str, partition: int | None = None, *, timeout: float | None = None
+    ) -> list[CleanResult]:
         """Clean now (whatever the dirty ratio), waiting for a cleaner in another process.
 
-        Raises :class:`~kafkakv.errors.ConfigError` when the topic is not compacted.
+        Raises :class:`~kafkakv.errors.ConfigError` when the topic is not compacted, and
+        :class:`~kafkakv.errors.LockTimeoutError` when a partition's cleaner lock or write lock
+        stays held for ``timeout`` seconds (None: ``lock_timeout``).
         """
         count, config = self._topic(topic)
         if not config.compact:
@@ -366,14 +418,21 @@ class EmbeddedLog(Log):
         numbers = range(count) if partition is None else [partition]
         results = []
         for p in numbers:
-            result = clean_partition(self._partition(topic, p), force=True, block=True)
+            result = clean_partition(
+                self._partition(topic, p), force=True, block=True, timeout=timeout
+            )
             results.append(result or CleanResult())
         return results
 
-    def enforce_retention(self, topic: str) -> int:
-        """Apply ``retention.bytes`` / ``retention.ms`` now; return segments removed."""
+    def enforce_retention(self, topic: str, *, timeout: float | None = None) -> int:
+        """Apply ``retention.bytes`` / ``retention.ms`` now; return segments removed.
+
+        Waits for each partition's lock at most ``timeout`` seconds (None: ``lock_timeout``).
+        """
         count, _ = self._topic(topic)
-        return sum(enforce_retention(self._partition(topic, p)) for p in range(count))
+        return sum(
+            enforce_retention(self._partition(topic, p), timeout=timeout) for p in range(count)
+        )
 
     def check(self) -> list[Problem]:
         """See :meth:`Log.check`. Reads every segment and index in full."""
@@ -390,6 +449,8 @@ class EmbeddedLog(Log):
         return problems
 
     def _clean_loop(self) -> None:
+        # A lock held elsewhere delays a round by one interval at most, and close() as long.
+        timeout = min(self.settings.lock_timeout, self.settings.cleaner_interval_s)
         while not self._stop.wait(self.settings.cleaner_interval_s):
             try:
                 for topic in self.topics():
@@ -398,10 +459,15 @@ class EmbeddedLog(Log):
                         if self._stop.is_set():
                             return
                         part = self._partition(topic, p)
-                        if config.compact:
-                            clean_partition(part, force=False)
-                        if config.delete:
-                            enforce_retention(part)
+                        try:
+                            if config.compact:
+                                clean_partition(part, force=False, timeout=timeout)
+                            if config.delete:
+                                enforce_retention(part, timeout=timeout)
+                        except LockTimeoutError as exc:  # a stopped writer: the others go on
+                            _log.warning("background cleaner of %s: %s", self.path, exc)
+                            self.background_errors.append(exc)
+                            del self.background_errors[:-100]
             except ClosedError:
                 return
             except Exception as exc:  # keep cleaning other partitions next round

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from kafkakv.errors import ConfigError
@@ -40,6 +41,8 @@ class EmbeddedSettings:
     fsync_interval_ms: int = 1000
     background_cleaner: bool = True
     cleaner_interval_s: float = 5.0
+    lock_timeout: float = 30.0
+    """Seconds a call waits for a lock another process holds, unless it is given a timeout."""
 
     @staticmethod
     def make(
@@ -47,6 +50,7 @@ class EmbeddedSettings:
         fsync_interval_ms: int,
         background_cleaner: bool,
         cleaner_interval_s: float,
+        lock_timeout: float = 30.0,
     ) -> EmbeddedSettings:
         try:
             policy = FsyncPolicy(fsync) if isinstance(fsync, str) else fsync
@@ -60,6 +64,19 @@ class EmbeddedSettings:
             raise ConfigError(f"fsync_interval_ms must be an int >= 0, not {fsync_interval_ms!r}")
         if not cleaner_interval_s > 0:
             raise ConfigError(f"cleaner_interval_s must be > 0, not {cleaner_interval_s!r}")
+        if (
+            isinstance(lock_timeout, bool)
+            or not isinstance(lock_timeout, (int, float))
+            or math.isnan(lock_timeout)
+            or lock_timeout < 0
+        ):
+            raise ConfigError(
+                f"lock_timeout must be a number of seconds >= 0, not {lock_timeout!r}"
+            )
         return EmbeddedSettings(
-            policy, fsync_interval_ms, bool(background_cleaner), float(cleaner_interval_s)
+            policy,
+            fsync_interval_ms,
+            bool(background_cleaner),
+            float(cleaner_interval_s),
+            float(lock_timeout),
         )

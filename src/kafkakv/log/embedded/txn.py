@@ -15,23 +15,33 @@ A commit: lock the id, check the epoch, lock every partition (sorted), write eac
 unpublished tails, which the next writer of each partition truncates; one that dies after it
 leaves a journal that the next writer of any of those partitions, or the next ``writer()`` call
 for the id, rolls forward. After any crash a transaction is visible everywhere or nowhere.
+
+Every lock wait (the id's lock, each partition's) ends at the call's deadline with
+:class:`~kafkakv.errors.LockTimeoutError`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import threading
+import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from kafkakv.errors import ClosedError, ConfigError, FencedError, UnknownTopicError
+from kafkakv.errors import (
+    ClosedError,
+    ConfigError,
+    FencedError,
+    LockTimeoutError,
+    UnknownTopicError,
+)
 from kafkakv.log.base import LogWriter, Record, TopicPartition
+from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error
 from kafkakv.log.embedded.format import HEADER_SIZE, parse_header, verify_crc
 from kafkakv.log.embedded.head import HeadState
 from kafkakv.log.embedded.manifest import fsync_dir
@@ -96,18 +106,25 @@ class TransactionManager:
         )
 
     @contextlib.contextmanager
-    def id_lock(self, transactional_id: str) -> Iterator[None]:
+    def id_lock(self, transactional_id: str, deadline: float) -> Iterator[None]:
+        """Hold the lock of ``transactional_id`` (thread lock, then ``flock``), waiting for
+        it until ``deadline`` at most."""
         with self._guard:
             tlock = self._id_locks.setdefault(transactional_id, threading.Lock())
-        with tlock:
-            fd = os.open(
-                self._stem(transactional_id) + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
-            )
+        path = self._stem(transactional_id) + ".lock"
+        what = f"the lock of transactional id {transactional_id!r}"
+        start = time.monotonic()
+        if not acquire_until(tlock, deadline):
+            raise lock_timeout_error(what, path, time.monotonic() - start, os.getpid())
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                flock_until(fd, path, deadline, what)
                 yield
             finally:
                 os.close(fd)  # closing releases the flock
+        finally:
+            tlock.release()
 
     def load(self, transactional_id: str) -> Journal:
         try:
@@ -151,36 +168,62 @@ class TransactionManager:
         return False
 
     # -- roll-forward --------------------------------------------------------------------
-    def roll_forward(self, journal: Journal) -> None:
-        """Publish every head of ``journal.pending`` that is not published yet. Idempotent."""
+    def roll_forward(self, journal: Journal, deadline: float) -> None:
+        """Publish every head of ``journal.pending`` that is not published yet. Idempotent.
+
+        Takes no lock when every head is settled already (the usual case: a journal keeps
+        its last commit's heads until the next one); else locks the partitions in order,
+        each until ``deadline`` at most.
+        """
         parts = sorted(
             ((str(e["topic"]), int(e["partition"])) for e in journal.pending),
         )
+        handles = {tp: self._log._partition(*tp) for tp in parts}
+        if all(
+            _settled(handles[(str(e["topic"]), int(e["partition"]))], e) for e in journal.pending
+        ):
+            return
         with contextlib.ExitStack() as stack:
-            handles = {}
             for tp in parts:
-                part = self._log._partition(*tp)
-                stack.enter_context(part.locked())
-                handles[tp] = part
+                stack.enter_context(handles[tp].locked(deadline))
             for entry in journal.pending:
                 part = handles[(str(entry["topic"]), int(entry["partition"]))]
                 _publish_if_pending(part, entry)
 
     def roll_forward_all(self) -> None:
-        """Roll forward every journal that still lists pending heads (run at open)."""
+        """Roll forward every journal that still lists pending heads (run at open).
+
+        Never waits: a journal whose partitions another process has locked is left to that
+        process or the next writer of those partitions (both roll it forward)."""
         for journal in self.journals():
             if journal.pending:
                 try:
-                    self.roll_forward(journal)
+                    self.roll_forward(journal, deadline=0.0)
                 except UnknownTopicError:
                     continue  # a topic of it no longer exists
+                except LockTimeoutError:
+                    continue
 
-    def resolve_pending(self, part: Partition) -> None:
+    def resolve_pending(self, part: Partition, deadline: float) -> None:
         """Roll forward any committed transaction that owns unpublished bytes of ``part``."""
         key = (part.topic, part.number)
         for journal in self.journals():
             if any((e["topic"], e["partition"]) == key for e in journal.pending):
-                self.roll_forward(journal)
+                self.roll_forward(journal, deadline)
+
+
+def _settled(part: Partition, entry: Mapping[str, int | str]) -> bool:
+    """Whether ``entry``'s head needs no roll-forward, judged from the published head alone."""
+    head = part._head.read()
+    if head is None:
+        return False  # missing or torn: the locked path decides
+    if head.next_offset >= int(entry["new_next"]):
+        return True  # published
+    return (head.active_base, head.active_pos, head.next_offset) != (
+        int(entry["active_base"]),
+        int(entry["old_pos"]),
+        int(entry["old_next"]),
+    )  # the partition moved on without it
 
 
 def _publish_if_pending(part: Partition, entry: Mapping[str, int | str]) -> None:
@@ -221,7 +264,7 @@ def _publish_if_pending(part: Partition, entry: Mapping[str, int | str]) -> None
 class EmbeddedLogWriter(LogWriter):
     """A fenced transactional writer of an :class:`EmbeddedLog`."""
 
-    def __init__(self, log: EmbeddedLog, transactional_id: str):
+    def __init__(self, log: EmbeddedLog, transactional_id: str, deadline: float):
         if not isinstance(transactional_id, str) or not transactional_id:
             raise ConfigError("a transactional id must be a non-empty str")
         self._log = log
@@ -229,10 +272,10 @@ class EmbeddedLogWriter(LogWriter):
         self._id = transactional_id
         self._producer = producer_id(transactional_id)
         self._closed = False
-        with self._txm.id_lock(transactional_id):
+        with self._txm.id_lock(transactional_id, deadline):
             journal = self._txm.load(transactional_id)
             if journal.pending:
-                self._txm.roll_forward(journal)
+                self._txm.roll_forward(journal, deadline)
             journal.epoch += 1
             journal.pending = []
             self._epoch = journal.epoch
@@ -247,13 +290,19 @@ class EmbeddedLogWriter(LogWriter):
         return self._epoch
 
     def append(
-        self, batches: Mapping[TopicPartition, Sequence[Record]]
+        self,
+        batches: Mapping[TopicPartition, Sequence[Record]],
+        *,
+        timeout: float | None = None,
     ) -> dict[TopicPartition, int]:
         """Append every batch atomically; one journal write is the commit point.
 
         Costs one write per partition, one journal replace, and one head publish per
         partition; with fsync ``always`` also one ``fdatasync`` per partition and the journal.
-        Raises :class:`FencedError` when a newer writer holds the id.
+        Raises :class:`FencedError` when a newer writer holds the id, and
+        :class:`~kafkakv.errors.LockTimeoutError` when the id's lock and the partitions' locks
+        are not all taken within ``timeout`` seconds (None: the log's ``lock_timeout``);
+        nothing is appended then.
         """
         if self._closed:
             raise ClosedError(f"transactional writer {self._id!r} is closed")
@@ -265,22 +314,24 @@ class EmbeddedLogWriter(LogWriter):
             part = self._log._partition(topic, number)
             encoded[(topic, number)] = (part, self._log._encode(part, records))
         order = sorted(encoded)
+        deadline = self._log._deadline(timeout)
         for _attempt in range(3):
             try:
-                return self._commit(order, encoded)
+                return self._commit(order, encoded, deadline)
             except PendingTailError as exc:
                 owner = exc.args[0] if exc.args else None
                 if isinstance(owner, Partition):
-                    self._txm.resolve_pending(owner)
-        return self._commit(order, encoded, resolve=False)
+                    self._txm.resolve_pending(owner, deadline)
+        return self._commit(order, encoded, deadline, resolve=False)
 
     def _commit(
         self,
         order: list[TopicPartition],
         encoded: Mapping[TopicPartition, tuple[Partition, tuple[bytes, int, int, int]]],
+        deadline: float,
         resolve: bool = True,
     ) -> dict[TopicPartition, int]:
-        with self._txm.id_lock(self._id):
+        with self._txm.id_lock(self._id, deadline):
             journal = self._txm.load(self._id)
             if journal.epoch != self._epoch:
                 self._closed = True
@@ -293,7 +344,7 @@ class EmbeddedLogWriter(LogWriter):
                 prepared: list[tuple[Partition, HeadState, int, int]] = []
                 for tp in order:
                     part, (body, count, base_ts, max_ts) = encoded[tp]
-                    stack.enter_context(part.locked())
+                    stack.enter_context(part.locked(deadline))
                     try:
                         head = part.prepare_locked(resolve_pending=resolve)
                     except PendingTailError:
