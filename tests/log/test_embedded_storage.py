@@ -47,6 +47,15 @@ def test_a_directory_that_is_not_a_log_is_refused(tmp_path: Path) -> None:
         EmbeddedLog(target)
 
 
+def test_a_temporary_marker_left_by_a_killed_creator_does_not_stop_creation(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "kafkakv-log.json.tmp.4242").write_text('{"format": 1}')
+    with EmbeddedLog(tmp_path, background_cleaner=False) as log:
+        log.create_topic("t")
+    assert (tmp_path / "kafkakv-log.json").exists()
+
+
 def test_reopen_sees_everything(tmp_path: Path) -> None:
     with open_log(tmp_path) as log:
         log.create_topic("t", 2, {"segment.bytes": 4096})

@@ -202,3 +202,36 @@ def test_kill_9_inside_a_transaction_is_all_or_nothing(
         assert log.append("a", 0, [Record(b"k", b"x")]) == ends[0]
         assert log.append("b", 0, [Record(b"k", b"y")]) == ends[1]
         assert [r.value for r in log.read("b", 0, 0)] == ([b"2", b"y"] if visible else [b"y"])
+
+
+def _first_opener(paths: list[str], start: mp.synchronize.Barrier, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    failures = []
+    for path in paths:
+        start.wait(120)  # every process opens the same fresh path at the same moment
+        try:
+            EmbeddedLog(path, background_cleaner=False).close()
+        except Exception as exc:
+            failures.append(f"{path}: {exc!r}")
+    out.put(failures)
+
+
+def test_many_processes_creating_one_log_at_once_all_succeed(tmp_path: Path) -> None:
+    processes, rounds = 32, 24
+    paths = [str(tmp_path / f"log{i}") for i in range(rounds)]
+    os.makedirs(paths[-1])  # the last round: a directory that exists and is empty
+    start = ctx.Barrier(processes)
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [ctx.Process(target=_first_opener, args=(paths, start, out)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    failures = [f for _ in procs for f in out.get(timeout=300)]
+    for p in procs:
+        p.join(30)
+    assert failures == []
+    for i, path in enumerate(paths):
+        assert sorted(os.listdir(path)) == ["kafkakv-log.json", "topics", "txn"]
+        with EmbeddedLog(path, background_cleaner=False) as log:
+            log.create_topic("t", 1)
+            assert log.append("t", 0, [Record(b"k", b"%d" % i)]) == 0
+            assert [r.value for r in log.read("t", 0, 0)] == [b"%d" % i]
+            assert log.check() == []

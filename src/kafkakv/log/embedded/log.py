@@ -8,7 +8,8 @@ Layout of a log directory::
     txn/                          journals of transactional writers (see txn.py)
 
 Every process that opens the directory gets the same topics and records; appends from any of
-them are serialised per partition by file locks, and readers take no lock at all.
+them are serialised per partition by file locks, and readers take no lock at all. Any number
+of processes may create the same new log at once (the marker is linked in whole, first).
 """
 
 from __future__ import annotations
@@ -123,18 +124,9 @@ class EmbeddedLog(Log):
             raise NotALogError(f"{self.path} is not a directory, so it cannot be a kafkakv log")
         try:
             os.makedirs(self.path, exist_ok=True)
-            entries = os.listdir(self.path)
             marker = os.path.join(self.path, _MARKER)
-            if _MARKER not in entries:
-                if entries:
-                    raise NotALogError(
-                        f"{self.path} is not empty and is not a kafkakv log (no {_MARKER})"
-                    )
-                tmp = f"{marker}.tmp.{os.getpid()}"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump({"format": _FORMAT}, f)
-                os.makedirs(self._topics_dir, exist_ok=True)
-                os.replace(tmp, marker)
+            if not os.path.exists(marker):
+                self._create_marker(marker)
             with open(marker, encoding="utf-8") as f:
                 try:
                     doc = json.load(f)
@@ -151,6 +143,36 @@ class EmbeddedLog(Log):
             if isinstance(exc, NotALogError):
                 raise
             raise LogIOError(exc.errno or 0, f"cannot open log {self.path}: {exc}") from exc
+
+    def _create_marker(self, marker: str) -> None:
+        """Make an empty directory a log: the marker first, whole, before anything else.
+
+        Safe when many processes create the same log at once. Each writes the marker under a
+        temporary name and ``link``s it into place (only the first link succeeds, and a link
+        never shows a half-written file); the others' temporary files do not count as
+        content. So a racing opener sees the directory empty, or marked, never half made.
+        """
+        prefix = _MARKER + ".tmp."
+        entries = [e for e in os.listdir(self.path) if not e.startswith(prefix)]
+        if _MARKER in entries:
+            return
+        if entries:
+            raise NotALogError(f"{self.path} is not empty and is not a kafkakv log (no {_MARKER})")
+        tmp = f"{marker}.tmp.{os.getpid()}.{threading.get_ident()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"format": _FORMAT}, f)
+            try:
+                os.link(tmp, marker)
+            except FileExistsError:
+                pass  # another process made it first: theirs is read below
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
+                    raise
+                os.replace(tmp, marker)  # no hard links here: same content, atomic all the same
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
     def _deadline(self, timeout: float | None) -> float:
         """When a call given ``timeout`` stops waiting for locks (a :func:`time.monotonic`
