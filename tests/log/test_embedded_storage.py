@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkakv.errors import CorruptLogError, NotALogError, OffsetOutOfRangeError
+from kafkakv.errors import ConfigError, CorruptLogError, NotALogError, OffsetOutOfRangeError
 from kafkakv.log import EmbeddedLog, Record
 from kafkakv.log.embedded.format import HEADER_SIZE
 
@@ -45,6 +45,13 @@ def test_a_directory_that_is_not_a_log_is_refused(tmp_path: Path) -> None:
     target.write_text("x")
     with pytest.raises(NotALogError):
         EmbeddedLog(target)
+
+
+def test_a_path_with_a_nul_byte_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    for path in (f"{tmp_path}/a\0b", Path(f"{tmp_path}/a\0b")):
+        with pytest.raises(ConfigError, match=r"NUL byte: .*a\\x00b"):
+            EmbeddedLog(path, background_cleaner=False)
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_temporary_marker_left_by_a_killed_creator_does_not_stop_creation(

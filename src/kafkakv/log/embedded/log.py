@@ -73,7 +73,7 @@ class EmbeddedLog(Log):
     process or thread holds when the call is given no ``timeout`` of its own; then it raises
     :class:`~kafkakv.errors.LockTimeoutError` naming the lock file and the holder's pid. Reads
     take no lock. Raises :class:`~kafkakv.errors.NotALogError` for a non-empty directory that
-    is not a log.
+    is not a log, and :class:`~kafkakv.errors.ConfigError` for a path with a NUL byte.
 
     >>> import tempfile
     >>> with EmbeddedLog(tempfile.mkdtemp()) as log:
@@ -96,10 +96,13 @@ class EmbeddedLog(Log):
         cleaner_interval_s: float = 5.0,
         lock_timeout: float = 30.0,
     ):
+        given = os.fspath(path)
+        if "\0" in given:
+            raise ConfigError(f"a log path cannot contain a NUL byte: {given!r}")
         self.settings = EmbeddedSettings.make(
             fsync, fsync_interval_ms, background_cleaner, cleaner_interval_s, lock_timeout
         )
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = os.path.abspath(given)
         self._topics_dir = os.path.join(self.path, "topics")
         self._open_directory()
         self._lock = threading.Lock()
