@@ -147,6 +147,7 @@ class KafkaKVReader(DataSourceReader):
                 value_codec=opts.value_codec,
                 topics=opts.topics,
                 timeout=opts.timeout,
+                create=False,  # a read: the planning found the topics; never make new ones
             )
             applied = replica.applied_offsets()[part.partition]
             if applied < part.end:  # the bootstrap reads to the end: this cannot happen
