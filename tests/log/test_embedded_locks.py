@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import multiprocessing as mp
 import os
@@ -202,6 +203,27 @@ def test_another_thread_holding_the_lock_is_named_too(tmp_path: Path) -> None:
             release.set()
             thread.join(30)
         assert log.append("t", 0, [Record(b"k", b"v")], timeout=0.2) == 11
+
+
+def test_a_thread_queued_behind_another_process_names_that_process(
+    tmp_path: Path, hold: Callable[[str], int]
+) -> None:
+    with _filled(tmp_path) as log:
+        pid = hold(_lock_of(tmp_path, "t", 0))
+        queued = threading.Thread(target=lambda: _suppress_timeout(log, 5.0))
+        queued.start()
+        try:
+            time.sleep(0.2)  # the thread holds the thread lock, polling the file lock
+            with pytest.raises(LockTimeoutError, match=f"process {pid}") as caught:
+                log.append("t", 0, [Record(b"k", b"v")], timeout=0.2)
+            assert caught.value.pid == pid
+        finally:
+            queued.join(30)
+
+
+def _suppress_timeout(log: EmbeddedLog, timeout: float) -> None:
+    with contextlib.suppress(LockTimeoutError):
+        log.append("t", 0, [Record(b"k", b"v")], timeout=timeout)
 
 
 def test_lock_holder_reads_proc_locks(tmp_path: Path, hold: Callable[[str], int]) -> None:

@@ -64,14 +64,22 @@ def acquire_until(lock: threading.Lock | threading.RLock, deadline: float) -> bo
 
 
 def lock_timeout_error(
-    what: str, path: str, waited: float, pid: int | None = None
+    what: str, path: str, waited: float, *, thread_lock: bool = False
 ) -> LockTimeoutError:
-    """The error for a wait on ``path`` that ran out; looks the holder up unless ``pid``."""
+    """The error for a wait on ``path`` that ran out, naming the process that holds it.
+
+    ``thread_lock``: the wait was for the thread lock in front of the file lock, so a thread
+    of this process has it; the holder named is still the process holding the file lock
+    when there is one (the thread may itself be waiting for that process)."""
+    pid = lock_holder(path)
+    if pid is None and thread_lock:
+        pid = os.getpid()
     if pid is None:
-        pid = lock_holder(path)
-    who = f"process {pid}" if pid is not None else "another process (pid unknown)"
-    if pid == os.getpid():
+        who = "another process (its pid is unknown)"
+    elif pid == os.getpid():
         who = f"another thread of this process ({pid})"
+    else:
+        who = f"process {pid}"
     return LockTimeoutError(
         f"gave up after {waited:.3g} s waiting for {what}: {path} is held by {who}",
         path=path,

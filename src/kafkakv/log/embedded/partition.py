@@ -421,8 +421,9 @@ class Partition:
             if deadline is None:
                 deadline = start + self.settings.lock_timeout
             if not acquire_until(self._tlock, deadline):
+                waited = time.monotonic() - start
                 raise lock_timeout_error(
-                    self._lock_name(), self.lock_path, time.monotonic() - start, os.getpid()
+                    self._lock_name(), self.lock_path, waited, thread_lock=True
                 )
         try:
             self._locked_depth += 1

@@ -115,7 +115,7 @@ class TransactionManager:
         what = f"the lock of transactional id {transactional_id!r}"
         start = time.monotonic()
         if not acquire_until(tlock, deadline):
-            raise lock_timeout_error(what, path, time.monotonic() - start, os.getpid())
+            raise lock_timeout_error(what, path, time.monotonic() - start, thread_lock=True)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
