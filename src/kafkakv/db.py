@@ -410,7 +410,7 @@ def _close_at_exit() -> None:
         if failed:
             log.warning(
                 "kafkakv: %d updates could not be delivered before exit (the database on %s "
-                "was not closed, and draining it ran out of time)",
+                "was not closed; draining it failed or ran out of time)",
                 failed,
                 db.log,
             )

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from kafkakv.errors import (
     ConfigError,
     DecodeError,
     EncodeError,
+    LockTimeoutError,
     PartitionStalledError,
 )
 from kafkakv.log.base import Record
@@ -373,3 +375,86 @@ def test_nested_nan_is_refused_before_anything_is_appended(open_map: OpenMap) ->
             m["k"] = value
     m.sync()
     assert m.applied_offsets() == end and "k" not in m
+
+
+# -- a writer stopped while it holds the embedded log's lock ---------------------------------
+def _hold_lock(path: Path) -> subprocess.Popen[bytes]:
+    """Another process that takes the flock of ``path`` and keeps it (as a stopped writer)."""
+    holder = subprocess.Popen(["flock", str(path), "sleep", "120"])
+    deadline = time.monotonic() + 10
+    with open(path, "rb") as probe:
+        while True:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return holder
+            fcntl.flock(probe, fcntl.LOCK_UN)
+            assert time.monotonic() < deadline, "flock never took the lock"
+            time.sleep(0.02)
+
+
+@embedded_only
+def test_a_held_log_lock_delays_no_open_or_read_and_updates_time_out_naming_it(
+    target: str, map_name: str
+) -> None:
+    with kafkakv.connect(target) as db:
+        db.map(map_name)["a"] = 1
+    lock = Path(target) / "topics" / f"{map_name}_ops" / "0" / "lock"
+    holder = _hold_lock(lock)
+    try:
+        started = time.monotonic()
+        with kafkakv.connect(target) as db:
+            m = db.map(map_name, timeout=2)
+            assert m["a"] == 1 and time.monotonic() - started < 2
+            started = time.monotonic()
+            with pytest.raises(LockTimeoutError) as raised:
+                m["b"] = 2
+            assert 1.5 < time.monotonic() - started < 6
+            assert raised.value.pid == holder.pid and str(holder.pid) in str(raised.value)
+            assert str(lock) in str(raised.value)
+            future = m.put_async("c", 3)
+        assert isinstance(future.exception(0), (LockTimeoutError, ClosedError))
+    finally:
+        holder.kill()
+        holder.wait()
+    with kafkakv.connect(target) as db:
+        m = db.map(map_name)
+        assert dict(m.items()) == {"a": 1}  # nothing that failed was stored
+
+
+_EXIT_BLOCKED = """
+import sys, kafkakv
+db = kafkakv.connect(sys.argv[1])
+m = db.map("exit", timeout=1)
+print("ready", flush=True)
+sys.stdin.readline()
+for i in range(100):
+    m.put_async(f"k{i}", i)
+"""
+
+
+def test_exit_warns_with_the_count_of_updates_it_could_not_deliver(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _EXIT_BLOCKED, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdin is not None
+    assert child.stdout.readline().strip() == "ready"
+    holder = _hold_lock(path / "topics" / "exit_ops" / "0" / "lock")
+    try:
+        started = time.monotonic()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        _, stderr = child.communicate(timeout=60)
+        assert time.monotonic() - started < 15  # the drain is bounded by the map's timeout
+    finally:
+        holder.kill()
+        holder.wait()
+    assert child.returncode == 0, stderr
+    assert "100 updates could not be delivered before exit" in stderr
+    with kafkakv.connect(str(path)) as db:
+        assert len(db.map("exit")) == 0  # the warning told the truth

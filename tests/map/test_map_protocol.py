@@ -33,6 +33,7 @@ from kafkakv.errors import (
 from kafkakv.log.base import (
     Batch,
     CleanResult,
+    FailureCallback,
     Log,
     LogWriter,
     Problem,
@@ -396,14 +397,14 @@ class _GatedWriter(LogWriter):
         return self.inner.transactional_id
 
     def append(
-        self, batches: Mapping[TopicPartition, Sequence[Record]]
+        self, batches: Mapping[TopicPartition, Sequence[Record]], *, timeout: float | None = None
     ) -> dict[TopicPartition, int]:
         gate = self.log.gate
         if gate is not None and not gate.used:
             gate.used = True
             gate.entered.set()
             assert gate.release.wait(10), "the stalled flush was never released"
-        return self.inner.append(batches)
+        return self.inner.append(batches, timeout=timeout)
 
     def close(self) -> None:
         self.inner.close()
@@ -431,8 +432,15 @@ class _GatedLog(Log):
     def topic_config(self, topic: str) -> dict[str, str]:
         return self.inner.topic_config(topic)
 
-    def append(self, topic: str, partition: int, records: Sequence[Record]) -> int:
-        return self.inner.append(topic, partition, records)
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        timeout: float | None = None,
+    ) -> int:
+        return self.inner.append(topic, partition, records, timeout=timeout)
 
     def read(
         self,
@@ -474,11 +482,19 @@ class _GatedLog(Log):
             topic, partition, offset, max_records=max_records, max_bytes=max_bytes
         )
 
-    def send(self, topic: str, partition: int, records: Sequence[Record]) -> None:
-        self.inner.send(topic, partition, records)
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        on_failure: FailureCallback | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        self.inner.send(topic, partition, records, on_failure, timeout=timeout)
 
-    def writer(self, transactional_id: str) -> LogWriter:
-        return _GatedWriter(self.inner.writer(transactional_id), self)
+    def writer(self, transactional_id: str, *, timeout: float | None = None) -> LogWriter:
+        return _GatedWriter(self.inner.writer(transactional_id, timeout=timeout), self)
 
     def compact(self, topic: str, partition: int | None = None) -> list[CleanResult]:
         return self.inner.compact(topic, partition)

@@ -135,7 +135,10 @@ class LogWriter(Closeable):
 
     @abstractmethod
     def append(
-        self, batches: Mapping[TopicPartition, Sequence[Record]]
+        self,
+        batches: Mapping[TopicPartition, Sequence[Record]],
+        *,
+        timeout: float | None = None,
     ) -> dict[TopicPartition, int]:
         """Append all ``batches`` atomically; return the first offset written per partition.
 
@@ -143,7 +146,8 @@ class LogWriter(Closeable):
         back until the others are stored (Kafka does; its ``read_committed`` readers stop at
         an open transaction's first record in the partition).
 
-        Raises :class:`~kafkakv.errors.FencedError` when a newer writer took over the id.
+        Raises :class:`~kafkakv.errors.FencedError` when a newer writer took over the id, and
+        :class:`~kafkakv.errors.OperationTimeoutError` as :meth:`Log.append` for ``timeout``.
         """
 
     @abstractmethod
@@ -186,12 +190,25 @@ class Log(Closeable):
 
     # -- records --------------------------------------------------------------------------
     @abstractmethod
-    def append(self, topic: str, partition: int, records: Sequence[Record]) -> int:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        timeout: float | None = None,
+    ) -> int:
         """Append ``records`` as one atomic batch; return the offset of the first one.
 
         Raises :class:`~kafkakv.errors.InvalidRecordError` (a ``TypeError``) for fields of the
         wrong type and :class:`~kafkakv.errors.RecordTooLargeError` for a record over the
         topic's ``max.message.bytes``; nothing is appended then.
+
+        ``timeout`` bounds how long the call waits for other writers (seconds; None: the
+        log's own setting, such as EmbeddedLog's ``lock_timeout``). When it runs out the call
+        raises :class:`~kafkakv.errors.OperationTimeoutError` (the embedded log's
+        :class:`~kafkakv.errors.LockTimeoutError` names the lock and the process holding it)
+        and nothing is appended.
         """
 
     def send(
@@ -200,6 +217,8 @@ class Log(Closeable):
         partition: int,
         records: Sequence[Record],
         on_failure: FailureCallback | None = None,
+        *,
+        timeout: float | None = None,
     ) -> None:
         """Append ``records`` in order, as :meth:`append` does, without the atomicity.
 
@@ -213,8 +232,12 @@ class Log(Closeable):
         is passed to ``on_failure(record, error)``, once, from another thread, and records
         after it may still be stored. A backend that stores synchronously (the default,
         :meth:`append`) raises instead. Either way, a record is readable only once stored.
+        ``timeout`` bounds each wait for other writers, as for :meth:`append`.
         """
-        self.append(topic, partition, records)
+        if timeout is None:
+            self.append(topic, partition, records)  # as before: overrides without timeout work
+        else:
+            self.append(topic, partition, records, timeout=timeout)
 
     @abstractmethod
     def read(
@@ -307,8 +330,11 @@ class Log(Closeable):
         """
 
     @abstractmethod
-    def writer(self, transactional_id: str) -> LogWriter:
-        """Open a fenced transactional writer; fences any earlier writer with the same id."""
+    def writer(self, transactional_id: str, *, timeout: float | None = None) -> LogWriter:
+        """Open a fenced transactional writer; fences any earlier writer with the same id.
+
+        ``timeout`` bounds the waits for other writers of the id, as for :meth:`append`.
+        """
 
     # -- maintenance ----------------------------------------------------------------------
     @abstractmethod

@@ -341,6 +341,8 @@ class ReplicaEngine:
         self._closed = False  # close() began: no new updates; what is in flight drains
         self._stopped = False  # the threads stop, nothing more is applied
         self._disowned = False  # inherited through fork: see disown
+        #: Async updates that failed before reaching the log (counted for close()'s report).
+        self.undelivered = 0
         self._failure: BaseException | None = None
         #: Partitions this replica stopped applying, at a record it cannot apply as the others
         #: do (see _stall). Read without the lock on every read: a dict, empty as a rule.
@@ -373,11 +375,13 @@ class ReplicaEngine:
         ``timeout`` seconds (default: the map's timeout). An update still unresolved then
         fails with :class:`~kafkakv.errors.ClosedError`, whose message says whether it never
         reached the log or reached it with an outcome this replica did not see. Returns the
-        number of updates failed so. Idempotent (later calls return 0).
+        number of updates that failed so, or failed to reach the log while draining.
+        Idempotent (later calls return 0).
         """
         if self._closed or self._disowned:
             return 0
         self._closed = True
+        undelivered = self.undelivered
         metrics.forget(self)
         limit = self.settings.timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, limit)
@@ -419,7 +423,7 @@ class ReplicaEngine:
                 state.store.close()
         with self._barrier_cond:
             self._barrier_cond.notify_all()
-        return failed
+        return failed + self.undelivered - undelivered
 
     def disown(self, message: str) -> None:
         """In a child made by fork: refuse every use with ClosedError(``message``) from now on,
@@ -560,7 +564,9 @@ class ReplicaEngine:
         timeout = self.settings.timeout
         self._last_local = time.monotonic()  # keeps the follower away: see _follow
         try:
-            offset = self.log.append(self.topics.ops, p, [Record(record_key, value)])
+            offset = self.log.append(
+                self.topics.ops, p, [Record(record_key, value)], timeout=timeout
+            )
         except BaseException as exc:
             self._fail_pending([seq], exc)
             raise
@@ -579,6 +585,7 @@ class ReplicaEngine:
                     freed += future.slot
                     future.resolve(exception=exc)
         self._slots.give(freed)
+        self.undelivered += freed  # async updates the log did not take
 
     def _send_loop(self) -> None:
         outbox, ready = self._outbox, self._outbox_ready
@@ -608,7 +615,9 @@ class ReplicaEngine:
                 by_partition.setdefault(p, []).append(record)
         for p, records in by_partition.items():
             try:
-                self.log.send(self.topics.ops, p, records, self._send_failed)
+                self.log.send(
+                    self.topics.ops, p, records, self._send_failed, timeout=self.settings.timeout
+                )
             except Exception as exc:  # fail these updates; keep sending others
                 self._fail_pending([decode_op(r.value).seq for r in records], exc)
 
@@ -949,7 +958,8 @@ class ReplicaEngine:
                 self._barrier(p, deadline)
 
     def _barrier(self, p: int, deadline: float) -> None:
-        offset = self.log.append(self.topics.ops, p, [Record(None, _BARRIER)])
+        remaining = max(0.0, deadline - time.monotonic())
+        offset = self.log.append(self.topics.ops, p, [Record(None, _BARRIER)], timeout=remaining)
         self.apply_until(p, offset, deadline)
 
     def _shared_barrier(self, p: int, deadline: float) -> None:
@@ -1019,7 +1029,9 @@ class ReplicaEngine:
         """
         self.check_usable()
         request = msgpack.packb([self.origin, self._applied[p]])  # who asked, and how far
-        self.log.append(self.topics.flush, p, [Record(None, request)])
+        self.log.append(
+            self.topics.flush, p, [Record(None, request)], timeout=self.settings.timeout
+        )
         with self._flush_locks[p]:
             try:
                 return self._flush_once(p)
@@ -1046,7 +1058,9 @@ class ReplicaEngine:
         ops, data = self.topics.ops, self.topics.data
         writer = self._writers.get(p)
         if writer is None:
-            writer = self._writers[p] = self.log.writer(f"{ops}.flush.{p}")
+            writer = self._writers[p] = self.log.writer(
+                f"{ops}.flush.{p}", timeout=self.settings.timeout
+            )
         end = self.log.end_offset(ops, p)
         self.apply_until(p, end - 1, time.monotonic() + self.settings.timeout)
         with gc_paused():  # a record per dirty key: see gcpause
@@ -1062,7 +1076,7 @@ class ReplicaEngine:
             records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
             mark = Record(None, encode_op(OpCode.FLUSHED, self.origin, -1, [covered]))
             # The mark last: replicas reading the ops wait the least (LogWriter.append).
-            writer.append({(data, p): records, (ops, p): [mark]})
+            writer.append({(data, p): records, (ops, p): [mark]}, timeout=self.settings.timeout)
             count = len(records)
             del records  # before collection resumes: see gcpause
         log.debug("flushed %d keys of %s[%d] up to ops offset %d", count, data, p, covered)

@@ -657,13 +657,24 @@ class KafkaLog(Log):
             records, max_message_bytes=info.max_message_bytes, null_keys=not info.compact
         )
 
-    def append(self, topic: str, partition: int, records: Sequence[Record]) -> int:
-        """One record: an idempotent produce. Several: one transaction, so all or none."""
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        timeout: float | None = None,
+    ) -> int:
+        """One record: an idempotent produce. Several: one transaction, so all or none.
+
+        ``timeout`` shortens the wait for the acknowledgement of one record (librdkafka keeps
+        trying until the log's ``timeout``, so a record not acknowledged in time may still be
+        stored); a transaction is bounded by the log's own timeouts."""
         rows = self._checked(topic, partition, records)
         if len(rows) > 1:
             writer = self._writer_for_batches()
             return writer.append_checked({(topic, partition): rows})[(topic, partition)]
-        return self._deliver(topic, partition, rows)
+        return self._deliver(topic, partition, rows, timeout)
 
     def send(
         self,
@@ -671,9 +682,12 @@ class KafkaLog(Log):
         partition: int,
         records: Sequence[Record],
         on_failure: FailureCallback | None = None,
+        *,
+        timeout: float | None = None,
     ) -> None:
         """Produce every record (in order, idempotently). Without ``on_failure``, wait for all
-        acknowledgements; with it, return once librdkafka has queued them.
+        acknowledgements (``timeout`` as for :meth:`append`); with it, return once librdkafka
+        has queued them.
 
         The pipelined form uses a second producer that reports failed records only
         (``delivery.report.only.error``), so a record that is stored costs no Python call at
@@ -681,7 +695,7 @@ class KafkaLog(Log):
         """
         rows = self._checked(topic, partition, records)
         if on_failure is None:
-            self._deliver(topic, partition, rows)
+            self._deliver(topic, partition, rows, timeout)
             return
         failures = _Failures(self, on_failure)
         for (key, value, _, _), err in _produce(
@@ -705,20 +719,24 @@ class KafkaLog(Log):
                 self._bulk_poller.start()
             return self._bulk
 
-    def _deliver(self, topic: str, partition: int, rows: list[CheckedRecord]) -> int:
+    def _deliver(
+        self, topic: str, partition: int, rows: list[CheckedRecord], timeout: float | None = None
+    ) -> int:
         delivery = _Delivery(len(rows))
         refused = _produce(self._producer, topic, partition, rows, delivery)
         if refused:
             raise self._append_failure(topic, partition, refused[0][1])
         # librdkafka gives up at message.timeout.ms (= timeout); the margin is for the report.
         # Waited in slices, for a refusal the poll thread serves meanwhile (see .refusals).
-        deadline = time.monotonic() + self.timeout + 5
+        limit = self.timeout + 5 if timeout is None else min(max(timeout, 0.0), self.timeout + 5)
+        deadline = time.monotonic() + limit
         mark = self._refusals.mark()
         while not delivery.done.wait(_WAIT_SLICE_S):
             self._refusals.check(mark)
             if time.monotonic() > deadline:
                 raise OperationTimeoutError(
-                    f"append to {topic}[{partition}] not acknowledged within {self.timeout} s"
+                    f"append to {topic}[{partition}] not acknowledged within {limit:g} s; "
+                    "librdkafka may still store it"
                 )
         if delivery.error is not None:
             raise self._append_failure(topic, partition, delivery.error)
@@ -844,7 +862,9 @@ class KafkaLog(Log):
         self._check_open()
         return ready
 
-    def writer(self, transactional_id: str) -> LogWriter:
+    def writer(self, transactional_id: str, *, timeout: float | None = None) -> LogWriter:
+        """A transactional writer; ``timeout`` is not used: opening one is bounded by the log's
+        own ``timeout`` (``init_transactions``)."""
         self._check_open()
         if not isinstance(transactional_id, str) or not transactional_id:
             raise ConfigError("a transactional id is a non-empty str")
@@ -950,7 +970,11 @@ class KafkaLogWriter(LogWriter):
     def transactional_id(self) -> str:
         return self._id
 
-    def append(self, batches: Mapping[TP, Sequence[Record]]) -> dict[TP, int]:
+    def append(
+        self, batches: Mapping[TP, Sequence[Record]], *, timeout: float | None = None
+    ) -> dict[TP, int]:
+        """One transaction; bounded by the log's ``timeout`` and the transaction timeout, not
+        by ``timeout`` (an abandoned commit would leave readers held, see docs/kafka.md)."""
         checked = {
             (topic, p): self._log._checked(topic, p, records)
             for (topic, p), records in batches.items()
