@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -21,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from prometheus_client import REGISTRY
 from test import mapping_tests
 
 import kafkakv
 from kafkakv import functions
+from kafkakv.cli.main import main
 from kafkakv.codecs import PickleCodec
 from kafkakv.errors import (
     ClosedError,
@@ -458,3 +461,18 @@ def test_exit_warns_with_the_count_of_updates_it_could_not_deliver(tmp_path: Pat
     assert "100 updates could not be delivered before exit" in stderr
     with kafkakv.connect(str(path)) as db:
         assert len(db.map("exit")) == 0  # the warning told the truth
+
+
+def test_map_dump_prints_what_decodes_and_names_what_it_leaves_out(tmp_path: Path) -> None:
+    path = str(tmp_path / "log")
+    with kafkakv.connect(path) as db:
+        m = db.map("dumped")
+        m.update({"a": 1, "b": 2})
+        offset = _foreign_put(db.log, MapTopics.for_name("dumped"), 1, b"c", b"{broken")
+    result = CliRunner().invoke(main, ["map", "-p", path, "dump", "dumped"])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {"key": "a", "value": 1},
+        {"key": "b", "value": 2},
+    ]
+    assert f"left out: key b'c' (partition 0, offset {offset} of dumped_ops)" in result.stderr

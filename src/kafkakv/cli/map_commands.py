@@ -357,8 +357,15 @@ def dump_command(
             click.echo(str(len(m)))
             return
         pairs = list(m.items())
+        skipped = m.unreadable()
     for k, v in _key_order(pairs):
         click.echo(_line({"key": k, "value": v}))
+    for error in skipped:
+        click.echo(
+            f"left out: key {error.key!r} (partition {error.partition}, offset {error.offset} "
+            f"of {error.topic or 'the log'}): {error.error}",
+            err=True,
+        )
 
 
 @map_group.command("watch")

@@ -383,6 +383,11 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         :class:`~kafkakv.errors.DecodeError`), and the record a partition stalled at."""
         return list(self._engine.errors)
 
+    def unreadable(self) -> list[ApplyError]:
+        """The keys this replica holds as written but leaves out of reads, because its codecs
+        cannot read the key or its value: one error each, with partition, offset and key."""
+        return list(self._state.unreadable.values())
+
     def stalled(self) -> dict[int, PartitionStalledError]:
         """The partitions this replica stopped applying, each with the error that says where
         and why (a compute or merge function not registered here). Empty as a rule."""
