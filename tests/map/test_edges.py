@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import unittest
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +43,7 @@ from kafkakv.log.partitioner import partition_for
 from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.map.topics import MapTopics, adopt_existing
 from tests.map.conftest import OpenMap, embedded_only, log_options
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+from tests.map.test_map_protocol import wait_for
 
 
 @pytest.fixture
