@@ -426,6 +426,9 @@ class _GatedLog(Log):
     def topics(self) -> list[str]:
         return self.inner.topics()
 
+    def new_topic_replication(self) -> int:
+        return self.inner.new_topic_replication()
+
     def partitions(self, topic: str) -> int:
         return self.inner.partitions(topic)
 
