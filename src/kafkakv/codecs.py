@@ -63,6 +63,8 @@ class Codec(ABC, Generic[T]):
     name: str = ""
     #: True when comparing encoded bytes orders like comparing the objects (sorted maps need it).
     ordered: bool = False
+    #: True when every bytes decode (:meth:`check` never raises): replicas skip the check.
+    reads_any_bytes: bool = False
 
     @abstractmethod
     def encode(self, obj: T) -> bytes:
@@ -112,6 +114,12 @@ class StrCodec(Codec[str]):
         except UnicodeDecodeError as exc:
             raise DecodeError(f"not UTF-8: {exc}") from exc
 
+    def check(self, data: bytes) -> None:
+        try:  # record keys are bytes: decoded in place, no copy first
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"not UTF-8: {exc}") from exc
+
     def undecodable(self, items: Sequence[bytes]) -> list[int]:
         try:  # valid UTF-8 pieces join to valid UTF-8, and a bad piece spoils the join
             b"".join(items).decode("utf-8")
@@ -123,6 +131,7 @@ class StrCodec(Codec[str]):
 class BytesCodec(Codec[bytes]):
     name = "bytes"
     ordered = True
+    reads_any_bytes = True
 
     def encode(self, obj: bytes) -> bytes:
         if isinstance(obj, bytes):

@@ -752,8 +752,11 @@ class ReplicaEngine:
                 dirty[key] = offset
                 unreadable = state.unreadable
                 if new is not None:
-                    problem = _unreadable(
-                        state, user_key, new, current is None or user_key in unreadable
+                    check_key = current is None or user_key in unreadable
+                    problem = (
+                        _unreadable(state, user_key, new, check_key)
+                        if check_key or not state.values.reads_any_bytes
+                        else None
                     )
                     if problem is not None:
                         unreadable[user_key] = error = ApplyError(p, offset, problem, key, ops)
@@ -1188,9 +1191,12 @@ class ReplicaEngine:
         """Bootstrap's check of a batch of data records (``batch``: the last value per key):
         the keys and values this replica's codecs cannot read go to ``state.unreadable`` and
         :attr:`errors`, with their offsets. One pass at C speed when all are readable."""
-        values = cast(list[bytes], list(batch.values()))
-        if None in values:  # tombstones: nothing to read
-            values = [v for v in values if v is not None]
+        if state.values.reads_any_bytes:
+            values: list[bytes] = []
+        else:
+            values = cast(list[bytes], list(batch.values()))
+            if None in values:  # tombstones: nothing to read
+                values = [v for v in values if v is not None]
         unreadable = state.unreadable
         if not state.values.undecodable(values) and not state.keys.undecodable(list(batch)):
             if unreadable:
