@@ -25,6 +25,7 @@ from kafkakv.map.topics import (
     create_topics,
     min_insync_replicas,
 )
+from tests.map.test_map_protocol import wait_for
 
 
 def _name() -> str:
@@ -209,6 +210,12 @@ def test_min_insync_replicas_is_verified_against_the_copies(log: Log) -> None:
     assert needed == (2 if isinstance(log, KafkaLog) else 1)  # 3 brokers; one machine
     weak = {**topics.settings(log.new_topic_replication())[name], "min.insync.replicas": "1"}
     log.create_topic(name, 1, weak)
+    # A broker may describe a just-created topic with the cluster's defaults for a moment.
+    wait_for(
+        lambda: log.topic_config(name).get("min.insync.replicas") == "1",
+        10,
+        "the topic's own min.insync.replicas to show",
+    )
     if needed == 1:  # one copy: 1 is all there can be
         assert check_topics(log, topics, None).partitions == 1
         return

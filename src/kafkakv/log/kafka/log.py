@@ -728,14 +728,18 @@ class KafkaLog(Log):
             raise self._append_failure(topic, partition, refused[0][1])
         # librdkafka gives up at message.timeout.ms (= timeout); the margin is for the report.
         # Waited in slices, for a refusal the poll thread serves meanwhile (see .refusals).
-        limit = self.timeout + 5 if timeout is None else min(max(timeout, 0.0), self.timeout + 5)
+        # A caller's shorter timeout cuts the wait; otherwise librdkafka's own report (at
+        # message.timeout.ms = the log's timeout) comes first, with its reason.
+        limit = self.timeout + 5
+        if timeout is not None and timeout < self.timeout:
+            limit = max(timeout, 0.0)
         deadline = time.monotonic() + limit
         mark = self._refusals.mark()
         while not delivery.done.wait(_WAIT_SLICE_S):
             self._refusals.check(mark)
             if time.monotonic() > deadline:
                 raise OperationTimeoutError(
-                    f"append to {topic}[{partition}] not acknowledged within {limit:g} s; "
+                    f"append to {topic}[{partition}] not acknowledged in time ({limit:g} s); "
                     "librdkafka may still store it"
                 )
         if delivery.error is not None:
