@@ -121,6 +121,12 @@ class EmbeddedLog(Log):
                 target=self._clean_loop, name="kafkakv-cleaner", daemon=True
             )
             self._cleaner.start()
+        self._flusher: threading.Thread | None = None
+        if self.settings.fsync is FsyncPolicy.INTERVAL and self.settings.fsync_interval_ms > 0:
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name="kafkakv-flusher", daemon=True
+            )
+            self._flusher.start()
 
     def _open_directory(self) -> None:
         if os.path.exists(self.path) and not os.path.isdir(self.path):
@@ -500,15 +506,32 @@ class EmbeddedLog(Log):
                 self.background_errors.append(exc)
                 del self.background_errors[:-100]
 
+    def _flush_loop(self) -> None:
+        """Under ``fsync=interval``: every ``fsync_interval_ms``, ``fdatasync`` the partitions
+        appended to since their last sync, outside their locks (see Partition.sync_pending)."""
+        while not self._stop.wait(self.settings.fsync_interval_ms / 1000):
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        for part in list(self._parts.values()):
+            try:
+                part.sync_pending()
+            except OSError as exc:  # an fdatasync failed: those batches may not be on disk
+                _log.error("flusher of %s: cannot sync %s: %s", self.path, part.dir, exc)
+                self.background_errors.append(exc)
+                del self.background_errors[:-100]
+
     # -- lifecycle --------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the cleaner, flush (unless fsync is ``never``) and release every file."""
+        """Stop the cleaner and flusher, flush (unless fsync is ``never``) and release every
+        file."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
-        if self._cleaner is not None and self._cleaner is not threading.current_thread():
-            self._cleaner.join(timeout=30)
+        for thread in (self._cleaner, self._flusher):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=30)
         self._notifier.close()
         with self._lock:
             for part in self._parts.values():

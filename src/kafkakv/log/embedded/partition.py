@@ -148,7 +148,10 @@ class Partition:
         self._wname: str | None = None
         self._wfd = -1
         self._ifd = -1
-        self._last_fsync = time.monotonic()
+        # Under fsync=interval an append only marks the partition unsynced; the log's flusher
+        # thread fdatasyncs it (see sync_pending). _fd_lock keeps the segment fd it dups open.
+        self._unsynced = False
+        self._fd_lock = threading.Lock()
         self._locked_depth = 0
 
     # -- state ------------------------------------------------------------------------
@@ -453,20 +456,22 @@ class Partition:
         self._close_writer()
         base = os.path.join(self.dir, name)
         try:
-            self._wfd = os.open(base + ".log", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            self._ifd = os.open(
+            wfd = os.open(base + ".log", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            ifd = os.open(
                 base + ".index", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
             )
         except OSError as exc:
             raise _io("cannot open segment", base, exc) from exc
-        self._wname = name
+        with self._fd_lock:
+            self._wfd, self._ifd, self._wname = wfd, ifd, name
 
     def _close_writer(self) -> None:
-        for fd in (self._wfd, self._ifd):
-            if fd >= 0:
-                os.close(fd)
-        self._wfd = self._ifd = -1
-        self._wname = None
+        with self._fd_lock:
+            for fd in (self._wfd, self._ifd):
+                if fd >= 0:
+                    os.close(fd)
+            self._wfd = self._ifd = -1
+            self._wname = None
 
     def prepare_locked(self, *, resolve_pending: bool) -> HeadState:
         """Authoritative head for an append; the caller holds :meth:`locked`.
@@ -557,19 +562,41 @@ class Partition:
         return PreparedBatch(first, new, pos, len(batch))
 
     def sync_locked(self, *, force: bool = False) -> None:
-        """Flush the active segment as the fsync policy asks (always, or interval elapsed)."""
+        """Flush the active segment as the fsync policy asks; the caller holds :meth:`locked`.
+
+        ``always`` (or ``force``): ``fdatasync`` now. ``interval``: mark the partition
+        unsynced, for the log's flusher thread (:meth:`sync_pending`), so no append waits for
+        the disk; with ``fsync_interval_ms=0`` there is no flusher and it syncs now as well.
+        """
         policy = self.settings.fsync
-        if policy is FsyncPolicy.NEVER and not force:
-            return
-        now = time.monotonic()
-        if (
-            force
-            or policy is FsyncPolicy.ALWAYS
-            or (now - self._last_fsync) * 1000 >= self.settings.fsync_interval_ms
-        ):
+        if force or policy is FsyncPolicy.ALWAYS:
             if self._wfd >= 0:
                 os.fdatasync(self._wfd)
-            self._last_fsync = now
+        elif policy is FsyncPolicy.INTERVAL:
+            if self.settings.fsync_interval_ms > 0:
+                self._unsynced = True
+            elif self._wfd >= 0:
+                os.fdatasync(self._wfd)
+
+    def sync_pending(self) -> bool:
+        """``fdatasync`` the active segment if an append left it unsynced; True if it did.
+
+        Takes no partition lock: appends go on during the disk flush. It syncs a duplicate of
+        the segment's descriptor, which stays valid if a roll closes the original (a roll
+        syncs the segment it seals itself). Every append that marked the partition before
+        this call is on disk when it returns. The head file is never synced: after a reboot it
+        is rebuilt from the segment (see :meth:`recover_locked`).
+        """
+        with self._fd_lock:
+            if not self._unsynced or self._wfd < 0:
+                return False
+            self._unsynced = False  # before the sync: a later append marks it again
+            fd = os.dup(self._wfd)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        return True
 
     def publish_locked(self, head: HeadState) -> None:
         self._head.publish(head)

@@ -23,9 +23,11 @@ class FsyncPolicy(enum.Enum):
         writer, of its journal). No acknowledged batch is lost. Slowest: one disk flush per
         append call, so batch your records.
     ``INTERVAL``
-        a partition is flushed by the first append after ``fsync_interval_ms`` has passed since
-        its last flush, and on ``close()``. A power loss may lose the batches appended since the
-        last flush. The default.
+        ``append`` returns after the write; a background thread of the log (one per open log)
+        flushes the partitions appended to every ``fsync_interval_ms``, outside their locks, and
+        ``close()`` flushes the rest. A power loss may lose the batches appended since the last
+        flush (about one interval). With ``fsync_interval_ms=0`` each append flushes, as under
+        ``ALWAYS``. The default.
     ``NEVER``
         the operating system writes data back when it chooses (typically within 30 s).
     """
