@@ -43,15 +43,14 @@ from kafkakv.log.embedded.format import (
     decode_rows,
     encode_batch,
     entries_from_rows,
-    next_valid_batch,
     parse_header,
     records_from_rows,
     scan_batches,
-    valid_batch_at,
     verify_crc,
 )
 from kafkakv.log.embedded.head import BOOT_ID, HeadFile, HeadState
 from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, fsync_dir, segment_name
+from kafkakv.log.embedded.recovery import index_entries, valid_prefix
 from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
 
 __all__ = ["Partition", "PendingTailError", "PreparedBatch"]
@@ -687,38 +686,37 @@ class Partition:
         fails its checksum, or belongs to an uncommitted transaction. Truncates there only when
         nothing valid follows: corruption with valid data after it raises
         :class:`CorruptLogError` and changes nothing. Rebuilds the active segment's index.
+        Reads the segment in windows (see recovery.py): memory stays bounded whatever its size;
+        costs one read of it to validate and one of its headers to rebuild the index.
         """
         with self._cache_lock:
             m = self._reload_manifest_locked()
         self._open_active_locked(m)
         active = m.active
-        buf = os.pread(self._wfd, os.fstat(self._wfd).st_size, 0)
-        pos = 0
-        next_offset = active.base
-        entries: list[bytes] = []
-        last_index = 0
+        fd = self._wfd
+        size = os.fstat(fd).st_size
         interval = self.config.index_interval_bytes
-        while True:
-            h = self._valid_batch_at(buf, pos, active)
-            if h is None:
-                break
-            if pos > 0 and pos - last_index >= interval:
-                entries.append(INDEX_ENTRY.pack(h.base_offset - active.base, pos))
-                last_index = pos
-            next_offset = h.last_offset + 1
-            pos += h.size
-        if pos < len(buf):
-            later = next_valid_batch(buf, pos + 1, lambda p, h: self._acceptable(active, p, h))
-            if later is not None:
-                raise self._corrupt(
-                    active,
-                    pos,
-                    f"invalid batch followed by valid data at byte {later}; refusing to truncate",
-                )
-            os.ftruncate(self._wfd, pos)
+        found = valid_prefix(
+            lambda n, at: os.pread(fd, n, at),
+            size,
+            active.base,
+            interval,
+            lambda p, h: self._acceptable(active, p, h),
+        )
+        pos = found.end
+        if found.later is not None:
+            raise self._corrupt(
+                active,
+                pos,
+                f"invalid batch followed by valid data at byte {found.later}; refusing to truncate",
+            )
+        if pos < size:
+            os.ftruncate(fd, pos)
         os.ftruncate(self._ifd, 0)
-        if entries:
-            os.write(self._ifd, b"".join(entries))
+        for entries in index_entries(lambda n, at: os.pread(fd, n, at), pos, active.base, interval):
+            os.write(self._ifd, entries)
+        next_offset = found.next_offset
+        last_index = found.last_index_pos
         old = self._head.read()
         head = HeadState(
             seq=(old.seq + 1) if old else 1,
@@ -732,11 +730,6 @@ class Partition:
         self._head.publish(head)
         self._index.pop(active.name, None)
         return head
-
-    def _valid_batch_at(self, buf: bytes, pos: int, seg: SegmentInfo) -> BatchHeader | None:
-        """A valid batch of ``seg`` at ``pos`` that is not an uncommitted transaction's."""
-        h = valid_batch_at(buf, pos)
-        return h if h is not None and self._acceptable(seg, pos, h) else None
 
     def _acceptable(self, seg: SegmentInfo, pos: int, h: BatchHeader) -> bool:
         if h.base_offset < seg.base:
