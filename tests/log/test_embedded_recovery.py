@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -109,7 +110,18 @@ def test_streamed_recovery_finds_what_the_whole_buffer_scan_finds(
         else:
             assert isinstance(arg, bytes)
             buf += arg
-    assert _streamed_recovery(buf, interval, window) == _whole_buffer_recovery(buf, interval)
+    assert _outcome(_streamed_recovery, buf, interval, window) == _outcome(
+        _whole_buffer_recovery, buf, interval
+    )
+
+
+def _outcome(recover: Callable[..., object], *args: object) -> object:
+    """What ``recover`` returns, or the type of what it raises. (A flipped bit in a base offset,
+    which the CRC does not cover, can make an index entry overflow: both raise then.)"""
+    try:
+        return recover(*args)
+    except Exception as exc:
+        return type(exc)
 
 
 def test_a_valid_batch_after_damage_is_found_across_windows() -> None:
