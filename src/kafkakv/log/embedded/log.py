@@ -72,7 +72,9 @@ class EmbeddedLog(Log):
     daemon thread. ``lock_timeout`` is how long (seconds) a call waits for a lock another
     process or thread holds when the call is given no ``timeout`` of its own; then it raises
     :class:`~kafkakv.errors.LockTimeoutError` naming the lock file and the holder's pid. Reads
-    take no lock. Raises :class:`~kafkakv.errors.NotALogError` for a non-empty directory that
+    take no lock. ``private=True`` creates every directory 0700 and every file 0600 (else 0755
+    and 0644, less the umask), for this log object's lifetime; a map's LMDB store opened on it
+    follows. Raises :class:`~kafkakv.errors.NotALogError` for a non-empty directory that
     is not a log, and :class:`~kafkakv.errors.ConfigError` for a path with a NUL byte.
 
     >>> import tempfile
@@ -95,15 +97,17 @@ class EmbeddedLog(Log):
         background_cleaner: bool = True,
         cleaner_interval_s: float = 5.0,
         lock_timeout: float = 30.0,
+        private: bool = False,
     ):
         given = os.fspath(path)
         if "\0" in given:
             raise ConfigError(f"a log path cannot contain a NUL byte: {given!r}")
         self.settings = EmbeddedSettings.make(
-            fsync, fsync_interval_ms, background_cleaner, cleaner_interval_s, lock_timeout
+            fsync, fsync_interval_ms, background_cleaner, cleaner_interval_s, lock_timeout, private
         )
         self.path = os.path.abspath(given)
         self._topics_dir = os.path.join(self.path, "topics")
+        self.private = self.settings.private
         self._open_directory()
         self._lock = threading.Lock()
         self._meta: dict[str, tuple[int, TopicConfig]] = {}
@@ -132,7 +136,7 @@ class EmbeddedLog(Log):
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise NotALogError(f"{self.path} is not a directory, so it cannot be a kafkakv log")
         try:
-            os.makedirs(self.path, exist_ok=True)
+            os.makedirs(self.path, self.settings.dir_mode, exist_ok=True)
             marker = os.path.join(self.path, _MARKER)
             if not os.path.exists(marker):
                 self._create_marker(marker)
@@ -145,7 +149,7 @@ class EmbeddedLog(Log):
                 raise NotALogError(
                     f"{self.path} has log format {doc!r}; this kafkakv reads {_FORMAT}"
                 )
-            os.makedirs(self._topics_dir, exist_ok=True)
+            os.makedirs(self._topics_dir, self.settings.dir_mode, exist_ok=True)
         except NotADirectoryError as exc:
             raise NotALogError(f"{self.path} is not a directory") from exc
         except OSError as exc:
@@ -169,7 +173,7 @@ class EmbeddedLog(Log):
             raise NotALogError(f"{self.path} is not empty and is not a kafkakv log (no {_MARKER})")
         tmp = f"{marker}.tmp.{os.getpid()}.{threading.get_ident()}"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with open(tmp, "w", encoding="utf-8", opener=self.settings.opener()) as f:
                 json.dump({"format": _FORMAT}, f)
             try:
                 os.link(tmp, marker)
@@ -270,17 +274,19 @@ class EmbeddedLog(Log):
             raise TopicExistsError(f"topic {name!r} already exists in {self.path}")
         tmp = os.path.join(self._topics_dir, f".tmp-{name}-{uuid.uuid4().hex}")
         try:
-            os.makedirs(tmp)
-            with open(os.path.join(tmp, "topic.json"), "w", encoding="utf-8") as f:
+            dir_mode, file_mode = self.settings.dir_mode, self.settings.file_mode
+            opener = self.settings.opener()
+            os.makedirs(tmp, dir_mode)
+            with open(os.path.join(tmp, "topic.json"), "w", encoding="utf-8", opener=opener) as f:
                 json.dump({"partitions": partitions, "config": cfg.to_kafka()}, f, indent=1)
             now = now_ms()
             for p in range(partitions):
                 pdir = os.path.join(tmp, str(p))
-                os.makedirs(pdir)
+                os.makedirs(pdir, dir_mode)
                 seg = SegmentInfo(base=0, name=segment_name(0, 0), created_ms=now)
                 for ext in (".log", ".index"):
-                    open(os.path.join(pdir, seg.name + ext), "wb").close()
-                Manifest(version=1, segments=(seg,)).save(pdir, durable=False)
+                    open(os.path.join(pdir, seg.name + ext), "wb", opener=opener).close()
+                Manifest(version=1, segments=(seg,)).save(pdir, durable=False, mode=file_mode)
                 HeadFile.create(
                     os.path.join(pdir, "head"),
                     HeadState(
@@ -292,6 +298,7 @@ class EmbeddedLog(Log):
                         layout_version=1,
                         last_index_pos=0,
                     ),
+                    file_mode,
                 )
             try:
                 os.rename(tmp, final)

@@ -130,7 +130,9 @@ class Partition:
         self.lock_path = os.path.join(directory, "lock")
         try:
             self._head = HeadFile(os.path.join(directory, "head"))
-            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._lock_fd = os.open(
+                self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, settings.file_mode
+            )
         except OSError as exc:
             raise _io("cannot open partition", directory, exc) from exc
         self._manifest: Manifest | None = None
@@ -455,9 +457,10 @@ class Partition:
         self._close_writer()
         base = os.path.join(self.dir, name)
         try:
-            wfd = os.open(base + ".log", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            mode = self.settings.file_mode
+            wfd = os.open(base + ".log", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
             ifd = os.open(
-                base + ".index", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+                base + ".index", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, mode
             )
         except OSError as exc:
             raise _io("cannot open segment", base, exc) from exc
@@ -645,14 +648,15 @@ class Partition:
         )
         base = os.path.join(self.dir, new.name)
         for ext in (".log", ".index"):  # truncate: a killed roll may have left this name
-            os.close(os.open(base + ext, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+            flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+            os.close(os.open(base + ext, flags, self.settings.file_mode))
         m2 = replace(
             m,
             version=m.version + 1,
             segments=(*m.sealed, sealed, new),
             next_generation=m.next_generation + 1,
         )
-        m2.save(self.dir, durable=durable)
+        m2.save(self.dir, durable=durable, mode=self.settings.file_mode)
         with self._cache_lock:
             self._reload_manifest_locked()
         rolled = replace(
@@ -768,7 +772,7 @@ class Partition:
             clean_upto=m.clean_upto if clean_upto is None else max(m.clean_upto, clean_upto),
             next_generation=m.next_generation + 1,
         )
-        m2.save(self.dir, durable=durable)
+        m2.save(self.dir, durable=durable, mode=self.settings.file_mode)
         head = self._head.read()
         if head is None or head.boot_id != BOOT_ID or m.active.base != head.active_base:
             head = self.recover_locked()
