@@ -41,7 +41,8 @@ def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Databas
     """Open a database on ``target``:
 
     - a directory: the embedded log (created if missing); ``log_options`` go to
-      :class:`~kafkakv.log.EmbeddedLog` (``fsync``, ...);
+      :class:`~kafkakv.log.EmbeddedLog` (``fsync``, ``private``...; a map's LMDB store on a
+      ``private=True`` log is created private too);
     - ``kafka://host:port[,host:port...][?setting=value&...]``: a Kafka cluster; the query
       holds librdkafka settings (``security.protocol``, ``sasl.mechanism``...), and
       ``log_options`` go to :class:`~kafkakv.log.kafka.KafkaLog` (``config`` for more

@@ -516,7 +516,8 @@ class EmbeddedLog(Log):
     def _flush_loop(self) -> None:
         """Under ``fsync=interval``: every ``fsync_interval_ms``, ``fdatasync`` the partitions
         appended to since their last sync, outside their locks (see Partition.sync_pending)."""
-        while not self._stop.wait(self.settings.fsync_interval_ms / 1000):
+        every = min(self.settings.fsync_interval_ms / 1000, threading.TIMEOUT_MAX)
+        while not self._stop.wait(every):
             self._flush_pending()
 
     def _flush_pending(self) -> None:
