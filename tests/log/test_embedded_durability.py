@@ -153,3 +153,21 @@ def test_interval_zero_syncs_in_the_append(tmp_path: Path, monkeypatch: pytest.M
         log.append("t", 0, [Record(b"k", b"v")])
         assert [t for t, _ in calls] == [threading.current_thread().name]
         assert log._flusher is None
+
+
+def test_a_failed_background_flush_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with EmbeddedLog(tmp_path, fsync_interval_ms=20, background_cleaner=False) as log:
+        log.create_topic("t", 1)
+
+        def failing(fd: int) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "fdatasync", failing)
+        log.append("t", 0, [Record(b"k", b"v")])  # the append itself does not flush
+        deadline = time.monotonic() + 5
+        while not log.background_errors and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert [e.errno for e in log.background_errors if isinstance(e, OSError)] == [5]
+        monkeypatch.undo()
