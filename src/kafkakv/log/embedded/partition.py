@@ -459,9 +459,13 @@ class Partition:
         try:
             mode = self.settings.file_mode
             wfd = os.open(base + ".log", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
-            ifd = os.open(
-                base + ".index", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, mode
-            )
+            try:
+                ifd = os.open(
+                    base + ".index", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, mode
+                )
+            except OSError:
+                os.close(wfd)
+                raise
         except OSError as exc:
             raise _io("cannot open segment", base, exc) from exc
         with self._fd_lock:
