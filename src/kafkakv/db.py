@@ -41,7 +41,8 @@ def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Databas
     """Open a database on ``target``:
 
     - a directory: the embedded log (created if missing); ``log_options`` go to
-      :class:`~kafkakv.log.EmbeddedLog` (``fsync``, ...);
+      :class:`~kafkakv.log.EmbeddedLog` (``fsync``, ``private``...; a map's LMDB store on a
+      ``private=True`` log is created private too);
     - ``kafka://host:port[,host:port...][?setting=value&...]``: a Kafka cluster; the query
       holds librdkafka settings (``security.protocol``, ``sasl.mechanism``...), and
       ``log_options`` go to :class:`~kafkakv.log.kafka.KafkaLog` (``config`` for more
@@ -270,7 +271,7 @@ class Database(Closeable):
         count = create_topics(self.log, plan)  # only now: a refusal above leaves nothing behind
         if count != plan.partitions:  # another process created a topic meanwhile
             held = _held_partitions(shard, count)
-        states = [spec.state(shared) for spec in specs]
+        states = [spec.state(shared, private=self.log.private) for spec in specs]
         max_bytes = int(self.log.topic_config(topics.ops)["max.message.bytes"])
         engine = ReplicaEngine(self.log, topics, count, held, states, settings, max_bytes)
         try:
@@ -465,12 +466,15 @@ class _MapSpec:
         if store == "sorted":
             _require_ordered_keys(self.keys)  # before anything is opened
 
-    def state(self, shared: bool) -> MapState:
+    def state(self, shared: bool, *, private: bool = False) -> MapState:
+        """The map's state on its store; a store opened here by name on disk is created
+        private (directory 0700, files 0600) when ``private`` (the log's setting)."""
         if isinstance(self.store, Store):
             store = self.store
         else:
             path = None if self.store_path is None else os.fspath(self.store_path)
-            store = open_store(self.store, path=path)
+            options = {"private": True} if private and self.store == "lmdb" else {}
+            store = open_store(self.store, path=path, **options)
         name = self.name.encode()
         prefix = bytes([len(name)]) + name if shared else b""
         return MapState(self.name, prefix, self.keys, self.values, store)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import replace
@@ -91,3 +92,82 @@ def test_wait_raises_when_the_log_is_closed_meanwhile(tmp_path: Path) -> None:
     with pytest.raises(ClosedError):
         log.wait("t", 0, 0, timeout=30)
     assert time.monotonic() - start < 5
+
+
+def _count_fdatasyncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Record (thread name, file) of every ``os.fdatasync`` from now on."""
+    calls: list[tuple[str, str]] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        calls.append((threading.current_thread().name, os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+    return calls
+
+
+def test_interval_appends_never_wait_for_fdatasync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _count_fdatasyncs(monkeypatch)
+    with EmbeddedLog(tmp_path, fsync_interval_ms=20, background_cleaner=False) as log:
+        log.create_topic("t", 1)
+        log.writer("w").append({("t", 0): [Record(b"k", b"tx")]})
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:  # many intervals' worth of appends
+            log.append("t", 0, [Record(b"k", b"v")])
+            time.sleep(0.001)
+        assert [c for c in calls if c[0] != "kafkakv-flusher"] == []
+        assert sum(c[1].endswith(".log") for c in calls) >= 3  # the flusher did sync
+
+
+def test_interval_data_is_synced_within_about_the_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _count_fdatasyncs(monkeypatch)
+    with EmbeddedLog(tmp_path, fsync_interval_ms=50, background_cleaner=False) as log:
+        log.create_topic("t", 2)
+        log.append("t", 1, [Record(b"k", b"v")])
+        segment = str(tmp_path / "topics" / "t" / "1" / "00000000000000000000-0.log")
+        deadline = time.monotonic() + 2
+        while (segment not in [f for _, f in calls]) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        synced = time.monotonic()
+        assert (threading.current_thread().name, segment) not in calls
+        assert ("kafkakv-flusher", segment) in calls
+        assert synced < deadline
+        n = len(calls)
+        time.sleep(0.2)  # nothing appended since: nothing more to sync
+        assert len(calls) == n
+        log.append("t", 0, [Record(b"k", b"v")])
+    # close() synced what was pending, in the closing thread
+    other = str(tmp_path / "topics" / "t" / "0" / "00000000000000000000-0.log")
+    assert other in [f for _, f in calls]
+
+
+def test_interval_zero_syncs_in_the_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _count_fdatasyncs(monkeypatch)
+    with EmbeddedLog(tmp_path, fsync_interval_ms=0, background_cleaner=False) as log:
+        log.create_topic("t", 1)
+        log.append("t", 0, [Record(b"k", b"v")])
+        assert [t for t, _ in calls] == [threading.current_thread().name]
+        assert log._flusher is None
+
+
+def test_a_failed_background_flush_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with EmbeddedLog(tmp_path, fsync_interval_ms=20, background_cleaner=False) as log:
+        log.create_topic("t", 1)
+
+        def failing(fd: int) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "fdatasync", failing)
+        log.append("t", 0, [Record(b"k", b"v")])  # the append itself does not flush
+        deadline = time.monotonic() + 5
+        while not log.background_errors and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert [e.errno for e in log.background_errors if isinstance(e, OSError)] == [5]
+        monkeypatch.undo()

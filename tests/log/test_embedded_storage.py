@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import kafkakv
 from kafkakv.errors import ConfigError, CorruptLogError, NotALogError, OffsetOutOfRangeError
 from kafkakv.log import EmbeddedLog, Record
 from kafkakv.log.embedded.format import HEADER_SIZE
@@ -393,3 +394,61 @@ def test_a_large_batch_read_in_slices_gives_each_record_once_in_order(tmp_path: 
         assert by_key[b"k7"].offset == 15_007
         assert len([r for r in after if r.key and r.key.startswith(b"k")]) == 5000
         assert log.check() == []
+
+
+def _wrong_modes(root: Path) -> dict[str, str]:
+    """``root`` and everything under it that is not a 0700 directory or a 0600 file."""
+    wrong = {}
+    for path in [root, *root.rglob("*")]:
+        mode = path.stat().st_mode & 0o777
+        if mode != (0o700 if path.is_dir() else 0o600):
+            wrong[str(path)] = oct(mode)
+    return wrong
+
+
+def test_a_private_log_and_its_lmdb_stores_are_created_owner_only(tmp_path: Path) -> None:
+    """Under umask 022: every directory 0700 and every file 0600, whatever made it (topics,
+    rolls, compaction, transactions, locks, the marker, a map's LMDB store)."""
+    old = os.umask(0o022)
+    try:
+        log_dir, store_dir = tmp_path / "log", tmp_path / "store"
+        with kafkakv.connect(log_dir, private=True, background_cleaner=False) as db:
+            assert db.log.private
+            m = db.map("m", store="lmdb", store_path=store_dir)
+            for i in range(200):
+                m[f"k{i % 20}"] = "v" * 100
+            m.flush()
+            log = db.log
+            log.create_topic("c", 1, {"cleanup.policy": "compact", "segment.bytes": 2048})
+            for i in range(100):
+                log.append("c", 0, [Record(b"k%d" % (i % 5), b"x" * 50)])
+            assert log.compact("c")[0].segments_in > 0
+            with log.writer("w") as w:
+                w.append({("c", 0): [Record(b"k", b"tx")]})
+        names = {p.name for p in log_dir.rglob("*")} | {p.name for p in store_dir.rglob("*")}
+        for made in ("kafkakv-log.json", "topic.json", "lock", "clean.lock", "head"):
+            assert made in names
+        for made in ("manifest.json", "data.mdb", "lock.mdb"):
+            assert made in names
+        assert {".journal", ".lock", ".index", ".log"} <= {Path(n).suffix for n in names}
+        assert _wrong_modes(log_dir) == {}
+        assert _wrong_modes(store_dir) == {}
+    finally:
+        os.umask(old)
+
+
+def test_a_log_is_not_private_by_default(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        with EmbeddedLog(tmp_path / "log", background_cleaner=False) as log:
+            assert not log.private
+            log.create_topic("t", 1)
+        assert (tmp_path / "log").stat().st_mode & 0o777 == 0o755
+        assert (tmp_path / "log" / "topics" / "t" / "0" / "head").stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(old)
+
+
+def test_private_must_be_a_bool(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="private"):
+        EmbeddedLog(tmp_path, private="yes")  # type: ignore[arg-type]

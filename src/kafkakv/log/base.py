@@ -309,6 +309,10 @@ class Log(Closeable):
     #: stale copy (a deposed Kafka leader): barriers are then appended records.
     end_offset_is_linearizable: bool = False
 
+    #: True when the log keeps its files private to their owner (the embedded log's
+    #: ``private=True``): stores a map opens on disk next to it are then created private too.
+    private: bool = False
+
     @abstractmethod
     def wait(self, topic: str, partition: int, offset: int, timeout: float | None) -> bool:
         """Block until a record at or after ``offset`` exists, whoever appended it.

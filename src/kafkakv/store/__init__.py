@@ -33,7 +33,7 @@ def open_store(
     kind: str, *, path: str | os.PathLike[str] | None = None, **options: object
 ) -> Store:
     """Open a store by name: ``"dict"``, ``"sorted"`` or ``"lmdb"`` (needs ``path``; takes
-    ``map_size`` and ``sync``, see :class:`LmdbStore`).
+    ``map_size``, ``sync`` and ``private``, see :class:`LmdbStore`).
 
     Raises ConfigError for an unknown kind or option, a path given to a memory store or an
     lmdb store without one; StoreError when the lmdb store cannot be opened.
@@ -51,10 +51,13 @@ def open_store(
         raise ConfigError("the 'lmdb' store needs a path (a directory)")
     map_size = options.pop("map_size", 1 << 40)
     sync = options.pop("sync", True)
+    private = options.pop("private", False)
     if options:
         raise ConfigError(f"unknown lmdb store options: {', '.join(sorted(options))}")
     if not isinstance(map_size, int) or isinstance(map_size, bool) or map_size <= 0:
         raise ConfigError(f"map_size is a positive int of bytes, not {map_size!r}")
     if not isinstance(sync, bool):
         raise ConfigError(f"sync is a bool, not {sync!r}")
-    return LmdbStore(path, map_size=map_size, sync=sync)
+    if not isinstance(private, bool):
+        raise ConfigError(f"private is a bool, not {private!r}")
+    return LmdbStore(path, map_size=map_size, sync=sync, private=private)

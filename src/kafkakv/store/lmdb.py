@@ -74,13 +74,21 @@ class LmdbStore(OrderedStore):
     needed); ``sync=False`` skips fsync per write, which survives a process crash but may lose
     the last writes (or, per LMDB, corrupt the store) on an OS crash. One instance per
     directory per process. Costs: ``get`` and ``in`` O(log n) with no I/O when cached; ``len``
-    O(1); :meth:`write` one transaction and, with ``sync``, one fsync. Raises StoreError when
+    O(1); :meth:`write` one transaction and, with ``sync``, one fsync. ``private=True`` creates
+    the directory 0700 and the files 0600 (else 0777 and 0755, less the umask). Raises StoreError when
     ``path`` cannot be opened or is not an LMDB store, or is already open in this process.
     """
 
     persistent = True
 
-    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 40, sync: bool = True):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = 1 << 40,
+        sync: bool = True,
+        private: bool = False,
+    ):
         self.path = os.fspath(path)
         self._sync = sync
         self._closed = True  # until open
@@ -89,7 +97,7 @@ class LmdbStore(OrderedStore):
             if real in _OPEN:
                 raise StoreError(f"the LMDB store at {self.path} is already open in this process")
             try:
-                os.makedirs(self.path, exist_ok=True)
+                os.makedirs(self.path, 0o700 if private else 0o777, exist_ok=True)
                 self._env = lmdb.open(
                     self.path,
                     map_size=map_size,
@@ -100,6 +108,7 @@ class LmdbStore(OrderedStore):
                     metasync=sync,
                     sync=sync,
                     readahead=False,
+                    mode=0o600 if private else 0o755,  # 0o755: py-lmdb's default
                 )
             except lmdb.InvalidError as exc:
                 raise StoreError(f"{self.path} holds something that is not an LMDB store") from exc

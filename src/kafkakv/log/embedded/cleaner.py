@@ -48,7 +48,7 @@ def _clean_lock(part: Partition, *, block: bool, deadline: float) -> Iterator[bo
     """Hold ``clean.lock``: False at once when another cleaner has it and not ``block``,
     else wait for it until ``deadline``."""
     path = os.path.join(part.dir, "clean.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, part.settings.file_mode)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -248,7 +248,7 @@ def _copy_group(
             records_out += len(kept)
     durable = part.settings.fsync is not FsyncPolicy.NEVER
     for ext, data in ((".log", chunks), (".index", index)):
-        with open(base_path + ext, "wb") as f:
+        with open(base_path + ext, "wb", opener=part.settings.opener()) as f:
             f.writelines(data)
             if durable:
                 f.flush()

@@ -101,9 +101,9 @@ class HeadFile:
             self._mm = mmap.mmap(self._fd, HEAD_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
 
     @staticmethod
-    def create(path: str, state: HeadState) -> None:
-        """Write a new head file (used while a topic is being created)."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    def create(path: str, state: HeadState, mode: int = 0o644) -> None:
+        """Write a new head file (used while a topic is being created) with ``mode``."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
         try:
             os.pwrite(fd, state.pack(), 0)
         finally:

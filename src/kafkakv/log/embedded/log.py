@@ -72,7 +72,9 @@ class EmbeddedLog(Log):
     daemon thread. ``lock_timeout`` is how long (seconds) a call waits for a lock another
     process or thread holds when the call is given no ``timeout`` of its own; then it raises
     :class:`~kafkakv.errors.LockTimeoutError` naming the lock file and the holder's pid. Reads
-    take no lock. Raises :class:`~kafkakv.errors.NotALogError` for a non-empty directory that
+    take no lock. ``private=True`` creates every directory 0700 and every file 0600 (else 0755
+    and 0644, less the umask), for this log object's lifetime; a map's LMDB store opened on it
+    follows. Raises :class:`~kafkakv.errors.NotALogError` for a non-empty directory that
     is not a log, and :class:`~kafkakv.errors.ConfigError` for a path with a NUL byte.
 
     >>> import tempfile
@@ -95,15 +97,17 @@ class EmbeddedLog(Log):
         background_cleaner: bool = True,
         cleaner_interval_s: float = 5.0,
         lock_timeout: float = 30.0,
+        private: bool = False,
     ):
         given = os.fspath(path)
         if "\0" in given:
             raise ConfigError(f"a log path cannot contain a NUL byte: {given!r}")
         self.settings = EmbeddedSettings.make(
-            fsync, fsync_interval_ms, background_cleaner, cleaner_interval_s, lock_timeout
+            fsync, fsync_interval_ms, background_cleaner, cleaner_interval_s, lock_timeout, private
         )
         self.path = os.path.abspath(given)
         self._topics_dir = os.path.join(self.path, "topics")
+        self.private = self.settings.private
         self._open_directory()
         self._lock = threading.Lock()
         self._meta: dict[str, tuple[int, TopicConfig]] = {}
@@ -121,12 +125,18 @@ class EmbeddedLog(Log):
                 target=self._clean_loop, name="kafkakv-cleaner", daemon=True
             )
             self._cleaner.start()
+        self._flusher: threading.Thread | None = None
+        if self.settings.fsync is FsyncPolicy.INTERVAL and self.settings.fsync_interval_ms > 0:
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name="kafkakv-flusher", daemon=True
+            )
+            self._flusher.start()
 
     def _open_directory(self) -> None:
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise NotALogError(f"{self.path} is not a directory, so it cannot be a kafkakv log")
         try:
-            os.makedirs(self.path, exist_ok=True)
+            os.makedirs(self.path, self.settings.dir_mode, exist_ok=True)
             marker = os.path.join(self.path, _MARKER)
             if not os.path.exists(marker):
                 self._create_marker(marker)
@@ -139,7 +149,7 @@ class EmbeddedLog(Log):
                 raise NotALogError(
                     f"{self.path} has log format {doc!r}; this kafkakv reads {_FORMAT}"
                 )
-            os.makedirs(self._topics_dir, exist_ok=True)
+            os.makedirs(self._topics_dir, self.settings.dir_mode, exist_ok=True)
         except NotADirectoryError as exc:
             raise NotALogError(f"{self.path} is not a directory") from exc
         except OSError as exc:
@@ -163,7 +173,7 @@ class EmbeddedLog(Log):
             raise NotALogError(f"{self.path} is not empty and is not a kafkakv log (no {_MARKER})")
         tmp = f"{marker}.tmp.{os.getpid()}.{threading.get_ident()}"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with open(tmp, "w", encoding="utf-8", opener=self.settings.opener()) as f:
                 json.dump({"format": _FORMAT}, f)
             try:
                 os.link(tmp, marker)
@@ -264,17 +274,19 @@ class EmbeddedLog(Log):
             raise TopicExistsError(f"topic {name!r} already exists in {self.path}")
         tmp = os.path.join(self._topics_dir, f".tmp-{name}-{uuid.uuid4().hex}")
         try:
-            os.makedirs(tmp)
-            with open(os.path.join(tmp, "topic.json"), "w", encoding="utf-8") as f:
+            dir_mode, file_mode = self.settings.dir_mode, self.settings.file_mode
+            opener = self.settings.opener()
+            os.makedirs(tmp, dir_mode)
+            with open(os.path.join(tmp, "topic.json"), "w", encoding="utf-8", opener=opener) as f:
                 json.dump({"partitions": partitions, "config": cfg.to_kafka()}, f, indent=1)
             now = now_ms()
             for p in range(partitions):
                 pdir = os.path.join(tmp, str(p))
-                os.makedirs(pdir)
+                os.makedirs(pdir, dir_mode)
                 seg = SegmentInfo(base=0, name=segment_name(0, 0), created_ms=now)
                 for ext in (".log", ".index"):
-                    open(os.path.join(pdir, seg.name + ext), "wb").close()
-                Manifest(version=1, segments=(seg,)).save(pdir, durable=False)
+                    open(os.path.join(pdir, seg.name + ext), "wb", opener=opener).close()
+                Manifest(version=1, segments=(seg,)).save(pdir, durable=False, mode=file_mode)
                 HeadFile.create(
                     os.path.join(pdir, "head"),
                     HeadState(
@@ -286,6 +298,7 @@ class EmbeddedLog(Log):
                         layout_version=1,
                         last_index_pos=0,
                     ),
+                    file_mode,
                 )
             try:
                 os.rename(tmp, final)
@@ -500,15 +513,33 @@ class EmbeddedLog(Log):
                 self.background_errors.append(exc)
                 del self.background_errors[:-100]
 
+    def _flush_loop(self) -> None:
+        """Under ``fsync=interval``: every ``fsync_interval_ms``, ``fdatasync`` the partitions
+        appended to since their last sync, outside their locks (see Partition.sync_pending)."""
+        every = min(self.settings.fsync_interval_ms / 1000, threading.TIMEOUT_MAX)
+        while not self._stop.wait(every):
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        for part in list(self._parts.values()):
+            try:
+                part.sync_pending()
+            except OSError as exc:  # an fdatasync failed: those batches may not be on disk
+                _log.error("flusher of %s: cannot sync %s: %s", self.path, part.dir, exc)
+                self.background_errors.append(exc)
+                del self.background_errors[:-100]
+
     # -- lifecycle --------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the cleaner, flush (unless fsync is ``never``) and release every file."""
+        """Stop the cleaner and flusher, flush (unless fsync is ``never``) and release every
+        file."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
-        if self._cleaner is not None and self._cleaner is not threading.current_thread():
-            self._cleaner.join(timeout=30)
+        for thread in (self._cleaner, self._flusher):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=30)
         self._notifier.close()
         with self._lock:
             for part in self._parts.values():

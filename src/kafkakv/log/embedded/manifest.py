@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from kafkakv.errors import CorruptLogError
+from kafkakv.log.embedded.settings import file_opener
 
 __all__ = ["Manifest", "SegmentInfo", "segment_name"]
 
@@ -86,11 +87,12 @@ class Manifest:
         with open(path, encoding="utf-8") as f:
             return Manifest.from_json(f.read(), path)
 
-    def save(self, directory: str, *, durable: bool) -> None:
-        """Replace the manifest atomically; with ``durable`` also fsync file and directory."""
+    def save(self, directory: str, *, durable: bool, mode: int = 0o644) -> None:
+        """Replace the manifest atomically; with ``durable`` also fsync file and directory.
+        A new file gets ``mode`` (before the umask)."""
         path = os.path.join(directory, MANIFEST)
         tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8", opener=file_opener(mode)) as f:
             f.write(self.to_json())
             if durable:
                 f.flush()

@@ -43,15 +43,14 @@ from kafkakv.log.embedded.format import (
     decode_rows,
     encode_batch,
     entries_from_rows,
-    next_valid_batch,
     parse_header,
     records_from_rows,
     scan_batches,
-    valid_batch_at,
     verify_crc,
 )
 from kafkakv.log.embedded.head import BOOT_ID, HeadFile, HeadState
 from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, fsync_dir, segment_name
+from kafkakv.log.embedded.recovery import index_entries, valid_prefix
 from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
 
 __all__ = ["Partition", "PendingTailError", "PreparedBatch"]
@@ -131,7 +130,9 @@ class Partition:
         self.lock_path = os.path.join(directory, "lock")
         try:
             self._head = HeadFile(os.path.join(directory, "head"))
-            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._lock_fd = os.open(
+                self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, settings.file_mode
+            )
         except OSError as exc:
             raise _io("cannot open partition", directory, exc) from exc
         self._manifest: Manifest | None = None
@@ -148,7 +149,10 @@ class Partition:
         self._wname: str | None = None
         self._wfd = -1
         self._ifd = -1
-        self._last_fsync = time.monotonic()
+        # Under fsync=interval an append only marks the partition unsynced; the log's flusher
+        # thread fdatasyncs it (see sync_pending). _fd_lock keeps the segment fd it dups open.
+        self._unsynced = False
+        self._fd_lock = threading.Lock()
         self._locked_depth = 0
 
     # -- state ------------------------------------------------------------------------
@@ -453,20 +457,27 @@ class Partition:
         self._close_writer()
         base = os.path.join(self.dir, name)
         try:
-            self._wfd = os.open(base + ".log", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            self._ifd = os.open(
-                base + ".index", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
-            )
+            mode = self.settings.file_mode
+            wfd = os.open(base + ".log", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+            try:
+                ifd = os.open(
+                    base + ".index", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, mode
+                )
+            except OSError:
+                os.close(wfd)
+                raise
         except OSError as exc:
             raise _io("cannot open segment", base, exc) from exc
-        self._wname = name
+        with self._fd_lock:
+            self._wfd, self._ifd, self._wname = wfd, ifd, name
 
     def _close_writer(self) -> None:
-        for fd in (self._wfd, self._ifd):
-            if fd >= 0:
-                os.close(fd)
-        self._wfd = self._ifd = -1
-        self._wname = None
+        with self._fd_lock:
+            for fd in (self._wfd, self._ifd):
+                if fd >= 0:
+                    os.close(fd)
+            self._wfd = self._ifd = -1
+            self._wname = None
 
     def prepare_locked(self, *, resolve_pending: bool) -> HeadState:
         """Authoritative head for an append; the caller holds :meth:`locked`.
@@ -557,19 +568,41 @@ class Partition:
         return PreparedBatch(first, new, pos, len(batch))
 
     def sync_locked(self, *, force: bool = False) -> None:
-        """Flush the active segment as the fsync policy asks (always, or interval elapsed)."""
+        """Flush the active segment as the fsync policy asks; the caller holds :meth:`locked`.
+
+        ``always`` (or ``force``): ``fdatasync`` now. ``interval``: mark the partition
+        unsynced, for the log's flusher thread (:meth:`sync_pending`), so no append waits for
+        the disk; with ``fsync_interval_ms=0`` there is no flusher and it syncs now as well.
+        """
         policy = self.settings.fsync
-        if policy is FsyncPolicy.NEVER and not force:
-            return
-        now = time.monotonic()
-        if (
-            force
-            or policy is FsyncPolicy.ALWAYS
-            or (now - self._last_fsync) * 1000 >= self.settings.fsync_interval_ms
-        ):
+        if force or policy is FsyncPolicy.ALWAYS:
             if self._wfd >= 0:
                 os.fdatasync(self._wfd)
-            self._last_fsync = now
+        elif policy is FsyncPolicy.INTERVAL:
+            if self.settings.fsync_interval_ms > 0:
+                self._unsynced = True
+            elif self._wfd >= 0:
+                os.fdatasync(self._wfd)
+
+    def sync_pending(self) -> bool:
+        """``fdatasync`` the active segment if an append left it unsynced; True if it did.
+
+        Takes no partition lock: appends go on during the disk flush. It syncs a duplicate of
+        the segment's descriptor, which stays valid if a roll closes the original (a roll
+        syncs the segment it seals itself). Every append that marked the partition before
+        this call is on disk when it returns. The head file is never synced: after a reboot it
+        is rebuilt from the segment (see :meth:`recover_locked`).
+        """
+        with self._fd_lock:
+            if not self._unsynced or self._wfd < 0:
+                return False
+            self._unsynced = False  # before the sync: a later append marks it again
+            fd = os.dup(self._wfd)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        return True
 
     def publish_locked(self, head: HeadState) -> None:
         self._head.publish(head)
@@ -619,14 +652,15 @@ class Partition:
         )
         base = os.path.join(self.dir, new.name)
         for ext in (".log", ".index"):  # truncate: a killed roll may have left this name
-            os.close(os.open(base + ext, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+            flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+            os.close(os.open(base + ext, flags, self.settings.file_mode))
         m2 = replace(
             m,
             version=m.version + 1,
             segments=(*m.sealed, sealed, new),
             next_generation=m.next_generation + 1,
         )
-        m2.save(self.dir, durable=durable)
+        m2.save(self.dir, durable=durable, mode=self.settings.file_mode)
         with self._cache_lock:
             self._reload_manifest_locked()
         rolled = replace(
@@ -660,38 +694,37 @@ class Partition:
         fails its checksum, or belongs to an uncommitted transaction. Truncates there only when
         nothing valid follows: corruption with valid data after it raises
         :class:`CorruptLogError` and changes nothing. Rebuilds the active segment's index.
+        Reads the segment in windows (see recovery.py): memory stays bounded whatever its size;
+        costs one read of it to validate and one of its headers to rebuild the index.
         """
         with self._cache_lock:
             m = self._reload_manifest_locked()
         self._open_active_locked(m)
         active = m.active
-        buf = os.pread(self._wfd, os.fstat(self._wfd).st_size, 0)
-        pos = 0
-        next_offset = active.base
-        entries: list[bytes] = []
-        last_index = 0
+        fd = self._wfd
+        size = os.fstat(fd).st_size
         interval = self.config.index_interval_bytes
-        while True:
-            h = self._valid_batch_at(buf, pos, active)
-            if h is None:
-                break
-            if pos > 0 and pos - last_index >= interval:
-                entries.append(INDEX_ENTRY.pack(h.base_offset - active.base, pos))
-                last_index = pos
-            next_offset = h.last_offset + 1
-            pos += h.size
-        if pos < len(buf):
-            later = next_valid_batch(buf, pos + 1, lambda p, h: self._acceptable(active, p, h))
-            if later is not None:
-                raise self._corrupt(
-                    active,
-                    pos,
-                    f"invalid batch followed by valid data at byte {later}; refusing to truncate",
-                )
-            os.ftruncate(self._wfd, pos)
+        found = valid_prefix(
+            lambda n, at: os.pread(fd, n, at),
+            size,
+            active.base,
+            interval,
+            lambda p, h: self._acceptable(active, p, h),
+        )
+        pos = found.end
+        if found.later is not None:
+            raise self._corrupt(
+                active,
+                pos,
+                f"invalid batch followed by valid data at byte {found.later}; refusing to truncate",
+            )
+        if pos < size:
+            os.ftruncate(fd, pos)
         os.ftruncate(self._ifd, 0)
-        if entries:
-            os.write(self._ifd, b"".join(entries))
+        for entries in index_entries(lambda n, at: os.pread(fd, n, at), pos, active.base, interval):
+            os.write(self._ifd, entries)
+        next_offset = found.next_offset
+        last_index = found.last_index_pos
         old = self._head.read()
         head = HeadState(
             seq=(old.seq + 1) if old else 1,
@@ -705,11 +738,6 @@ class Partition:
         self._head.publish(head)
         self._index.pop(active.name, None)
         return head
-
-    def _valid_batch_at(self, buf: bytes, pos: int, seg: SegmentInfo) -> BatchHeader | None:
-        """A valid batch of ``seg`` at ``pos`` that is not an uncommitted transaction's."""
-        h = valid_batch_at(buf, pos)
-        return h if h is not None and self._acceptable(seg, pos, h) else None
 
     def _acceptable(self, seg: SegmentInfo, pos: int, h: BatchHeader) -> bool:
         if h.base_offset < seg.base:
@@ -748,7 +776,7 @@ class Partition:
             clean_upto=m.clean_upto if clean_upto is None else max(m.clean_upto, clean_upto),
             next_generation=m.next_generation + 1,
         )
-        m2.save(self.dir, durable=durable)
+        m2.save(self.dir, durable=durable, mode=self.settings.file_mode)
         head = self._head.read()
         if head is None or head.boot_id != BOOT_ID or m.active.base != head.active_base:
             head = self.recover_locked()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import enum
 import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafkakv.errors import ConfigError
 
-__all__ = ["EmbeddedSettings", "FsyncPolicy"]
+__all__ = ["EmbeddedSettings", "FsyncPolicy", "file_opener"]
 
 
 class FsyncPolicy(enum.Enum):
@@ -23,9 +25,11 @@ class FsyncPolicy(enum.Enum):
         writer, of its journal). No acknowledged batch is lost. Slowest: one disk flush per
         append call, so batch your records.
     ``INTERVAL``
-        a partition is flushed by the first append after ``fsync_interval_ms`` has passed since
-        its last flush, and on ``close()``. A power loss may lose the batches appended since the
-        last flush. The default.
+        ``append`` returns after the write; a background thread of the log (one per open log)
+        flushes the partitions appended to every ``fsync_interval_ms``, outside their locks, and
+        ``close()`` flushes the rest. A power loss may lose the batches appended since the last
+        flush (about one interval). With ``fsync_interval_ms=0`` each append flushes, as under
+        ``ALWAYS``. The default.
     ``NEVER``
         the operating system writes data back when it chooses (typically within 30 s).
     """
@@ -43,6 +47,23 @@ class EmbeddedSettings:
     cleaner_interval_s: float = 5.0
     lock_timeout: float = 30.0
     """Seconds a call waits for a lock another process holds, unless it is given a timeout."""
+    private: bool = False
+    """Create directories 0700 and files 0600 (else 0755 and 0644); the umask only takes bits
+    away, so it can never give group or others access to a private log's files."""
+
+    @property
+    def file_mode(self) -> int:
+        """The mode new files are created with (before the umask)."""
+        return 0o600 if self.private else 0o644
+
+    @property
+    def dir_mode(self) -> int:
+        """The mode new directories are created with (before the umask)."""
+        return 0o700 if self.private else 0o755
+
+    def opener(self) -> Callable[[str, int], int]:
+        """An ``opener`` for :func:`open` that creates files with :attr:`file_mode`."""
+        return file_opener(self.file_mode)
 
     @staticmethod
     def make(
@@ -51,6 +72,7 @@ class EmbeddedSettings:
         background_cleaner: bool,
         cleaner_interval_s: float,
         lock_timeout: float = 30.0,
+        private: bool = False,
     ) -> EmbeddedSettings:
         try:
             policy = FsyncPolicy(fsync) if isinstance(fsync, str) else fsync
@@ -73,10 +95,22 @@ class EmbeddedSettings:
             raise ConfigError(
                 f"lock_timeout must be a number of seconds >= 0, not {lock_timeout!r}"
             )
+        if not isinstance(private, bool):
+            raise ConfigError(f"private must be a bool, not {private!r}")
         return EmbeddedSettings(
             policy,
             fsync_interval_ms,
             bool(background_cleaner),
             float(cleaner_interval_s),
             float(lock_timeout),
+            private,
         )
+
+
+def file_opener(mode: int) -> Callable[[str, int], int]:
+    """An ``opener`` for :func:`open` that creates files with ``mode`` (before the umask)."""
+
+    def opener(path: str, flags: int) -> int:
+        return os.open(path, flags, mode)
+
+    return opener

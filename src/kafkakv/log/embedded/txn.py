@@ -96,7 +96,7 @@ class TransactionManager:
     def __init__(self, log: EmbeddedLog, directory: str):
         self._log = log
         self.dir = directory
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, log.settings.dir_mode, exist_ok=True)
         self._id_locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -117,7 +117,7 @@ class TransactionManager:
         if not acquire_until(tlock, deadline):
             raise lock_timeout_error(what, path, time.monotonic() - start, thread_lock=True)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self._log.settings.file_mode)
             try:
                 flock_until(fd, path, deadline, what)
                 yield
@@ -137,7 +137,7 @@ class TransactionManager:
         path = self._stem(journal.transactional_id) + ".journal"
         tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
         durable = self._log.settings.fsync is FsyncPolicy.ALWAYS
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8", opener=self._log.settings.opener()) as f:
             f.write(journal.to_json())
             if durable:
                 f.flush()
