@@ -88,7 +88,7 @@ def test_segments_roll_and_the_index_avoids_scanning(tmp_path: Path) -> None:
         target = head.next_offset - 3
         # The index sends a read near the end of the active segment close to its batch,
         # not to the start of the segment.
-        pos = part._position_for(seg, target, head.active_pos)
+        pos = part._position_for(seg, target, head.active_pos).position
         assert head.active_pos - pos < 2 * 1024 + 200
         assert [r.offset for r in log.read("t", 0, target)] == [target, target + 1, target + 2]
         # Every offset can be read from, in every segment.
@@ -393,3 +393,74 @@ def test_a_large_batch_read_in_slices_gives_each_record_once_in_order(tmp_path: 
         assert by_key[b"k7"].offset == 15_007
         assert len([r for r in after if r.key and r.key.startswith(b"k")]) == 5000
         assert log.check() == []
+
+
+# -- offsets the CRC does not cover ------------------------------------------------------------
+def _batch_positions(seg: str) -> list[int]:
+    from kafkakv.log.embedded.format import scan_batches
+
+    return [pos for pos, _ in scan_batches(Path(seg).read_bytes())]
+
+
+@pytest.mark.parametrize("which", ["first-of-sealed", "indexed", "middle", "last-of-log"])
+def test_a_flipped_base_offset_is_never_read_as_data(tmp_path: Path, which: str) -> None:
+    """The CRC starts after the base offset: a read checks each batch's offsets against the
+    index entry or batch before it and the segment's range, and names the file and byte."""
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1, {"segment.bytes": 8192, "index.interval.bytes": 1024})
+        for i in range(200):
+            log.append("t", 0, [Record(b"k%d" % i, b"v" * 100)])
+        end = log.end_offset("t", 0)
+    segs = segment_files(tmp_path, "t")
+    seg = segs[-1] if which == "last-of-log" else segs[1]
+    positions = _batch_positions(seg)
+    index = Path(seg[: -len(".log")] + ".index").read_bytes()
+    indexed = [int.from_bytes(index[k + 4 : k + 8], "little") for k in range(0, len(index), 8)]
+    assert positions[3] not in indexed
+    spot = {
+        "first-of-sealed": 0,
+        "indexed": indexed[len(indexed) // 2],
+        "middle": positions[3],
+        "last-of-log": positions[-1],
+    }[which]
+    data = bytearray(Path(seg).read_bytes())
+    data[spot + 4] ^= 0x40  # bit 38 of the base offset
+    Path(seg).write_bytes(bytes(data))
+    with open_log(tmp_path) as log:
+        assert log.check() != []
+        bad = int.from_bytes(data[spot : spot + 8], "little") ^ (1 << 38)
+        for off in range(end):  # random access: each read is right or refused
+            try:
+                got = log.read("t", 0, off, max_records=3)
+            except CorruptLogError as exc:
+                assert exc.path == seg and exc.position == spot
+                continue
+            assert [r.offset for r in got] == list(range(off, off + len(got)))
+            assert off + len(got) - 1 < bad or off > bad
+        with pytest.raises(CorruptLogError):
+            log.read("t", 0, bad, max_records=1)
+    with open_log(tmp_path) as log:  # a sequential reader (the read cursor) is refused too
+        off, seen = 0, []
+        with pytest.raises(CorruptLogError) as info:
+            while off < end:
+                got = log.read("t", 0, off, max_records=7)
+                seen += [r.offset for r in got]
+                off = seen[-1] + 1
+        assert info.value.path == seg and info.value.position == spot
+        assert seen == list(range(len(seen)))
+
+
+def test_head_rebuild_refuses_a_batch_whose_offset_does_not_follow(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        for _i in range(10):
+            log.append("t", 0, [Record(b"k", b"v" * 50)])
+    (seg,) = segment_files(tmp_path, "t")
+    data = bytearray(Path(seg).read_bytes())
+    last = _batch_positions(seg)[-1]
+    data[last + 4] ^= 0x40  # the last batch claims an offset near 2**38
+    Path(seg).write_bytes(bytes(data))
+    (tmp_path / "topics" / "t" / "0" / "head").write_bytes(b"")
+    with open_log(tmp_path) as log, pytest.raises(CorruptLogError, match="refusing to rebuild"):
+        log.end_offset("t", 0)
+    assert Path(seg).read_bytes() == bytes(data)
