@@ -464,3 +464,40 @@ def test_head_rebuild_refuses_a_batch_whose_offset_does_not_follow(tmp_path: Pat
     with open_log(tmp_path) as log, pytest.raises(CorruptLogError, match="refusing to rebuild"):
         log.end_offset("t", 0)
     assert Path(seg).read_bytes() == bytes(data)
+
+
+# -- damaged metadata files ----------------------------------------------------------------------
+def test_a_manifest_with_a_non_utf8_byte_is_a_corrupt_log_error_naming_it(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        log.append("t", 0, [Record(b"k", b"v")])
+    manifest = tmp_path / "topics" / "t" / "0" / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes() + b"\xff")
+    with open_log(tmp_path) as log:
+        for call in (
+            lambda: log.read("t", 0, 0),
+            lambda: log.append("t", 0, [Record(b"k", b"v")]),
+            lambda: log.read_entries("t", 0, 0),
+        ):
+            with pytest.raises(CorruptLogError) as info:
+                call()
+            assert info.value.path == str(manifest)
+        assert any(p.where == "manifest.json" and str(manifest) in p.message for p in log.check())
+
+
+def test_a_lost_topic_description_is_reported_not_hidden(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        log.create_topic("u", 1)
+        log.append("t", 0, [Record(b"k", b"v")])
+    description = tmp_path / "topics" / "t" / "topic.json"
+    description.unlink()
+    with open_log(tmp_path) as log:
+        assert log.topics() == ["t", "u"]
+        with pytest.raises(CorruptLogError, match="description is lost") as info:
+            log.partitions("t")
+        assert info.value.path == str(description)
+        with pytest.raises(CorruptLogError):
+            log.read("t", 0, 0)
+        (problem,) = log.check()
+        assert (problem.topic, problem.where) == ("t", "topic.json")
