@@ -501,3 +501,40 @@ def test_a_lost_topic_description_is_reported_not_hidden(tmp_path: Path) -> None
             log.read("t", 0, 0)
         (problem,) = log.check()
         assert (problem.topic, problem.where) == ("t", "topic.json")
+
+
+def _crashed_compaction(path: Path) -> list[Path]:
+    """A compacted topic with what a cleaner killed before its swap leaves: a new generation
+    of a segment, written in full, that the manifest does not list."""
+    with open_log(path) as log:
+        log.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": 1024})
+        for i in range(40):
+            log.append("t", 0, [Record(b"k%d" % (i % 3), b"v" * 60)])
+    first = Path(segment_files(path, "t")[0])
+    stem = first.name.split("-")[0] + "-999"
+    leftovers = [first.with_name(stem + ".log"), first.with_name(stem + ".index")]
+    leftovers[0].write_bytes(first.read_bytes())
+    leftovers[1].write_bytes(first.with_suffix(".index").read_bytes() or b"\0" * 8)
+    return leftovers
+
+
+def test_check_removes_what_a_crashed_compaction_left_instead_of_failing(tmp_path: Path) -> None:
+    leftovers = _crashed_compaction(tmp_path)
+    with open_log(tmp_path) as log:
+        assert log.check() == []
+        assert not any(p.exists() for p in leftovers)
+        assert len(read_all(log, "t")) == 40
+
+
+def test_check_leaves_a_running_cleaners_output_alone(tmp_path: Path) -> None:
+    import fcntl
+
+    leftovers = _crashed_compaction(tmp_path)
+    fd = os.open(tmp_path / "topics" / "t" / "0" / "clean.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another cleaner is at work
+        with open_log(tmp_path) as log:
+            assert log.check() == []
+            assert all(p.exists() for p in leftovers)
+    finally:
+        os.close(fd)
