@@ -538,3 +538,93 @@ def test_check_leaves_a_running_cleaners_output_alone(tmp_path: Path) -> None:
             assert all(p.exists() for p in leftovers)
     finally:
         os.close(fd)
+
+
+# -- concurrent readers ---------------------------------------------------------------------------
+def test_a_read_waiting_on_the_disk_does_not_hold_up_other_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The partition's cache lock covers cache lookups only, not a read's I/O and decoding."""
+    import threading
+
+    real_pread = os.pread
+    stuck, release = threading.Event(), threading.Event()
+
+    def pread(fd: int, n: int, pos: int) -> bytes:
+        if threading.current_thread().name == "stuck-reader":
+            stuck.set()
+            assert release.wait(10)
+        return real_pread(fd, n, pos)
+
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        for i in range(50):
+            log.append("t", 0, [Record(b"k%d" % i, b"v%d" % i)])
+        monkeypatch.setattr(os, "pread", pread)
+        slow: list[Record] = []
+        reader = threading.Thread(
+            target=lambda: slow.extend(log.read("t", 0, 0)), name="stuck-reader"
+        )
+        reader.start()
+        try:
+            assert stuck.wait(10)
+            done = threading.Event()
+            fast = threading.Thread(target=lambda: log.read("t", 0, 10) and done.set())
+            fast.start()
+            assert done.wait(5), "a second thread waited for the first one's disk read"
+            fast.join()
+        finally:
+            release.set()
+            reader.join()
+        assert [r.offset for r in slow] == list(range(50))
+
+
+def test_threads_reading_one_partition_while_it_is_written_and_compacted_read_it_right(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    with open_log(tmp_path) as log:
+        log.create_topic(
+            "t",
+            1,
+            {"cleanup.policy": "compact", "segment.bytes": 4096, "index.interval.bytes": 512},
+        )
+
+        def append(i: int) -> None:
+            assert log.append("t", 0, [Record(b"k%d" % (i % 50), b"v%d" % i)]) == i
+
+        for i in range(500):
+            append(i)
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def read(step: int) -> None:
+            try:
+                while not stop.is_set():
+                    off = log.start_offset("t", 0)
+                    while True:
+                        got = log.read("t", 0, off, max_records=step)
+                        if not got:
+                            break
+                        assert [r.offset for r in got] == sorted({r.offset for r in got})
+                        for r in got:
+                            assert r.offset >= off and r.value == b"v%d" % r.offset
+                        off = got[-1].offset + 1
+            except BaseException as exc:
+                errors.append(exc)
+
+        readers = [threading.Thread(target=read, args=(n,)) for n in (1, 7, 100)]
+        for t in readers:
+            t.start()
+        try:
+            for i in range(500, 1500):
+                append(i)
+                if i % 250 == 0:
+                    log.compact("t")
+        finally:
+            stop.set()
+            for t in readers:
+                t.join()
+        assert errors == []
+        assert log.check() == []

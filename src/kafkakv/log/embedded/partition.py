@@ -146,7 +146,11 @@ class Partition:
             raise _io("cannot open partition", directory, exc) from exc
         self._manifest: Manifest | None = None
         self._bases: list[int] = []
+        # Readers run without the cache lock: a reload retires the descriptors of segments
+        # gone from the manifest, closed once no read is running (one may still use them).
         self._read_fds: dict[str, int] = {}
+        self._retired: list[int] = []
+        self._readers = 0
         self._index: dict[str, _IndexCache] = {}
         # (segment, next offset, byte position) where the last read stopped: a tailing reader
         # starts there instead of scanning forward from the last sparse-index entry.
@@ -219,10 +223,17 @@ class Partition:
         self._bases = [s.base for s in m.segments]
         live = {s.name for s in m.segments}
         for name in [n for n in self._read_fds if n not in live]:
-            os.close(self._read_fds.pop(name))
+            self._retired.append(self._read_fds.pop(name))
+        if not self._readers:
+            self._close_retired_locked()
         for name in [n for n in self._index if n not in live]:
             del self._index[name]
         return m
+
+    def _close_retired_locked(self) -> None:
+        for fd in self._retired:
+            os.close(fd)
+        self._retired.clear()
 
     def start_offset(self) -> int:
         return self.published().start_offset
@@ -295,20 +306,32 @@ class Partition:
             )
         for attempt in range(5):
             try:
-                with self._cache_lock, gc_paused():
+                with self._cache_lock:  # only the cache: threads read and decode in parallel
                     m = self._manifest
                     if m is None or m.version < head.layout_version or attempt:
                         m = self._reload_manifest_locked()
-                    return self._read_locked(m, head, offset, max_records, max_bytes, entries)
+                    bases = self._bases
+                    self._readers += 1
+                try:
+                    with gc_paused():
+                        return self._read_from(
+                            m, bases, head, offset, max_records, max_bytes, entries
+                        )
+                finally:
+                    with self._cache_lock:
+                        self._readers -= 1
+                        if not self._readers:
+                            self._close_retired_locked()
             except FileNotFoundError:
                 head = self.published()  # a cleaner swapped segments: reload and retry
         raise CorruptLogError(
             f"segments of {self.topic}-{self.number} keep disappearing while reading", path=self.dir
         )
 
-    def _read_locked(
+    def _read_from(
         self,
         m: Manifest,
+        bases: list[int],
         head: HeadState,
         offset: int,
         max_records: int,
@@ -318,7 +341,7 @@ class Partition:
         out: list[Any] = []
         build = _ENTRIES if entries else _RECORDS
         budget = max(1, max_bytes)
-        i = max(0, bisect_right(self._bases, offset) - 1)
+        i = max(0, bisect_right(bases, offset) - 1)
         segs = m.segments
         while i < len(segs) and len(out) < max_records and budget > 0:
             seg = segs[i]
@@ -334,7 +357,8 @@ class Partition:
             if cursor is not None and cursor[0] == seg.name and cursor[1] == offset:
                 start = cursor[2]  # a sequential reader: on from where the last read stopped
             else:
-                start = self._position_for(seg, offset, end)
+                with self._cache_lock:
+                    start = self._position_for(seg, offset, end)
                 if (
                     cursor is not None
                     and cursor[0] == seg.name
@@ -371,7 +395,8 @@ class Partition:
         """
         make, at = build  # what to build of each row, and where its offset is in it
         pos, low, exact = start
-        fd = self._read_fd(seg.name)
+        with self._cache_lock:
+            fd = self._read_fd(seg.name)  # stays open while this read runs (see _readers)
         part = self.number
         chunk = _READ_CHUNK  # grows while the caller keeps wanting more: never copy far past need
         while pos < end and len(out) < max_records and budget > 0:
@@ -842,9 +867,11 @@ class Partition:
     def close(self) -> None:
         with self._tlock:
             self._close_writer()
-            for fd in self._read_fds.values():
-                os.close(fd)
-            self._read_fds.clear()
+            with self._cache_lock:
+                for fd in self._read_fds.values():
+                    os.close(fd)
+                self._read_fds.clear()
+                self._close_retired_locked()
             self._head.close()
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
