@@ -454,3 +454,19 @@ def test_check_finds_a_flipped_byte(engine: EmbeddedLog, log_dir: Path, topic: s
 
     dump = cli(log_dir, "dump", topic)  # reading the damaged batch is a clean error too
     assert_clean_error(dump, "checksum")
+
+
+def test_check_reports_a_manifest_that_is_not_utf8(
+    engine: EmbeddedLog, log_dir: Path, topic: str
+) -> None:
+    engine.create_topic(topic)
+    engine.append(topic, 0, [Record(b"k", b"v")])
+    engine.close()
+    manifest = log_dir / "topics" / topic / "0" / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes() + b"\xfe")
+    result = cli(log_dir, "check")
+    assert result.exit_code == 1, result.output
+    assert any(
+        f"{topic}-0 manifest.json: unreadable" in line for line in result.stdout.splitlines()
+    )
+    assert_clean_error(cli(log_dir, "dump", topic), "manifest")

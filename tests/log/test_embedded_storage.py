@@ -89,7 +89,7 @@ def test_segments_roll_and_the_index_avoids_scanning(tmp_path: Path) -> None:
         target = head.next_offset - 3
         # The index sends a read near the end of the active segment close to its batch,
         # not to the start of the segment.
-        pos = part._position_for(seg, target, head.active_pos)
+        pos = part._position_for(seg, target, head.active_pos).position
         assert head.active_pos - pos < 2 * 1024 + 200
         assert [r.offset for r in log.read("t", 0, target)] == [target, target + 1, target + 2]
         # Every offset can be read from, in every segment.
@@ -452,3 +452,238 @@ def test_a_log_is_not_private_by_default(tmp_path: Path) -> None:
 def test_private_must_be_a_bool(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="private"):
         EmbeddedLog(tmp_path, private="yes")  # type: ignore[arg-type]
+
+
+# -- offsets the CRC does not cover ------------------------------------------------------------
+def _batch_positions(seg: str) -> list[int]:
+    from kafkakv.log.embedded.format import scan_batches
+
+    return [pos for pos, _ in scan_batches(Path(seg).read_bytes())]
+
+
+@pytest.mark.parametrize("which", ["first-of-sealed", "indexed", "middle", "last-of-log"])
+def test_a_flipped_base_offset_is_never_read_as_data(tmp_path: Path, which: str) -> None:
+    """The CRC starts after the base offset: a read checks each batch's offsets against the
+    index entry or batch before it and the segment's range, and names the file and byte."""
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1, {"segment.bytes": 8192, "index.interval.bytes": 1024})
+        for i in range(200):
+            log.append("t", 0, [Record(b"k%d" % i, b"v" * 100)])
+        end = log.end_offset("t", 0)
+    segs = segment_files(tmp_path, "t")
+    seg = segs[-1] if which == "last-of-log" else segs[1]
+    positions = _batch_positions(seg)
+    index = Path(seg[: -len(".log")] + ".index").read_bytes()
+    indexed = [int.from_bytes(index[k + 4 : k + 8], "little") for k in range(0, len(index), 8)]
+    assert positions[3] not in indexed
+    spot = {
+        "first-of-sealed": 0,
+        "indexed": indexed[len(indexed) // 2],
+        "middle": positions[3],
+        "last-of-log": positions[-1],
+    }[which]
+    data = bytearray(Path(seg).read_bytes())
+    data[spot + 4] ^= 0x40  # bit 38 of the base offset
+    Path(seg).write_bytes(bytes(data))
+    with open_log(tmp_path) as log:
+        assert log.check() != []
+        bad = int.from_bytes(data[spot : spot + 8], "little") ^ (1 << 38)
+        for off in range(end):  # random access: each read is right or refused
+            try:
+                got = log.read("t", 0, off, max_records=3)
+            except CorruptLogError as exc:
+                assert exc.path == seg and exc.position == spot
+                continue
+            assert [r.offset for r in got] == list(range(off, off + len(got)))
+            assert off + len(got) - 1 < bad or off > bad
+        with pytest.raises(CorruptLogError):
+            log.read("t", 0, bad, max_records=1)
+    with open_log(tmp_path) as log:  # a sequential reader (the read cursor) is refused too
+        off, seen = 0, []
+        with pytest.raises(CorruptLogError) as info:
+            while off < end:
+                got = log.read("t", 0, off, max_records=7)
+                seen += [r.offset for r in got]
+                off = seen[-1] + 1
+        assert info.value.path == seg and info.value.position == spot
+        assert seen == list(range(len(seen)))
+
+
+def test_head_rebuild_refuses_a_batch_whose_offset_does_not_follow(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        for _i in range(10):
+            log.append("t", 0, [Record(b"k", b"v" * 50)])
+    (seg,) = segment_files(tmp_path, "t")
+    data = bytearray(Path(seg).read_bytes())
+    last = _batch_positions(seg)[-1]
+    data[last + 4] ^= 0x40  # the last batch claims an offset near 2**38
+    Path(seg).write_bytes(bytes(data))
+    (tmp_path / "topics" / "t" / "0" / "head").write_bytes(b"")
+    with open_log(tmp_path) as log, pytest.raises(CorruptLogError, match="refusing to rebuild"):
+        log.end_offset("t", 0)
+    assert Path(seg).read_bytes() == bytes(data)
+
+
+# -- damaged metadata files ----------------------------------------------------------------------
+def test_a_manifest_with_a_non_utf8_byte_is_a_corrupt_log_error_naming_it(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        log.append("t", 0, [Record(b"k", b"v")])
+    manifest = tmp_path / "topics" / "t" / "0" / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes() + b"\xff")
+    with open_log(tmp_path) as log:
+        for call in (
+            lambda: log.read("t", 0, 0),
+            lambda: log.append("t", 0, [Record(b"k", b"v")]),
+            lambda: log.read_entries("t", 0, 0),
+        ):
+            with pytest.raises(CorruptLogError) as info:
+                call()
+            assert info.value.path == str(manifest)
+        assert any(p.where == "manifest.json" and str(manifest) in p.message for p in log.check())
+
+
+def test_a_lost_topic_description_is_reported_not_hidden(tmp_path: Path) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        log.create_topic("u", 1)
+        log.append("t", 0, [Record(b"k", b"v")])
+    description = tmp_path / "topics" / "t" / "topic.json"
+    description.unlink()
+    with open_log(tmp_path) as log:
+        assert log.topics() == ["t", "u"]
+        with pytest.raises(CorruptLogError, match="description is lost") as info:
+            log.partitions("t")
+        assert info.value.path == str(description)
+        with pytest.raises(CorruptLogError):
+            log.read("t", 0, 0)
+        (problem,) = log.check()
+        assert (problem.topic, problem.where) == ("t", "topic.json")
+
+
+def _crashed_compaction(path: Path) -> list[Path]:
+    """A compacted topic with what a cleaner killed before its swap leaves: a new generation
+    of a segment, written in full, that the manifest does not list."""
+    with open_log(path) as log:
+        log.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": 1024})
+        for i in range(40):
+            log.append("t", 0, [Record(b"k%d" % (i % 3), b"v" * 60)])
+    first = Path(segment_files(path, "t")[0])
+    stem = first.name.split("-")[0] + "-999"
+    leftovers = [first.with_name(stem + ".log"), first.with_name(stem + ".index")]
+    leftovers[0].write_bytes(first.read_bytes())
+    leftovers[1].write_bytes(first.with_suffix(".index").read_bytes() or b"\0" * 8)
+    return leftovers
+
+
+def test_check_removes_what_a_crashed_compaction_left_instead_of_failing(tmp_path: Path) -> None:
+    leftovers = _crashed_compaction(tmp_path)
+    with open_log(tmp_path) as log:
+        assert log.check() == []
+        assert not any(p.exists() for p in leftovers)
+        assert len(read_all(log, "t")) == 40
+
+
+def test_check_leaves_a_running_cleaners_output_alone(tmp_path: Path) -> None:
+    import fcntl
+
+    leftovers = _crashed_compaction(tmp_path)
+    fd = os.open(tmp_path / "topics" / "t" / "0" / "clean.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another cleaner is at work
+        with open_log(tmp_path) as log:
+            assert log.check() == []
+            assert all(p.exists() for p in leftovers)
+    finally:
+        os.close(fd)
+
+
+# -- concurrent readers ---------------------------------------------------------------------------
+def test_a_read_waiting_on_the_disk_does_not_hold_up_other_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The partition's cache lock covers cache lookups only, not a read's I/O and decoding."""
+    import threading
+
+    real_pread = os.pread
+    stuck, release = threading.Event(), threading.Event()
+
+    def pread(fd: int, n: int, pos: int) -> bytes:
+        if threading.current_thread().name == "stuck-reader":
+            stuck.set()
+            assert release.wait(10)
+        return real_pread(fd, n, pos)
+
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        for i in range(50):
+            log.append("t", 0, [Record(b"k%d" % i, b"v%d" % i)])
+        monkeypatch.setattr(os, "pread", pread)
+        slow: list[Record] = []
+        reader = threading.Thread(
+            target=lambda: slow.extend(log.read("t", 0, 0)), name="stuck-reader"
+        )
+        reader.start()
+        try:
+            assert stuck.wait(10)
+            done = threading.Event()
+            fast = threading.Thread(target=lambda: log.read("t", 0, 10) and done.set())
+            fast.start()
+            assert done.wait(5), "a second thread waited for the first one's disk read"
+            fast.join()
+        finally:
+            release.set()
+            reader.join()
+        assert [r.offset for r in slow] == list(range(50))
+
+
+def test_threads_reading_one_partition_while_it_is_written_and_compacted_read_it_right(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    with open_log(tmp_path) as log:
+        log.create_topic(
+            "t",
+            1,
+            {"cleanup.policy": "compact", "segment.bytes": 4096, "index.interval.bytes": 512},
+        )
+
+        def append(i: int) -> None:
+            assert log.append("t", 0, [Record(b"k%d" % (i % 50), b"v%d" % i)]) == i
+
+        for i in range(500):
+            append(i)
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def read(step: int) -> None:
+            try:
+                while not stop.is_set():
+                    off = log.start_offset("t", 0)
+                    while True:
+                        got = log.read("t", 0, off, max_records=step)
+                        if not got:
+                            break
+                        assert [r.offset for r in got] == sorted({r.offset for r in got})
+                        for r in got:
+                            assert r.offset >= off and r.value == b"v%d" % r.offset
+                        off = got[-1].offset + 1
+            except BaseException as exc:
+                errors.append(exc)
+
+        readers = [threading.Thread(target=read, args=(n,)) for n in (1, 7, 100)]
+        for t in readers:
+            t.start()
+        try:
+            for i in range(500, 1500):
+                append(i)
+                if i % 250 == 0:
+                    log.compact("t")
+        finally:
+            stop.set()
+            for t in readers:
+                t.join()
+        assert errors == []
+        assert log.check() == []

@@ -1,8 +1,10 @@
 """Verification of a partition's files: every problem found, not just the first.
 
-Checks the manifest against the files, every batch (framing, checksum, offsets ascending and
-inside the segment's range), every index entry (ascending, pointing at a batch boundary whose
-offset it names), and the published head against the active segment. After a corrupt batch
+First finishes what recovery finishes anyway, so neither is reported: an interrupted roll (as
+the next writer would) and the leftover files of an interrupted compaction (as the next cleaner
+would). Then checks the manifest against the files, every batch (framing, checksum, offsets
+ascending and inside the segment's range), every index entry (ascending, pointing at a batch
+boundary whose offset it names), and the published head against the active segment. After a corrupt batch
 the scan searches forward for the next valid batch and goes on from there, so the data after
 a damaged spot is still checked and reported on.
 """
@@ -13,6 +15,7 @@ import os
 
 from kafkakv.errors import CorruptLogError, LockTimeoutError
 from kafkakv.log.base import Problem
+from kafkakv.log.embedded.cleaner import remove_leftovers
 from kafkakv.log.embedded.format import INDEX_ENTRY, next_valid_batch, valid_batch_at
 from kafkakv.log.embedded.manifest import Manifest
 from kafkakv.log.embedded.partition import Partition
@@ -32,6 +35,17 @@ def check_partition(part: Partition) -> list[Problem]:
         raise  # a writer holds the lock: not a fault of the files (LockTimeoutError is an OSError)
     except (OSError, CorruptLogError) as exc:
         report("head", f"cannot be recovered: {exc}")
+    # What an interrupted compaction left is removed, as the next cleaner pass would: no
+    # corruption. While another cleaner works, its unlisted output is not looked at.
+    leftovers_removed = None
+    try:
+        leftovers_removed = remove_leftovers(part)
+    except LockTimeoutError:
+        raise
+    except CorruptLogError:
+        pass  # an unreadable manifest: reported below
+    except OSError as exc:
+        report(part.dir, f"cannot remove the leftovers of a compaction: {exc}")
     try:
         m = Manifest.load(part.dir)
     except (OSError, CorruptLogError) as exc:
@@ -43,7 +57,7 @@ def check_partition(part: Partition) -> list[Problem]:
     elif head.active_base != m.active.base:
         report("head", f"active segment {head.active_base} but manifest says {m.active.base}")
     listed = {s.name for s in m.segments}
-    for entry in sorted(os.listdir(part.dir)):
+    for entry in sorted(os.listdir(part.dir)) if leftovers_removed is not None else ():
         stem, _, ext = entry.rpartition(".")
         # An empty unlisted file is what a writer killed during a roll leaves: not a problem.
         if (
@@ -51,7 +65,7 @@ def check_partition(part: Partition) -> list[Problem]:
             and stem not in listed
             and os.path.getsize(os.path.join(part.dir, entry)) > 0
         ):
-            report(entry, "segment file not listed in the manifest (leftover of a swap)")
+            report(entry, "segment file not listed in the manifest, and not removable")
     previous_last = -1
     for i, seg in enumerate(m.segments):
         is_active = i == len(m.segments) - 1

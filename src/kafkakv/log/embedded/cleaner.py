@@ -40,7 +40,13 @@ from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
 from kafkakv.log.embedded.partition import Partition, now_ms
 from kafkakv.log.embedded.settings import FsyncPolicy
 
-__all__ = ["CleanResult", "clean_partition", "dirty_ratio", "enforce_retention"]
+__all__ = [
+    "CleanResult",
+    "clean_partition",
+    "dirty_ratio",
+    "enforce_retention",
+    "remove_leftovers",
+]
 
 
 @contextlib.contextmanager
@@ -60,6 +66,22 @@ def _clean_lock(part: Partition, *, block: bool, deadline: float) -> Iterator[bo
         yield True
     finally:
         os.close(fd)
+
+
+def remove_leftovers(part: Partition, *, timeout: float | None = None) -> list[str] | None:
+    """Delete what an interrupted compaction left (segment files the manifest does not list),
+    as the next cleaner pass would; return the names removed.
+
+    None when another cleaner holds ``clean.lock``: the unlisted files are then its output in
+    progress, not leftovers. Waits for the partition lock at most ``timeout`` seconds (None:
+    ``lock_timeout``). Costs one directory listing and a manifest read.
+    """
+    deadline = _deadline(part, timeout)
+    with _clean_lock(part, block=False, deadline=deadline) as got:
+        if not got:
+            return None
+        with part.locked(deadline):
+            return part.remove_leftovers_locked()
 
 
 def _deadline(part: Partition, timeout: float | None) -> float:

@@ -19,7 +19,9 @@ Record batch (a 56-byte header, then the records)::
     56  ...  records            msgpack array of [offset_delta, timestamp_delta, key, value, headers]
 
 ``base_offset`` and ``size`` lead so that a scan can skip a batch without decoding it; the CRC
-covers everything after itself, the offset included, so a torn or bit-flipped batch is detected.
+covers everything after itself, so a torn or bit-flipped batch is detected. It does not cover
+``base_offset`` (nor ``size``, which framing checks): readers validate every batch's offsets
+against the index entry or batch before it and the segment's range instead (see partition.py).
 After compaction a batch keeps its base offset and offset span but may hold fewer records.
 
 Offset index entry: ``u32 relative_offset, u32 position`` (8 bytes), sparse, ascending.

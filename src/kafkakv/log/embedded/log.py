@@ -63,6 +63,21 @@ _MARKER = "kafkakv-log.json"
 _FORMAT = 1
 
 
+def _parse_topic(raw: bytes, path: str) -> tuple[int, TopicConfig]:
+    """``(partitions, config)`` of a topic.json; anything else raises CorruptLogError."""
+    try:
+        doc = json.loads(raw)
+        partitions = doc["partitions"]
+        if type(partitions) is not int or partitions < 1:
+            raise TypeError(f"partitions {partitions!r}")
+        config = doc["config"]
+        if not isinstance(config, dict):
+            raise TypeError(f"config {config!r}")
+        return partitions, parse_topic_config(config)
+    except (ValueError, KeyError, TypeError, ConfigError) as exc:
+        raise CorruptLogError(f"unreadable topic description {path}: {exc!r}", path=path) from exc
+
+
 class EmbeddedLog(Log):
     """A log stored in ``path``; created if missing or empty.
 
@@ -211,13 +226,18 @@ class EmbeddedLog(Log):
         if "/" in topic or topic.startswith("."):
             raise UnknownTopicError(f"no topic {topic!r} in {self.path}")
         try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
+            with open(path, "rb") as f:
+                raw = f.read()
         except FileNotFoundError:
+            if os.path.isdir(os.path.dirname(path)):
+                raise CorruptLogError(
+                    f"topic {topic!r} has a directory but no {path}: its description is lost",
+                    path=path,
+                ) from None
             raise UnknownTopicError(f"no topic {topic!r} in {self.path}") from None
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise CorruptLogError(f"unreadable topic description {path}: {exc}", path=path) from exc
-        meta = (int(doc["partitions"]), parse_topic_config(doc["config"]))
+        meta = _parse_topic(raw, path)
         self._meta[topic] = meta
         return meta
 
@@ -314,12 +334,14 @@ class EmbeddedLog(Log):
             shutil.rmtree(tmp, ignore_errors=True)
 
     def topics(self) -> list[str]:
+        """Every topic directory, including one whose ``topic.json`` is lost or damaged (its
+        :meth:`partitions` raises :class:`CorruptLogError`, and :meth:`check` reports it):
+        damage never makes a topic vanish. One directory listing."""
         self._check_open()
         return sorted(
             n
             for n in os.listdir(self._topics_dir)
-            if not n.startswith(".")
-            and os.path.exists(os.path.join(self._topics_dir, n, "topic.json"))
+            if not n.startswith(".") and os.path.isdir(os.path.join(self._topics_dir, n))
         )
 
     def partitions(self, topic: str) -> int:
@@ -492,7 +514,11 @@ class EmbeddedLog(Log):
         while not self._stop.wait(self.settings.cleaner_interval_s):
             try:
                 for topic in self.topics():
-                    count, config = self._topic(topic)
+                    try:
+                        count, config = self._topic(topic)
+                    except CorruptLogError as exc:  # a damaged topic: the others go on
+                        self._background_error(exc)
+                        continue
                     for p in range(count):
                         if self._stop.is_set():
                             return
@@ -502,10 +528,8 @@ class EmbeddedLog(Log):
                                 clean_partition(part, force=False, timeout=timeout)
                             if config.delete:
                                 enforce_retention(part, timeout=timeout)
-                        except LockTimeoutError as exc:  # a stopped writer: the others go on
-                            _log.warning("background cleaner of %s: %s", self.path, exc)
-                            self.background_errors.append(exc)
-                            del self.background_errors[:-100]
+                        except (LockTimeoutError, CorruptLogError) as exc:
+                            self._background_error(exc)  # a stopped writer, damaged files
             except ClosedError:
                 return
             except Exception as exc:  # keep cleaning other partitions next round
@@ -528,6 +552,11 @@ class EmbeddedLog(Log):
                 _log.error("flusher of %s: cannot sync %s: %s", self.path, part.dir, exc)
                 self.background_errors.append(exc)
                 del self.background_errors[:-100]
+
+    def _background_error(self, exc: Exception) -> None:
+        _log.warning("background cleaner of %s: %s", self.path, exc)
+        self.background_errors.append(exc)
+        del self.background_errors[:-100]
 
     # -- lifecycle --------------------------------------------------------------------
     def close(self) -> None:

@@ -8,6 +8,7 @@ partition directory that the manifest does not list are leftovers of an interrup
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -66,25 +67,32 @@ class Manifest:
         )
 
     @staticmethod
-    def from_json(text: str, path: str) -> Manifest:
+    def from_json(text: str | bytes, path: str) -> Manifest:
+        """Parse a manifest; anything that is not one (bad bytes, bad JSON, a field missing
+        or of the wrong type, segments out of order or misnamed) raises
+        :class:`CorruptLogError` naming ``path``: the one decode boundary of this file."""
         try:
-            doc = json.loads(text)
-            segments = tuple(SegmentInfo(**s) for s in doc["segments"])
+            doc = json.loads(text)  # bytes that are not UTF-8: UnicodeDecodeError, a ValueError
+            segments = tuple(_segment(s) for s in doc["segments"])
             if not segments:
                 raise ValueError("no segments")
+            for before, after in itertools.pairwise(segments):
+                if after.base <= before.base:
+                    raise ValueError(f"segment {after.name} does not follow {before.name}")
             return Manifest(
-                version=int(doc["version"]),
+                version=_int(doc["version"]),
                 segments=segments,
-                clean_upto=int(doc["clean_upto"]),
-                next_generation=int(doc["next_generation"]),
+                clean_upto=_int(doc["clean_upto"]),
+                next_generation=_int(doc["next_generation"]),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptLogError(f"unreadable manifest: {exc}", path=path) from exc
+            raise CorruptLogError(f"unreadable manifest {path}: {exc!r}", path=path) from exc
 
     @staticmethod
     def load(directory: str) -> Manifest:
+        """Read and parse ``manifest.json``; OSError when it cannot be read (see from_json)."""
         path = os.path.join(directory, MANIFEST)
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:
             return Manifest.from_json(f.read(), path)
 
     def save(self, directory: str, *, durable: bool, mode: int = 0o644) -> None:
@@ -100,6 +108,27 @@ class Manifest:
         os.replace(tmp, path)
         if durable:
             fsync_dir(directory)
+
+
+def _int(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise TypeError(f"{value!r} is not a count or offset")
+    return value
+
+
+def _segment(doc: object) -> SegmentInfo:
+    if not isinstance(doc, dict) or not isinstance(doc.get("name"), str):
+        raise TypeError(f"{doc!r} is not a segment")
+    info = SegmentInfo(**doc)
+    base, _, generation = info.name.partition("-")
+    if base != f"{_int(info.base):020d}" or not generation.isdigit():
+        raise ValueError(f"segment {info.name!r} is not named after its base {info.base}")
+    for value in (info.created_ms, info.size, info.max_ts, info.tombstone_horizon):
+        if value is not None and type(value) is not int:
+            raise TypeError(f"segment {info.name}: {value!r} is not an integer")
+    if info.size is not None and info.size < 0:
+        raise ValueError(f"segment {info.name}: size {info.size}")
+    return info
 
 
 def fsync_dir(directory: str) -> None:

@@ -28,7 +28,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
@@ -84,6 +84,16 @@ class _IndexCache:
         self.complete = False  # the segment is sealed and every entry is cached
 
 
+class _Start(NamedTuple):
+    """Where a read starts in a segment, and what the batch there must say: its base offset
+    is ``low`` when ``exact`` (an index entry or a batch read before names it), else at least
+    ``low`` (the segment's base, or one past the batch read before)."""
+
+    position: int
+    low: int
+    exact: bool
+
+
 class PendingTailError(Exception):
     """Internal: the active segment has unpublished bytes that may belong to a committed
     transaction; the caller must resolve transactions outside the partition lock and retry."""
@@ -137,11 +147,15 @@ class Partition:
             raise _io("cannot open partition", directory, exc) from exc
         self._manifest: Manifest | None = None
         self._bases: list[int] = []
+        # Readers run without the cache lock: a reload retires the descriptors of segments
+        # gone from the manifest, closed once no read is running (one may still use them).
         self._read_fds: dict[str, int] = {}
+        self._retired: list[int] = []
+        self._readers = 0
         self._index: dict[str, _IndexCache] = {}
         # (segment, next offset, byte position) where the last read stopped: a tailing reader
         # starts there instead of scanning forward from the last sparse-index entry.
-        self._read_cursor: tuple[str, int, int] | None = None
+        self._read_cursor: tuple[str, int, _Start] | None = None
         # The decoded rows of the last batch a read stopped inside of, by (segment, position):
         # the next read of a sequential reader starts in it, and decoding a batch of 500,000
         # records again for each slice of it made reading a large flush quadratic.
@@ -213,10 +227,17 @@ class Partition:
         self._bases = [s.base for s in m.segments]
         live = {s.name for s in m.segments}
         for name in [n for n in self._read_fds if n not in live]:
-            os.close(self._read_fds.pop(name))
+            self._retired.append(self._read_fds.pop(name))
+        if not self._readers:
+            self._close_retired_locked()
         for name in [n for n in self._index if n not in live]:
             del self._index[name]
         return m
+
+    def _close_retired_locked(self) -> None:
+        for fd in self._retired:
+            os.close(fd)
+        self._retired.clear()
 
     def start_offset(self) -> int:
         return self.published().start_offset
@@ -255,11 +276,12 @@ class Partition:
         cache.complete = seg.size is not None
         return cache
 
-    def _position_for(self, seg: SegmentInfo, offset: int, end: int) -> int:
-        """A batch boundary at or before ``offset``: the sparse index, then a short scan."""
+    def _position_for(self, seg: SegmentInfo, offset: int, end: int) -> _Start:
+        """A batch boundary at or before ``offset`` (the sparse index, then a short scan), and
+        the base offset its batch must have there."""
         rel = offset - seg.base
         if rel <= 0:
-            return 0
+            return _Start(0, seg.base, False)
         cache = self._index.get(seg.name)
         if cache is None or (
             not cache.complete
@@ -269,7 +291,9 @@ class Partition:
         ):
             cache = self._load_index(seg, end)
         k = bisect_right(cache.rels, rel) - 1
-        return cache.positions[k] if k >= 0 else 0
+        if k < 0:
+            return _Start(0, seg.base, False)
+        return _Start(cache.positions[k], seg.base + cache.rels[k], True)
 
     def read(
         self, offset: int, max_records: int, max_bytes: int, entries: bool = False
@@ -286,20 +310,32 @@ class Partition:
             )
         for attempt in range(5):
             try:
-                with self._cache_lock, gc_paused():
+                with self._cache_lock:  # only the cache: threads read and decode in parallel
                     m = self._manifest
                     if m is None or m.version < head.layout_version or attempt:
                         m = self._reload_manifest_locked()
-                    return self._read_locked(m, head, offset, max_records, max_bytes, entries)
+                    bases = self._bases
+                    self._readers += 1
+                with gc_paused():  # over the release too: gc on there made reads 20% slower
+                    try:
+                        return self._read_from(
+                            m, bases, head, offset, max_records, max_bytes, entries
+                        )
+                    finally:
+                        with self._cache_lock:
+                            self._readers -= 1
+                            if not self._readers:
+                                self._close_retired_locked()
             except FileNotFoundError:
                 head = self.published()  # a cleaner swapped segments: reload and retry
         raise CorruptLogError(
             f"segments of {self.topic}-{self.number} keep disappearing while reading", path=self.dir
         )
 
-    def _read_locked(
+    def _read_from(
         self,
         m: Manifest,
+        bases: list[int],
         head: HeadState,
         offset: int,
         max_records: int,
@@ -309,28 +345,34 @@ class Partition:
         out: list[Any] = []
         build = _ENTRIES if entries else _RECORDS
         budget = max(1, max_bytes)
-        i = max(0, bisect_right(self._bases, offset) - 1)
+        i = max(0, bisect_right(bases, offset) - 1)
         segs = m.segments
         while i < len(segs) and len(out) < max_records and budget > 0:
             seg = segs[i]
             if seg.base > head.active_base:
                 break  # rolled after the head we read: nothing published there yet
-            end = head.active_pos if seg.base == head.active_base else seg.size
-            if end is None:
+            if seg.base == head.active_base:
+                end, limit = head.active_pos, head.next_offset
+            elif seg.size is None or i + 1 == len(segs):
                 break
+            else:
+                end, limit = seg.size, segs[i + 1].base
             cursor = self._read_cursor
             if cursor is not None and cursor[0] == seg.name and cursor[1] == offset:
-                pos = cursor[2]  # a sequential reader: on from where the last read stopped
+                start = cursor[2]  # a sequential reader: on from where the last read stopped
             else:
-                pos = self._position_for(seg, offset, end)
+                with self._cache_lock:
+                    start = self._position_for(seg, offset, end)
                 if (
                     cursor is not None
                     and cursor[0] == seg.name
-                    and pos <= cursor[2]
+                    and start.position <= cursor[2].position
                     and cursor[1] <= offset
                 ):
-                    pos = cursor[2]  # nearer than the sparse index
-            budget = self._read_segment(seg, pos, end, offset, out, max_records, budget, build)
+                    start = cursor[2]  # nearer than the sparse index
+            budget = self._read_segment(
+                seg, start, end, limit, offset, out, max_records, budget, build
+            )
             i += 1
         if len(out) > max_records:
             del out[max_records:]
@@ -339,16 +381,26 @@ class Partition:
     def _read_segment(
         self,
         seg: SegmentInfo,
-        pos: int,
+        start: _Start,
         end: int,
+        limit: int,
         offset: int,
         out: list[Any],
         max_records: int,
         budget: int,
         build: _Builder,
     ) -> int:
+        """Read the batches of ``seg`` from ``start`` up to byte ``end`` into ``out``.
+
+        Every batch's offsets are checked before anything of it is used (the CRC does not
+        cover the base offset): the first must have the base offset ``start`` names, each
+        next one must begin above the last, and all must end below ``limit`` (the next
+        segment's base, or the published end). Raises :class:`CorruptLogError` otherwise.
+        """
         make, at = build  # what to build of each row, and where its offset is in it
-        fd = self._read_fd(seg.name)
+        pos, low, exact = start
+        with self._cache_lock:
+            fd = self._read_fd(seg.name)  # stays open while this read runs (see _readers)
         part = self.number
         chunk = _READ_CHUNK  # grows while the caller keeps wanting more: never copy far past need
         while pos < end and len(out) < max_records and budget > 0:
@@ -361,6 +413,10 @@ class Partition:
                     h = parse_header(buf, p)
                 except CorruptLogError as exc:
                     raise self._corrupt(seg, pos + p, str(exc)) from None
+                if (h.base_offset != low if exact else h.base_offset < low) or (
+                    h.last_offset >= limit
+                ):
+                    raise self._corrupt(seg, pos + p, self._offsets_problem(h, low, exact, limit))
                 where = (seg.name, pos + p, h.crc)
                 partial = self._partial
                 # A batch this reader stopped inside of is decoded already: its bytes need not
@@ -378,6 +434,7 @@ class Partition:
                             raise self._corrupt(seg, pos, "segment shorter than published")
                         continue
                     break
+                low, exact = h.last_offset + 1, False
                 if h.last_offset >= offset:
                     if cached is None and not verify_crc(buf, p, h):
                         raise self._corrupt(seg, pos + p, "batch checksum mismatch")
@@ -389,17 +446,30 @@ class Partition:
                     if last is not None and last != rows[-1][0] + h.base_offset:
                         # The read stops inside this batch: keep it decoded for the next one.
                         self._partial = (where, rows)
-                        self._read_cursor = (seg.name, last + 1, pos + p)
+                        self._read_cursor = (
+                            seg.name,
+                            last + 1,
+                            _Start(pos + p, h.base_offset, True),
+                        )
                         return budget
                     if len(out) >= max_records or budget <= 0:
-                        self._read_cursor = (seg.name, h.last_offset + 1, pos + p + h.size)
+                        self._read_cursor = (seg.name, low, _Start(pos + p + h.size, low, False))
                         return budget
                 p += h.size
-                self._read_cursor = (seg.name, h.last_offset + 1, pos + p)
+                self._read_cursor = (seg.name, low, _Start(pos + p, low, False))
             if p == 0:
                 raise self._corrupt(seg, pos, "segment shorter than published")
             pos += p
         return budget
+
+    @staticmethod
+    def _offsets_problem(h: BatchHeader, low: int, exact: bool, limit: int) -> str:
+        span = f"batch with offsets {h.base_offset}..{h.last_offset}"
+        if h.last_offset >= limit:
+            return f"{span} past the segment's end offset {limit}"
+        if exact:
+            return f"{span} where the index or the previous read says offset {low}"
+        return f"{span} not above offset {low - 1}"
 
     def _corrupt(self, seg: SegmentInfo, position: int, message: str) -> CorruptLogError:
         path = os.path.join(self.dir, seg.name + ".log")
@@ -692,7 +762,8 @@ class Partition:
 
         Validates every batch of the active segment; stops at the first one that is torn,
         fails its checksum, or belongs to an uncommitted transaction. Truncates there only when
-        nothing valid follows: corruption with valid data after it raises
+        nothing valid follows: corruption with valid data after it, or a whole batch whose
+        offset does not follow the one before (the active segment is never compacted), raises
         :class:`CorruptLogError` and changes nothing. Rebuilds the active segment's index.
         Reads the segment in windows (see recovery.py): memory stays bounded whatever its size;
         costs one read of it to validate and one of its headers to rebuild the index.
@@ -704,13 +775,16 @@ class Partition:
         fd = self._wfd
         size = os.fstat(fd).st_size
         interval = self.config.index_interval_bytes
-        found = valid_prefix(
-            lambda n, at: os.pread(fd, n, at),
-            size,
-            active.base,
-            interval,
-            lambda p, h: self._acceptable(active, p, h),
-        )
+        try:
+            found = valid_prefix(
+                lambda n, at: os.pread(fd, n, at),
+                size,
+                active.base,
+                interval,
+                lambda p, h: self._acceptable(active, p, h),
+            )
+        except CorruptLogError as exc:  # a batch whose offset does not follow: see valid_prefix
+            raise self._corrupt(active, exc.position or 0, str(exc)) from None
         pos = found.end
         if found.later is not None:
             raise self._corrupt(
@@ -817,9 +891,11 @@ class Partition:
     def close(self) -> None:
         with self._tlock:
             self._close_writer()
-            for fd in self._read_fds.values():
-                os.close(fd)
-            self._read_fds.clear()
+            with self._cache_lock:
+                for fd in self._read_fds.values():
+                    os.close(fd)
+                self._read_fds.clear()
+                self._close_retired_locked()
             self._head.close()
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)

@@ -108,7 +108,8 @@ def valid_prefix(
     """Validate the batches of a segment (base offset ``base``) from its start.
 
     Stops at the first batch that is torn, fails its checksum, or that ``accept`` refuses;
-    then looks for a valid batch after it. Reads the segment once (and, past a stop, every
+    then looks for a valid batch after it. Raises :class:`~kafkakv.errors.CorruptLogError`
+    (with the position) for a valid batch whose base offset does not follow the one before. Reads the segment once (and, past a stop, every
     byte position's header); holds at most about two windows of it.
     """
     scan = SegmentScan(read, size, window)
@@ -119,6 +120,12 @@ def valid_prefix(
         h = scan.valid_at(pos)
         if h is None or not accept(pos, h):
             break
+        if h.base_offset != next_offset:  # the CRC does not cover it: nothing else does
+            raise CorruptLogError(
+                f"batch at offset {h.base_offset} where the active segment is at "
+                f"{next_offset}; refusing to rebuild the head",
+                position=pos,
+            )
         if pos > 0 and pos - last_index >= interval:
             last_index = pos
         next_offset = h.last_offset + 1

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from kafkakv.errors import (
     ClosedError,
     ConfigError,
+    CorruptLogError,
     FencedError,
     LockTimeoutError,
     UnknownTopicError,
@@ -79,11 +80,51 @@ class Journal:
         )
 
     @staticmethod
-    def from_json(text: str) -> Journal:
-        doc = json.loads(text)
-        return Journal(
-            doc["transactional_id"], doc["epoch"], doc["seq"], doc["pending"], doc["high_water"]
-        )
+    def from_json(text: str | bytes, path: str) -> Journal:
+        """Parse a journal; anything that is not one (bad bytes, bad JSON, a field missing or
+        of the wrong type) raises :class:`CorruptLogError` naming ``path``."""
+        try:
+            doc = json.loads(text)
+            journal = Journal(
+                doc["transactional_id"],
+                doc["epoch"],
+                doc["seq"],
+                doc["pending"],
+                doc["high_water"],
+            )
+            if not isinstance(journal.transactional_id, str):
+                raise TypeError(f"transactional_id {journal.transactional_id!r}")
+            if type(journal.epoch) is not int or type(journal.seq) is not int:
+                raise TypeError(f"epoch {journal.epoch!r}, seq {journal.seq!r}")
+            if not isinstance(journal.pending, list) or not isinstance(journal.high_water, dict):
+                raise TypeError("pending or high_water")
+            for entry in journal.pending:
+                if not isinstance(entry, dict) or not isinstance(entry.get("topic"), str):
+                    raise TypeError(f"pending entry {entry!r}")
+                for name in _PENDING_INTS:
+                    if type(entry[name]) is not int:
+                        raise TypeError(f"pending entry {entry!r}: {name}")
+            for key, mark in journal.high_water.items():
+                if not (
+                    isinstance(mark, list) and len(mark) == 2 and all(type(v) is int for v in mark)
+                ):
+                    raise TypeError(f"high water {key}: {mark!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptLogError(
+                f"unreadable transaction journal {path}: {exc!r}", path=path
+            ) from exc
+        return journal
+
+
+_PENDING_INTS = (
+    "partition",
+    "active_base",
+    "old_pos",
+    "old_next",
+    "new_pos",
+    "new_next",
+    "last_index_pos",
+)
 
 
 def _tp_key(topic: str, partition: int) -> str:
@@ -127,11 +168,13 @@ class TransactionManager:
             tlock.release()
 
     def load(self, transactional_id: str) -> Journal:
+        path = self._stem(transactional_id) + ".journal"
         try:
-            with open(self._stem(transactional_id) + ".journal", encoding="utf-8") as f:
-                return Journal.from_json(f.read())
+            with open(path, "rb") as f:
+                raw = f.read()
         except FileNotFoundError:
             return Journal(transactional_id)
+        return Journal.from_json(raw, path)
 
     def save(self, journal: Journal) -> None:
         path = self._stem(journal.transactional_id) + ".journal"
@@ -147,13 +190,17 @@ class TransactionManager:
             fsync_dir(self.dir)
 
     def journals(self) -> Iterator[Journal]:
+        """Every journal. A damaged one raises :class:`CorruptLogError`: skipping it would
+        take its committed transactions for abandoned ones, and recovery would drop them."""
         for name in os.listdir(self.dir):
             if name.endswith(".journal"):
+                path = os.path.join(self.dir, name)
                 try:
-                    with open(os.path.join(self.dir, name), encoding="utf-8") as f:
-                        yield Journal.from_json(f.read())
-                except (FileNotFoundError, ValueError, KeyError):
+                    with open(path, "rb") as f:
+                        raw = f.read()
+                except FileNotFoundError:
                     continue
+                yield Journal.from_json(raw, path)
 
     # -- commit-state queries used by partition recovery -------------------------------
     def committed(self, producer: int, topic: str, partition: int, base: int, end: int) -> bool:
