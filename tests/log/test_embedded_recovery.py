@@ -11,6 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafkakv.errors import CorruptLogError
 from kafkakv.log import EmbeddedLog, Record
 from kafkakv.log.embedded import format as fmt
 from kafkakv.log.embedded.head import HeadFile
@@ -45,7 +46,9 @@ def _accept(pos: int, h: fmt.BatchHeader) -> bool:
 def _whole_buffer_recovery(
     buf: bytes, interval: int, base: int = BASE
 ) -> tuple[int, int, int, int | None, bytes]:
-    """What recovery computed before it streamed: every check over the whole segment in memory."""
+    """What recovery computed before it streamed: every check over the whole segment in memory,
+    and a valid batch whose offset does not follow the one before refused (the CRC does not
+    cover it)."""
 
     def accept(pos: int, h: fmt.BatchHeader) -> bool:
         return h.base_offset >= base
@@ -58,6 +61,8 @@ def _whole_buffer_recovery(
         h = fmt.valid_batch_at(buf, pos)
         if h is None or not accept(pos, h):
             break
+        if h.base_offset != next_offset:
+            raise CorruptLogError(f"batch at offset {h.base_offset}, expected {next_offset}")
         if pos > 0 and pos - last_index >= interval:
             entries.append(fmt.INDEX_ENTRY.pack(h.base_offset - base, pos))
             last_index = pos
