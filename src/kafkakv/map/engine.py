@@ -484,7 +484,7 @@ class ReplicaEngine:
         stall = self.stalled.get(p)
         if stall is None:
             return
-        if stall.function is not None and stall.function in functions.registered():
+        if stall.function is not None and _registered(stall.function):
             # Registered since: applying goes on (from this thread or the follower's).
             self.stalled.pop(p, None)
             log.warning(
@@ -739,7 +739,8 @@ class ReplicaEngine:
                 # The other replicas may well know it: stop here rather than skip the record.
                 if pending is not None:
                     pending_ops[seq] = pending  # still pending: decided when applying resumes
-                stall = self._stall(p, offset, key, exc)
+                self._stall(p, offset, key, exc)
+                stall = True
                 break
             except OperationFailedError as exc:
                 self.errors.append(ApplyError(p, offset, str(exc), key, ops))
@@ -841,9 +842,9 @@ class ReplicaEngine:
         self._next_flush[p] = offset + self.settings.flush_period
         self._flush_queue.put(p)
 
-    def _stall(self, p: int, offset: int, key: bytes | None, exc: UnknownFunctionError) -> bool:
+    def _stall(self, p: int, offset: int, key: bytes | None, exc: UnknownFunctionError) -> None:
         """Stop applying ``p`` at the record at ``offset`` (see PartitionStalledError). Lock
-        held. Returns True, for the apply loop's flag."""
+        held."""
         stall = PartitionStalledError(
             f"this replica stopped applying {self.topics.ops}[{p}] at offset {offset}: the "
             f"update there calls function {exc.name!r}, which is not registered in this "
@@ -857,7 +858,6 @@ class ReplicaEngine:
             log.error("%s", stall)
             self.errors.append(ApplyError(p, offset, str(stall), key, self.topics.ops))
         self.stalled[p] = stall
-        return True
 
     def _state_for(self, key: bytes | None) -> MapState | None:
         if key is None:
@@ -1294,6 +1294,14 @@ def _notify(state: MapState, change: tuple[bytes, bytes | None, bytes | None, bo
             listener(k, o, n, mine)
         except Exception:
             log.exception("a listener of map %s raised", state.name)
+
+
+def _registered(name: str) -> bool:
+    try:
+        functions.lookup(name)
+    except UnknownFunctionError:
+        return False
+    return True
 
 
 def _unreadable(state: MapState, key: bytes, value: bytes, check_key: bool) -> str | None:
