@@ -12,6 +12,7 @@ import pytest
 
 from kafkakv.errors import ClosedError, ConfigError
 from kafkakv.log import EmbeddedLog, FsyncPolicy, Record
+from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.head import HeadFile
 
 
@@ -95,7 +96,7 @@ def test_wait_raises_when_the_log_is_closed_meanwhile(tmp_path: Path) -> None:
 
 
 def _count_fdatasyncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """Record (thread name, file) of every ``os.fdatasync`` from now on."""
+    """Record (thread name, file) of every ``fdatasync`` of the log from now on."""
     calls: list[tuple[str, str]] = []
     real = os.fdatasync
 
@@ -103,7 +104,7 @@ def _count_fdatasyncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
         calls.append((threading.current_thread().name, os.readlink(f"/proc/self/fd/{fd}")))
         real(fd)
 
-    monkeypatch.setattr(os, "fdatasync", counting)
+    monkeypatch.setattr(fs, "fdatasync", counting)
     return calls
 
 
@@ -164,7 +165,7 @@ def test_a_failed_background_flush_is_reported(
         def failing(fd: int) -> None:
             raise OSError(5, "Input/output error")
 
-        monkeypatch.setattr(os, "fdatasync", failing)
+        monkeypatch.setattr(fs, "fdatasync", failing)
         log.append("t", 0, [Record(b"k", b"v")])  # the append itself does not flush
         deadline = time.monotonic() + 5
         while not log.background_errors and time.monotonic() < deadline:

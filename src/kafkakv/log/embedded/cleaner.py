@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator
 
 from kafkakv.log.base import CleanResult
+from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.flock import flock_until
 from kafkakv.log.embedded.format import (
     INDEX_ENTRY,
@@ -54,7 +55,7 @@ def _clean_lock(part: Partition, *, block: bool, deadline: float) -> Iterator[bo
     """Hold ``clean.lock``: False at once when another cleaner has it and not ``block``,
     else wait for it until ``deadline``."""
     path = os.path.join(part.dir, "clean.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, part.settings.file_mode)
+    fd = fs.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, part.settings.file_mode)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -65,7 +66,7 @@ def _clean_lock(part: Partition, *, block: bool, deadline: float) -> Iterator[bo
             flock_until(fd, path, deadline, f"the cleaner lock of {part.topic}-{part.number}")
         yield True
     finally:
-        os.close(fd)
+        fs.close(fd)
 
 
 def remove_leftovers(part: Partition, *, timeout: float | None = None) -> list[str] | None:
@@ -181,7 +182,7 @@ def clean_partition(
             if not swapped:
                 for ext in (".log", ".index"):
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(part.dir, out.name + ext))
+                        fs.unlink(os.path.join(part.dir, out.name + ext))
                 return result
             result = CleanResult(
                 result.segments_in + len(group),
@@ -270,11 +271,7 @@ def _copy_group(
             records_out += len(kept)
     durable = part.settings.fsync is not FsyncPolicy.NEVER
     for ext, data in ((".log", chunks), (".index", index)):
-        with open(base_path + ext, "wb", opener=part.settings.opener()) as f:
-            f.writelines(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+        fs.write_file(base_path + ext, data, part.settings.file_mode, sync=durable)
     max_ts = max((s.max_ts for s in group if s.max_ts is not None), default=None)
     out = SegmentInfo(
         base=first.base,

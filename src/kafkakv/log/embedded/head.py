@@ -30,6 +30,8 @@ import uuid
 import zlib
 from dataclasses import dataclass
 
+from kafkakv.log.embedded import fs
+
 __all__ = ["BOOT_ID", "HEAD_SIZE", "HeadFile", "HeadState"]
 
 _HEAD = struct.Struct("<4sIQQQQQQQ16s")
@@ -93,7 +95,7 @@ class HeadFile:
 
     def __init__(self, path: str):
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self._fd = fs.open(path, os.O_RDWR | os.O_CLOEXEC)
         self._mm: mmap.mmap | None = None
         # The bytes of the last valid record read, and what they said.
         self._last: tuple[bytes, HeadState | None] = (b"", None)
@@ -103,11 +105,11 @@ class HeadFile:
     @staticmethod
     def create(path: str, state: HeadState, mode: int = 0o644) -> None:
         """Write a new head file (used while a topic is being created) with ``mode``."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        fd = fs.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
         try:
-            os.pwrite(fd, state.pack(), 0)
+            fs.pwrite(fd, state.pack(), 0)
         finally:
-            os.close(fd)
+            fs.close(fd)
 
     def read(self) -> HeadState | None:
         """The published state; None when the file is missing its record or stays torn.
@@ -132,15 +134,12 @@ class HeadFile:
 
     def publish(self, state: HeadState) -> None:
         """Make ``state`` visible to every process (caller holds the partition lock)."""
-        os.pwrite(self._fd, state.pack(), 0)
-
-    def fsync(self) -> None:
-        os.fsync(self._fd)
+        fs.pwrite(self._fd, state.pack(), 0)
 
     def close(self) -> None:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
         if self._fd >= 0:
-            os.close(self._fd)
+            fs.close(self._fd)
             self._fd = -1

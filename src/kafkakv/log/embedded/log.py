@@ -19,7 +19,6 @@ import errno
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -46,6 +45,7 @@ from kafkakv.log.base import (
     TopicPartition,
 )
 from kafkakv.log.config import TopicConfig, parse_topic_config, validate_topic_name
+from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.check import check_partition
 from kafkakv.log.embedded.cleaner import CleanResult, clean_partition, enforce_retention
 from kafkakv.log.embedded.format import encode_records
@@ -123,6 +123,8 @@ class EmbeddedLog(Log):
         self.path = os.path.abspath(given)
         self._topics_dir = os.path.join(self.path, "topics")
         self.private = self.settings.private
+        # Whether names and metadata are synced when made (topics, the marker, manifests).
+        self._durable = self.settings.fsync is not FsyncPolicy.NEVER
         self._open_directory()
         self._lock = threading.Lock()
         self._meta: dict[str, tuple[int, TopicConfig]] = {}
@@ -151,7 +153,7 @@ class EmbeddedLog(Log):
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise NotALogError(f"{self.path} is not a directory, so it cannot be a kafkakv log")
         try:
-            os.makedirs(self.path, self.settings.dir_mode, exist_ok=True)
+            fs.makedirs(self.path, self.settings.dir_mode, exist_ok=True)
             marker = os.path.join(self.path, _MARKER)
             if not os.path.exists(marker):
                 self._create_marker(marker)
@@ -164,7 +166,10 @@ class EmbeddedLog(Log):
                 raise NotALogError(
                     f"{self.path} has log format {doc!r}; this kafkakv reads {_FORMAT}"
                 )
-            os.makedirs(self._topics_dir, self.settings.dir_mode, exist_ok=True)
+            if not os.path.isdir(self._topics_dir):
+                fs.makedirs(self._topics_dir, self.settings.dir_mode, exist_ok=True)
+                if self._durable:
+                    fs.fsync_dir(self.path)
         except NotADirectoryError as exc:
             raise NotALogError(f"{self.path} is not a directory") from exc
         except OSError as exc:
@@ -179,6 +184,8 @@ class EmbeddedLog(Log):
         temporary name and ``link``s it into place (only the first link succeeds, and a link
         never shows a half-written file); the others' temporary files do not count as
         content. So a racing opener sees the directory empty, or marked, never half made.
+        Unless fsync is ``never``, the marker and the log directory's own name are synced
+        before anything is put in it: a power loss never leaves topics without their marker.
         """
         prefix = _MARKER + ".tmp."
         entries = [e for e in os.listdir(self.path) if not e.startswith(prefix)]
@@ -188,19 +195,22 @@ class EmbeddedLog(Log):
             raise NotALogError(f"{self.path} is not empty and is not a kafkakv log (no {_MARKER})")
         tmp = f"{marker}.tmp.{os.getpid()}.{threading.get_ident()}"
         try:
-            with open(tmp, "w", encoding="utf-8", opener=self.settings.opener()) as f:
-                json.dump({"format": _FORMAT}, f)
+            data = json.dumps({"format": _FORMAT}).encode()
+            fs.write_file(tmp, [data], self.settings.file_mode, sync=self._durable)
             try:
-                os.link(tmp, marker)
+                fs.link(tmp, marker)
             except FileExistsError:
                 pass  # another process made it first: theirs is read below
             except OSError as exc:
                 if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
                     raise
-                os.replace(tmp, marker)  # no hard links here: same content, atomic all the same
+                fs.replace(tmp, marker)  # no hard links here: same content, atomic all the same
         finally:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+                fs.unlink(tmp)
+        if self._durable:
+            fs.fsync_dir(self.path)
+            fs.fsync_dir(os.path.dirname(os.path.abspath(self.path)))
 
     def _deadline(self, timeout: float | None) -> float:
         """When a call given ``timeout`` stops waiting for locks (a :func:`time.monotonic`
@@ -293,20 +303,19 @@ class EmbeddedLog(Log):
         if os.path.exists(final):
             raise TopicExistsError(f"topic {name!r} already exists in {self.path}")
         tmp = os.path.join(self._topics_dir, f".tmp-{name}-{uuid.uuid4().hex}")
+        durable = self._durable
         try:
             dir_mode, file_mode = self.settings.dir_mode, self.settings.file_mode
-            opener = self.settings.opener()
-            os.makedirs(tmp, dir_mode)
-            with open(os.path.join(tmp, "topic.json"), "w", encoding="utf-8", opener=opener) as f:
-                json.dump({"partitions": partitions, "config": cfg.to_kafka()}, f, indent=1)
+            fs.makedirs(tmp, dir_mode)
+            desc = json.dumps({"partitions": partitions, "config": cfg.to_kafka()}, indent=1)
+            fs.write_file(os.path.join(tmp, "topic.json"), [desc.encode()], file_mode, sync=durable)
             now = now_ms()
             for p in range(partitions):
                 pdir = os.path.join(tmp, str(p))
-                os.makedirs(pdir, dir_mode)
+                fs.makedirs(pdir, dir_mode)
                 seg = SegmentInfo(base=0, name=segment_name(0, 0), created_ms=now)
                 for ext in (".log", ".index"):
-                    open(os.path.join(pdir, seg.name + ext), "wb", opener=opener).close()
-                Manifest(version=1, segments=(seg,)).save(pdir, durable=False, mode=file_mode)
+                    fs.write_file(os.path.join(pdir, seg.name + ext), [], file_mode, sync=False)
                 HeadFile.create(
                     os.path.join(pdir, "head"),
                     HeadState(
@@ -320,18 +329,25 @@ class EmbeddedLog(Log):
                     ),
                     file_mode,
                 )
+                # Last, so that its directory sync covers the names made before it.
+                Manifest(version=1, segments=(seg,)).save(pdir, durable=durable, mode=file_mode)
+            if durable:
+                fs.fsync_dir(tmp)  # the partition directories' names
             try:
-                os.rename(tmp, final)
+                fs.rename(tmp, final)
             except OSError as exc:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
                     raise TopicExistsError(
                         f"topic {name!r} already exists in {self.path}"
                     ) from None
                 raise
+            if durable:
+                fs.fsync_dir(self._topics_dir)
         except OSError as exc:
             raise LogIOError(exc.errno or 0, f"cannot create topic {name!r}: {exc}") from exc
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if os.path.exists(tmp):
+                fs.rmtree(tmp, ignore_errors=True)
 
     def topics(self) -> list[str]:
         """Every topic directory, including one whose ``topic.json`` is lost or damaged (its

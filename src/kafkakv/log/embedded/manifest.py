@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from kafkakv.errors import CorruptLogError
-from kafkakv.log.embedded.settings import file_opener
+from kafkakv.log.embedded import fs
 
 __all__ = ["Manifest", "SegmentInfo", "segment_name"]
 
@@ -99,15 +99,8 @@ class Manifest:
         """Replace the manifest atomically; with ``durable`` also fsync file and directory.
         A new file gets ``mode`` (before the umask)."""
         path = os.path.join(directory, MANIFEST)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8", opener=file_opener(mode)) as f:
-            f.write(self.to_json())
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if durable:
-            fsync_dir(directory)
+        data = self.to_json().encode()
+        fs.replace_file(path, data, mode, durable=durable, tmp=f"{path}.tmp.{os.getpid()}")
 
 
 def _int(value: object) -> int:
@@ -129,11 +122,3 @@ def _segment(doc: object) -> SegmentInfo:
     if info.size is not None and info.size < 0:
         raise ValueError(f"segment {info.name}: size {info.size}")
     return info
-
-
-def fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.config import TopicConfig
+from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error
 from kafkakv.log.embedded.format import (
     ATTR_TRANSACTIONAL,
@@ -49,7 +50,7 @@ from kafkakv.log.embedded.format import (
     verify_crc,
 )
 from kafkakv.log.embedded.head import BOOT_ID, HeadFile, HeadState
-from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, fsync_dir, segment_name
+from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
 from kafkakv.log.embedded.recovery import index_entries, valid_prefix
 from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
 
@@ -140,7 +141,7 @@ class Partition:
         self.lock_path = os.path.join(directory, "lock")
         try:
             self._head = HeadFile(os.path.join(directory, "head"))
-            self._lock_fd = os.open(
+            self._lock_fd = fs.open(
                 self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, settings.file_mode
             )
         except OSError as exc:
@@ -528,13 +529,13 @@ class Partition:
         base = os.path.join(self.dir, name)
         try:
             mode = self.settings.file_mode
-            wfd = os.open(base + ".log", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+            wfd = fs.open(base + ".log", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
             try:
-                ifd = os.open(
+                ifd = fs.open(
                     base + ".index", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, mode
                 )
             except OSError:
-                os.close(wfd)
+                fs.close(wfd)
                 raise
         except OSError as exc:
             raise _io("cannot open segment", base, exc) from exc
@@ -545,7 +546,7 @@ class Partition:
         with self._fd_lock:
             for fd in (self._wfd, self._ifd):
                 if fd >= 0:
-                    os.close(fd)
+                    fs.close(fd)
             self._wfd = self._ifd = -1
             self._wname = None
 
@@ -574,14 +575,14 @@ class Partition:
         return head
 
     def _truncate_locked(self, pos: int) -> None:
-        os.ftruncate(self._wfd, pos)
+        fs.ftruncate(self._wfd, pos)
         raw = os.pread(self._ifd, os.fstat(self._ifd).st_size, 0)
         keep = 0
         for rel_pos in INDEX_ENTRY.iter_unpack(raw[: len(raw) - len(raw) % INDEX_ENTRY.size]):
             if rel_pos[1] >= pos:
                 break
             keep += INDEX_ENTRY.size
-        os.ftruncate(self._ifd, keep)
+        fs.ftruncate(self._ifd, keep)
 
     # -- appending --------------------------------------------------------------------
     def write_locked(
@@ -613,13 +614,13 @@ class Partition:
         )
         pos = head.active_pos
         try:
-            written = os.pwrite(self._wfd, batch, pos)
+            written = fs.pwrite(self._wfd, batch, pos)
             if written != len(batch):
                 raise OSError(errno.ENOSPC, "short write")
             last_index = head.last_index_pos
             interval = self.config.index_interval_bytes
             if pos > 0 and pos - last_index >= interval:
-                os.write(self._ifd, INDEX_ENTRY.pack(first - head.active_base, pos))
+                fs.write(self._ifd, INDEX_ENTRY.pack(first - head.active_base, pos))
                 last_index = pos
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -647,12 +648,12 @@ class Partition:
         policy = self.settings.fsync
         if force or policy is FsyncPolicy.ALWAYS:
             if self._wfd >= 0:
-                os.fdatasync(self._wfd)
+                fs.fdatasync(self._wfd)
         elif policy is FsyncPolicy.INTERVAL:
             if self.settings.fsync_interval_ms > 0:
                 self._unsynced = True
             elif self._wfd >= 0:
-                os.fdatasync(self._wfd)
+                fs.fdatasync(self._wfd)
 
     def sync_pending(self) -> bool:
         """``fdatasync`` the active segment if an append left it unsynced; True if it did.
@@ -667,11 +668,11 @@ class Partition:
             if not self._unsynced or self._wfd < 0:
                 return False
             self._unsynced = False  # before the sync: a later append marks it again
-            fd = os.dup(self._wfd)
+            fd = fs.dup(self._wfd)
         try:
-            os.fdatasync(fd)
+            fs.fdatasync(fd)
         finally:
-            os.close(fd)
+            fs.close(fd)
         return True
 
     def publish_locked(self, head: HeadState) -> None:
@@ -713,7 +714,7 @@ class Partition:
         """Seal the active segment and start a new one at ``head.next_offset``; publish it."""
         durable = self.settings.fsync is not FsyncPolicy.NEVER
         if durable:
-            os.fdatasync(self._wfd)
+            fs.fdatasync(self._wfd)
         sealed = replace(m.active, size=head.active_pos, max_ts=self._max_timestamp_locked(head))
         new = SegmentInfo(
             base=head.next_offset,
@@ -723,7 +724,7 @@ class Partition:
         base = os.path.join(self.dir, new.name)
         for ext in (".log", ".index"):  # truncate: a killed roll may have left this name
             flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-            os.close(os.open(base + ext, flags, self.settings.file_mode))
+            fs.close(fs.open(base + ext, flags, self.settings.file_mode))
         m2 = replace(
             m,
             version=m.version + 1,
@@ -793,10 +794,10 @@ class Partition:
                 f"invalid batch followed by valid data at byte {found.later}; refusing to truncate",
             )
         if pos < size:
-            os.ftruncate(fd, pos)
-        os.ftruncate(self._ifd, 0)
+            fs.ftruncate(fd, pos)
+        fs.ftruncate(self._ifd, 0)
         for entries in index_entries(lambda n, at: os.pread(fd, n, at), pos, active.base, interval):
-            os.write(self._ifd, entries)
+            fs.write(self._ifd, entries)
         next_offset = found.next_offset
         last_index = found.last_index_pos
         old = self._head.read()
@@ -867,9 +868,9 @@ class Partition:
         for name in replaced:
             for ext in (".log", ".index"):
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(self.dir, name + ext))
+                    fs.unlink(os.path.join(self.dir, name + ext))
         if durable:
-            fsync_dir(self.dir)
+            fs.fsync_dir(self.dir)
         return True
 
     def remove_leftovers_locked(self) -> list[str]:
@@ -884,7 +885,7 @@ class Partition:
             stem, dot, ext = entry.rpartition(".")
             if dot and ext in ("log", "index", "cleaning") and stem.split(".")[0] not in live:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(self.dir, entry))
+                    fs.unlink(os.path.join(self.dir, entry))
                 removed.append(entry)
         return removed
 
@@ -898,5 +899,5 @@ class Partition:
                 self._close_retired_locked()
             self._head.close()
             if self._lock_fd >= 0:
-                os.close(self._lock_fd)
+                fs.close(self._lock_fd)
                 self._lock_fd = -1

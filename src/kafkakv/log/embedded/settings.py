@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import enum
 import math
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafkakv.errors import ConfigError
 
-__all__ = ["EmbeddedSettings", "FsyncPolicy", "file_opener"]
+__all__ = ["EmbeddedSettings", "FsyncPolicy"]
 
 
 class FsyncPolicy(enum.Enum):
@@ -61,10 +59,6 @@ class EmbeddedSettings:
         """The mode new directories are created with (before the umask)."""
         return 0o700 if self.private else 0o755
 
-    def opener(self) -> Callable[[str, int], int]:
-        """An ``opener`` for :func:`open` that creates files with :attr:`file_mode`."""
-        return file_opener(self.file_mode)
-
     @staticmethod
     def make(
         fsync: FsyncPolicy | str,
@@ -105,12 +99,3 @@ class EmbeddedSettings:
             float(lock_timeout),
             private,
         )
-
-
-def file_opener(mode: int) -> Callable[[str, int], int]:
-    """An ``opener`` for :func:`open` that creates files with ``mode`` (before the umask)."""
-
-    def opener(path: str, flags: int) -> int:
-        return os.open(path, flags, mode)
-
-    return opener

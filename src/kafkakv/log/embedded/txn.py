@@ -42,10 +42,10 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log.base import LogWriter, Record, TopicPartition
+from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error
 from kafkakv.log.embedded.format import HEADER_SIZE, parse_header, verify_crc
 from kafkakv.log.embedded.head import HeadState
-from kafkakv.log.embedded.manifest import fsync_dir
 from kafkakv.log.embedded.partition import Partition, PendingTailError
 from kafkakv.log.embedded.settings import FsyncPolicy
 
@@ -137,7 +137,10 @@ class TransactionManager:
     def __init__(self, log: EmbeddedLog, directory: str):
         self._log = log
         self.dir = directory
-        os.makedirs(directory, log.settings.dir_mode, exist_ok=True)
+        if not os.path.isdir(directory):
+            fs.makedirs(directory, log.settings.dir_mode, exist_ok=True)
+            if log.settings.fsync is not FsyncPolicy.NEVER:
+                fs.fsync_dir(os.path.dirname(directory))  # or its journals may vanish with it
         self._id_locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -158,12 +161,12 @@ class TransactionManager:
         if not acquire_until(tlock, deadline):
             raise lock_timeout_error(what, path, time.monotonic() - start, thread_lock=True)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self._log.settings.file_mode)
+            fd = fs.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self._log.settings.file_mode)
             try:
                 flock_until(fd, path, deadline, what)
                 yield
             finally:
-                os.close(fd)  # closing releases the flock
+                fs.close(fd)  # closing releases the flock
         finally:
             tlock.release()
 
@@ -178,16 +181,14 @@ class TransactionManager:
 
     def save(self, journal: Journal) -> None:
         path = self._stem(journal.transactional_id) + ".journal"
-        tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
         durable = self._log.settings.fsync is FsyncPolicy.ALWAYS
-        with open(tmp, "w", encoding="utf-8", opener=self._log.settings.opener()) as f:
-            f.write(journal.to_json())
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if durable:
-            fsync_dir(self.dir)
+        fs.replace_file(
+            path,
+            journal.to_json().encode(),
+            self._log.settings.file_mode,
+            durable=durable,
+            tmp=f"{path}.tmp.{os.getpid()}.{threading.get_ident()}",
+        )
 
     def journals(self) -> Iterator[Journal]:
         """Every journal. A damaged one raises :class:`CorruptLogError`: skipping it would
