@@ -36,9 +36,10 @@ PAGE = 4096
 
 @dataclass(frozen=True)
 class FsOp:
-    """One file-system effect. ``kind`` is one of ``mkdir``, ``create``, ``write`` (``data``
-    at ``offset``), ``truncate`` (to ``size``), ``fsync`` (a file's data and size),
-    ``dirsync`` (a directory's entries), ``rename`` (``path`` to ``dest``), ``unlink``.
+    """One file-system effect. ``kind`` is one of ``mkdir``, ``rmdir``, ``create``, ``write``
+    (``data`` at ``offset``), ``truncate`` (to ``size``), ``fsync`` (a file's data and size),
+    ``dirsync`` (a directory's entries), ``rename`` (``path`` to ``dest``, a file or a whole
+    directory), ``link`` (a second name ``dest`` for the file ``path``), ``unlink``.
     Paths are relative to the root of the recording, with ``/`` separators."""
 
     kind: str
@@ -78,6 +79,8 @@ def _apply(disk: Disk, op: FsOp, keep: int | None = None) -> None:
     """Apply ``op`` to ``disk``; for a write, ``keep`` bytes of it only."""
     if op.kind == "mkdir":
         disk.dirs.add(op.path)
+    elif op.kind == "rmdir":
+        disk.dirs.discard(op.path)
     elif op.kind == "create":
         if op.path not in disk.names:
             disk.names[op.path] = disk.next_inode
@@ -96,12 +99,25 @@ def _apply(disk: Disk, op: FsOp, keep: int | None = None) -> None:
             del content[op.size :]
         else:
             content.extend(bytes(op.size - len(content)))
+    elif op.kind == "rename" and op.path in disk.dirs:
+        _rename_dir(disk.dirs, disk.names, op.path, op.dest)
     elif op.kind == "rename":
         disk.names[op.dest] = disk.names.pop(op.path)
+    elif op.kind == "link":
+        disk.names[op.dest] = disk.names[op.path]
     elif op.kind == "unlink":
         disk.names.pop(op.path, None)
     elif op.kind not in ("fsync", "dirsync"):
         raise ValueError(f"unknown file-system op {op.kind!r}")
+
+
+def _rename_dir(dirs: set[str], names: dict[str, int], old: str, new: str) -> None:
+    """Move the directory ``old`` (with everything under it) to ``new``."""
+    for d in [d for d in dirs if d == old or d.startswith(old + "/")]:
+        dirs.discard(d)
+        dirs.add(new + d[len(old) :])
+    for n in [n for n in names if n.startswith(old + "/")]:
+        names[new + n[len(old) :]] = names.pop(n)
 
 
 def _tears(op: FsOp) -> list[int]:
@@ -117,8 +133,13 @@ def _tears(op: FsOp) -> list[int]:
     return sorted(cuts)
 
 
-def crash_states(ops: Sequence[FsOp], *, max_tears: int = 4) -> Iterator[tuple[str, Disk]]:
+def crash_states(
+    ops: Sequence[FsOp], *, max_tears: int = 4, base: Disk | None = None
+) -> Iterator[tuple[str, Disk]]:
     """Every crash state of the recording ``ops``: ``(description, disk)`` pairs.
+
+    ``base`` is what the disk held, all of it durable, when the recording started (empty by
+    default).
 
     For each prefix: the prefix itself, then each single fault the model allows on top of it
     (one unsynced write of a file missing or torn, with that file's later unsynced writes
@@ -127,9 +148,9 @@ def crash_states(ops: Sequence[FsOp], *, max_tears: int = 4) -> Iterator[tuple[s
     """
     for k in range(len(ops) + 1):
         prefix = ops[:k]
-        yield f"prefix {k}", _replay(prefix, {}, set())
-        writes, names = _unsynced(prefix)
-        for path, indexes in writes.items():
+        yield f"prefix {k}", _replay(base, prefix, {}, set())
+        writes, names = _unsynced(base, prefix)
+        for indexes in writes.values():
             for i in indexes:
                 op = prefix[i]
                 cuts = _tears(op) if op.kind == "write" else [0]
@@ -141,37 +162,54 @@ def crash_states(ops: Sequence[FsOp], *, max_tears: int = 4) -> Iterator[tuple[s
                     lost[i] = cut
                     what = "lost" if cut == 0 else f"torn at {cut}"
                     yield (
-                        f"prefix {k}, op {i} ({op.kind} {path}) {what}",
-                        _replay(prefix, lost, set()),
+                        f"prefix {k}, op {i} ({op.kind} {op.path}) {what}",
+                        _replay(base, prefix, lost, set()),
                     )
         for i in names:
             op = prefix[i]
             yield (
                 f"prefix {k}, op {i} ({op.kind} {op.path}) not in its directory",
-                _replay(prefix, {}, {i}),
+                _replay(base, prefix, {}, {i}),
             )
         if writes or names:
             every = {i: 0 for indexes in writes.values() for i in indexes}
-            yield f"prefix {k}, every unsynced change lost", _replay(prefix, every, set(names))
+            yield (
+                f"prefix {k}, every unsynced change lost",
+                _replay(base, prefix, every, set(names)),
+            )
 
 
-def _unsynced(prefix: Sequence[FsOp]) -> tuple[dict[str, list[int]], list[int]]:
-    """Indexes of the writes and truncates after each file's last sync (by file, in order),
+def _unsynced(base: Disk | None, prefix: Sequence[FsOp]) -> tuple[dict[int, list[int]], list[int]]:
+    """Indexes of the writes and truncates after each file's last sync (by inode, in order),
     and of the name changes after their directory's last sync."""
-    file_ops: dict[str, list[int]] = {}
+    file_ops: dict[int, list[int]] = {}
     names: list[int] = []
-    name_of: dict[str, str] = {}  # a file's current name -> the name its writes were logged by
+    dirs = set(base.dirs) if base else {""}
+    inode_of = dict(base.names) if base else {}  # each name's file, as the ops go
+    fresh = base.next_inode if base else 0
     for i, op in enumerate(prefix):
         if op.kind in ("write", "truncate"):
-            file_ops.setdefault(name_of.get(op.path, op.path), []).append(i)
+            if op.path in inode_of:
+                file_ops.setdefault(inode_of[op.path], []).append(i)
         elif op.kind == "fsync":
-            file_ops.pop(name_of.get(op.path, op.path), None)
-        elif op.kind in ("create", "mkdir", "rename", "unlink"):
-            names.append(i)
-            if op.kind == "rename":
-                name_of[op.dest] = name_of.pop(op.path, op.path)
+            file_ops.pop(inode_of.get(op.path, -1), None)
         elif op.kind == "dirsync":
             names = [j for j in names if not _in_dir(prefix[j], op.path)]
+        elif op.kind in ("create", "mkdir", "rmdir", "rename", "link", "unlink"):
+            names.append(i)
+            if op.kind == "create" and op.path not in inode_of:
+                inode_of[op.path] = fresh
+                fresh += 1
+            elif op.kind == "mkdir":
+                dirs.add(op.path)
+            elif op.kind == "rename" and op.path in dirs:
+                _rename_dir(dirs, inode_of, op.path, op.dest)
+            elif op.kind == "rename" and op.path in inode_of:
+                inode_of[op.dest] = inode_of.pop(op.path)
+            elif op.kind == "link" and op.path in inode_of:
+                inode_of[op.dest] = inode_of[op.path]
+            elif op.kind == "unlink":
+                inode_of.pop(op.path, None)
     return file_ops, names
 
 
@@ -181,25 +219,26 @@ def _in_dir(op: FsOp, directory: str) -> bool:
     return parents <= {directory}
 
 
-def _replay(prefix: Sequence[FsOp], cut: dict[int, int], lost_names: set[int]) -> Disk:
-    """The disk after ``prefix``, with the writes in ``cut`` kept only to their length and
-    the name changes in ``lost_names`` undone (a lost create leaves no file; a lost rename
-    keeps the old name; a lost unlink keeps the file)."""
-    disk = Disk()
-    lost_dirs: list[str] = []
+def _replay(
+    base: Disk | None, prefix: Sequence[FsOp], cut: dict[int, int], lost_names: set[int]
+) -> Disk:
+    """The disk after ``prefix`` (on top of ``base``), with the writes in ``cut`` kept only to
+    their length and the name changes in ``lost_names`` undone (a lost create leaves no file;
+    a lost rename keeps the old name; a lost unlink keeps the file). An op on a name that is
+    not there (its create, or its directory's, was lost) does nothing."""
+    disk = base.copy() if base else Disk()
     for i, op in enumerate(prefix):
-        if any(p.startswith(d + "/") for d in lost_dirs for p in (op.path, op.dest) if p):
-            continue  # under a directory whose own name was lost
-        if i in lost_names:
-            if op.kind == "mkdir":
-                lost_dirs.append(op.path)
+        if i in lost_names or _parent(op.path) not in disk.dirs:
+            continue
+        if op.kind in ("rename", "link") and _parent(op.dest) not in disk.dirs:
             continue
         if i in cut:
-            if op.kind == "write" and cut[i] > 0:
+            if op.kind == "write" and cut[i] > 0 and op.path in disk.names:
                 _apply(disk, op, keep=cut[i])
             continue
-        if op.path not in disk.names and op.kind in ("write", "truncate", "rename"):
-            continue  # its create was lost
+        exists = op.path in disk.names or (op.kind == "rename" and op.path in disk.dirs)
+        if not exists and op.kind in ("write", "truncate", "rename", "link"):
+            continue
         _apply(disk, op)
     return disk
 

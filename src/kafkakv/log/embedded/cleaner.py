@@ -39,7 +39,6 @@ from kafkakv.log.embedded.format import (
 )
 from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
 from kafkakv.log.embedded.partition import Partition, now_ms
-from kafkakv.log.embedded.settings import FsyncPolicy
 
 __all__ = [
     "CleanResult",
@@ -269,9 +268,8 @@ def _copy_group(
             chunks.append(bytes(batch))
             out_pos += len(batch)
             records_out += len(kept)
-    durable = part.settings.fsync is not FsyncPolicy.NEVER
-    for ext, data in ((".log", chunks), (".index", index)):
-        fs.write_file(base_path + ext, data, part.settings.file_mode, sync=durable)
+    for ext, data in ((".log", chunks), (".index", index)):  # synced: a swap will name them
+        fs.write_file(base_path + ext, data, part.settings.file_mode, sync=True)
     max_ts = max((s.max_ts for s in group if s.max_ts is not None), default=None)
     out = SegmentInfo(
         base=first.base,

@@ -123,8 +123,6 @@ class EmbeddedLog(Log):
         self.path = os.path.abspath(given)
         self._topics_dir = os.path.join(self.path, "topics")
         self.private = self.settings.private
-        # Whether names and metadata are synced when made (topics, the marker, manifests).
-        self._durable = self.settings.fsync is not FsyncPolicy.NEVER
         self._open_directory()
         self._lock = threading.Lock()
         self._meta: dict[str, tuple[int, TopicConfig]] = {}
@@ -168,8 +166,7 @@ class EmbeddedLog(Log):
                 )
             if not os.path.isdir(self._topics_dir):
                 fs.makedirs(self._topics_dir, self.settings.dir_mode, exist_ok=True)
-                if self._durable:
-                    fs.fsync_dir(self.path)
+                fs.fsync_dir(self.path)
         except NotADirectoryError as exc:
             raise NotALogError(f"{self.path} is not a directory") from exc
         except OSError as exc:
@@ -184,8 +181,8 @@ class EmbeddedLog(Log):
         temporary name and ``link``s it into place (only the first link succeeds, and a link
         never shows a half-written file); the others' temporary files do not count as
         content. So a racing opener sees the directory empty, or marked, never half made.
-        Unless fsync is ``never``, the marker and the log directory's own name are synced
-        before anything is put in it: a power loss never leaves topics without their marker.
+        The marker and the log directory's own name are synced before anything is put in it
+        (under every fsync policy): a power loss never leaves topics without their marker.
         """
         prefix = _MARKER + ".tmp."
         entries = [e for e in os.listdir(self.path) if not e.startswith(prefix)]
@@ -196,7 +193,7 @@ class EmbeddedLog(Log):
         tmp = f"{marker}.tmp.{os.getpid()}.{threading.get_ident()}"
         try:
             data = json.dumps({"format": _FORMAT}).encode()
-            fs.write_file(tmp, [data], self.settings.file_mode, sync=self._durable)
+            fs.write_file(tmp, [data], self.settings.file_mode, sync=True)
             try:
                 fs.link(tmp, marker)
             except FileExistsError:
@@ -208,9 +205,8 @@ class EmbeddedLog(Log):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 fs.unlink(tmp)
-        if self._durable:
-            fs.fsync_dir(self.path)
-            fs.fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        fs.fsync_dir(self.path)
+        fs.fsync_dir(os.path.dirname(self.path))
 
     def _deadline(self, timeout: float | None) -> float:
         """When a call given ``timeout`` stops waiting for locks (a :func:`time.monotonic`
@@ -303,12 +299,11 @@ class EmbeddedLog(Log):
         if os.path.exists(final):
             raise TopicExistsError(f"topic {name!r} already exists in {self.path}")
         tmp = os.path.join(self._topics_dir, f".tmp-{name}-{uuid.uuid4().hex}")
-        durable = self._durable
         try:
             dir_mode, file_mode = self.settings.dir_mode, self.settings.file_mode
             fs.makedirs(tmp, dir_mode)
             desc = json.dumps({"partitions": partitions, "config": cfg.to_kafka()}, indent=1)
-            fs.write_file(os.path.join(tmp, "topic.json"), [desc.encode()], file_mode, sync=durable)
+            fs.write_file(os.path.join(tmp, "topic.json"), [desc.encode()], file_mode, sync=True)
             now = now_ms()
             for p in range(partitions):
                 pdir = os.path.join(tmp, str(p))
@@ -330,9 +325,8 @@ class EmbeddedLog(Log):
                     file_mode,
                 )
                 # Last, so that its directory sync covers the names made before it.
-                Manifest(version=1, segments=(seg,)).save(pdir, durable=durable, mode=file_mode)
-            if durable:
-                fs.fsync_dir(tmp)  # the partition directories' names
+                Manifest(version=1, segments=(seg,)).save(pdir, mode=file_mode)
+            fs.fsync_dir(tmp)  # the partition directories' names
             try:
                 fs.rename(tmp, final)
             except OSError as exc:
@@ -341,8 +335,7 @@ class EmbeddedLog(Log):
                         f"topic {name!r} already exists in {self.path}"
                     ) from None
                 raise
-            if durable:
-                fs.fsync_dir(self._topics_dir)
+            fs.fsync_dir(self._topics_dir)
         except OSError as exc:
             raise LogIOError(exc.errno or 0, f"cannot create topic {name!r}: {exc}") from exc
         finally:

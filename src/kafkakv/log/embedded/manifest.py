@@ -95,12 +95,20 @@ class Manifest:
         with open(path, "rb") as f:
             return Manifest.from_json(f.read(), path)
 
-    def save(self, directory: str, *, durable: bool, mode: int = 0o644) -> None:
-        """Replace the manifest atomically; with ``durable`` also fsync file and directory.
-        A new file gets ``mode`` (before the umask)."""
+    def save(self, directory: str, *, mode: int = 0o644) -> None:
+        """Replace the manifest atomically and durably, under every fsync policy (it changes
+        only when the layout does: a roll, a compaction, retention). A new file gets ``mode``
+        (before the umask).
+
+        The directory is synced before the rename as well as after it: the segment files this
+        manifest names (a roll's new segment, a compaction's output) were created in it just
+        before, and a manifest must never be durable while a name it lists is not. The
+        crash-state explorer found the state in between, where the rename survives a power
+        loss and the create does not (tests/log/test_crash_explorer.py)."""
         path = os.path.join(directory, MANIFEST)
+        fs.fsync_dir(directory)
         data = self.to_json().encode()
-        fs.replace_file(path, data, mode, durable=durable, tmp=f"{path}.tmp.{os.getpid()}")
+        fs.replace_file(path, data, mode, durable=True, tmp=f"{path}.tmp.{os.getpid()}")
 
 
 def _int(value: object) -> int:

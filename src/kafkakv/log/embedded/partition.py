@@ -712,9 +712,7 @@ class Partition:
 
     def roll_locked(self, head: HeadState, m: Manifest) -> HeadState:
         """Seal the active segment and start a new one at ``head.next_offset``; publish it."""
-        durable = self.settings.fsync is not FsyncPolicy.NEVER
-        if durable:
-            fs.fdatasync(self._wfd)
+        fs.fdatasync(self._wfd)  # under every policy: the manifest records the size it seals
         sealed = replace(m.active, size=head.active_pos, max_ts=self._max_timestamp_locked(head))
         new = SegmentInfo(
             base=head.next_offset,
@@ -731,7 +729,7 @@ class Partition:
             segments=(*m.sealed, sealed, new),
             next_generation=m.next_generation + 1,
         )
-        m2.save(self.dir, durable=durable, mode=self.settings.file_mode)
+        m2.save(self.dir, mode=self.settings.file_mode)
         with self._cache_lock:
             self._reload_manifest_locked()
         rolled = replace(
@@ -843,7 +841,6 @@ class Partition:
         if tuple(names[i : i + len(replaced)]) != replaced or i + len(replaced) >= len(names):
             return False  # changed meanwhile, or would replace the active segment
         segments = (*m.segments[:i], *new_segments, *m.segments[i + len(replaced) :])
-        durable = self.settings.fsync is not FsyncPolicy.NEVER
         m2 = replace(
             m,
             version=m.version + 1,
@@ -851,7 +848,7 @@ class Partition:
             clean_upto=m.clean_upto if clean_upto is None else max(m.clean_upto, clean_upto),
             next_generation=m.next_generation + 1,
         )
-        m2.save(self.dir, durable=durable, mode=self.settings.file_mode)
+        m2.save(self.dir, mode=self.settings.file_mode)
         head = self._head.read()
         if head is None or head.boot_id != BOOT_ID or m.active.base != head.active_base:
             head = self.recover_locked()
@@ -869,8 +866,7 @@ class Partition:
             for ext in (".log", ".index"):
                 with contextlib.suppress(FileNotFoundError):
                     fs.unlink(os.path.join(self.dir, name + ext))
-        if durable:
-            fs.fsync_dir(self.dir)
+        fs.fsync_dir(self.dir)
         return True
 
     def remove_leftovers_locked(self) -> list[str]:

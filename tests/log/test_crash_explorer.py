@@ -1,0 +1,37 @@
+"""The crash-state explorer, bounded: every workload's crash states, a spread sample of them
+opened after a simulated reboot (see tests/log/crash_explorer.py for the checks).
+
+``KAFKAKV_CRASH_STATES`` sets how many states each workload opens (default 120; 0 opens all).
+``python benchmarks/crash_explorer.py`` opens all of them and prints the counts.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.log.crash_explorer import explore
+from tests.log.crash_workloads import WORKLOADS
+
+_LIMIT = int(os.environ.get("KAFKAKV_CRASH_STATES", "120")) or None
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_every_crash_state_recovers_with_what_was_acknowledged(name: str) -> None:
+    recording = WORKLOADS[name]()
+    assert recording.ops, "the workload recorded no file-system effects"
+    outcome = explore(recording, limit=_LIMIT)
+    print(f"{name}: {outcome.states} distinct crash states, {outcome.opened} opened")
+    assert outcome.opened == min(outcome.states, _LIMIT or outcome.states) > 0
+    assert not outcome.violations, "\n".join(outcome.violations[:10])
+
+
+def test_the_workloads_acknowledge_durable_records() -> None:
+    """A workload that acknowledged nothing would check nothing: the ones that sync must
+    acknowledge records, and states from before and after each acknowledgement exist."""
+    for name in ("appends-always", "appends-interval", "transaction-always", "recovery"):
+        recording = WORKLOADS[name]()
+        assert recording.durable, name
+        last = max(at for at, _, _ in recording.durable)
+        assert 0 <= last <= len(recording.ops), name
