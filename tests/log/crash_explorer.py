@@ -11,8 +11,9 @@ after it returns, or ``close()``; ``never``: not at all). That is a :class:`Reco
 are byte for byte a state already seen, and opens each of the others as a process after a
 reboot would: the heads carry another boot id. Each state must satisfy:
 
-- the log opens and every partition reads to its end, or a typed kafkakv error refuses it,
-  never another exception;
+- the log opens and every partition reads to its end (a typed kafkakv error refusing it is
+  counted apart, and is a violation too: every state the model allows must open; any other
+  exception is a violation with its traceback);
 - ``check()`` reports nothing afterwards;
 - every record acknowledged as durable at that point of the recording reads back at the
   offset it was given (for a compacted topic: its key reads back at that offset or later),
@@ -28,6 +29,7 @@ first and last included); the benchmark-style script ``benchmarks/crash_explorer
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import shutil
@@ -63,6 +65,11 @@ class Recording:
     start_at_most: dict[TP, int] = field(default_factory=dict)  # retention's furthest start
     groups: list[list[tuple[TP, int]]] = field(default_factory=list)  # transactions
     extra: Extra | None = None
+    acks: list[int] = field(default_factory=list)  # every op count at which something was acked
+
+    def acked(self, at: int) -> None:
+        """Note that something (a record, a map's update) is acknowledged from op ``at`` on."""
+        self.acks.append(at)
 
     def appended_at(self, tp: TP, offset: int, records: list[Record]) -> None:
         """Note that ``records`` were given offsets from ``offset`` on."""
@@ -73,12 +80,14 @@ class Recording:
     def acknowledge(self, at: int, tp: TP, offset: int, count: int) -> None:
         """Records ``offset..offset+count-1`` of ``tp`` are durable in states of ``at`` ops on."""
         self.durable += [(at, tp, o) for o in range(offset, offset + count)]
+        self.acked(at)
 
     def acknowledge_all(self, at: int) -> None:
         """Every record appended so far is durable from op ``at`` on (a flush or a close)."""
         known = {(tp, o) for _, tp, o in self.durable}
         for tp, records in self.appended.items():
             self.durable += [(at, tp, o) for o in records if (tp, o) not in known]
+        self.acked(at)
 
 
 class Session:
@@ -130,7 +139,7 @@ class Outcome:
     name: str
     states: int = 0  # distinct crash states built
     opened: int = 0  # of them, opened and checked
-    refused: int = 0  # of those, refused with a typed error (no durable record at stake)
+    refused: int = 0  # of those, refused with a typed error (each one is also a violation)
     violations: list[str] = field(default_factory=list)
 
 
@@ -160,11 +169,13 @@ def explore(recording: Recording, *, limit: int | None = None) -> Outcome:
 
 
 def _distinct(recording: Recording) -> list[tuple[str, int, Disk]]:
-    """The crash states, each distinct content once (the first description that made it),
-    with the prefix length it came from (the smallest for that content: durability of a
-    state is judged by the least the disk is known to have seen)."""
-    seen: dict[bytes, int] = {}
+    """The crash states, each distinct pair of (content, what is acknowledged by then) once,
+    with the first description that made it and its prefix length. The same content reached
+    from a longer prefix must hold more when more was acknowledged by then (a lost rename
+    can undo every later write), so it is a state of its own."""
+    seen: set[tuple[bytes, int]] = set()
     out: list[tuple[str, int, Disk]] = []
+    acks = sorted(recording.acks)
     for what, disk in crash_states(recording.ops, base=recording.base, max_tears=TEARS):
         k = int(what.split()[1].rstrip(","))
         digest = hashlib.blake2b(digest_size=16)
@@ -173,9 +184,9 @@ def _distinct(recording: Recording) -> list[tuple[str, int, Disk]]:
         for name, content in sorted(disk.files().items()):
             digest.update(b"f" + name.encode() + b"\0" + len(content).to_bytes(8, "little"))
             digest.update(content)
-        key = digest.digest()
+        key = (digest.digest(), bisect.bisect_right(acks, k))
         if key not in seen:
-            seen[key] = len(out)
+            seen.add(key)
             out.append((what, k, disk))
     return out
 
@@ -187,9 +198,9 @@ def _check_state(recording: Recording, path: str, k: int) -> tuple[list[str], bo
     problems: list[str] = []
     try:
         if not os.path.isdir(path):
-            if durable:
-                return [f"the log directory is gone, with {len(durable)} durable records"], False
-            return [], False
+            if recording.base is not None or durable:
+                return ["the log directory is gone"], False
+            return [], False  # its creation was lost: nothing was acknowledged yet
         with EmbeddedLog(path, fsync="never", background_cleaner=False) as log:
             seen, starts = _read_everything(log, recording, problems)
             problems += [f"check(): {p}" for p in log.check()]
@@ -197,10 +208,8 @@ def _check_state(recording: Recording, path: str, k: int) -> tuple[list[str], bo
         problems += _torn_transactions(recording, seen)
         if recording.extra is not None:
             problems += recording.extra(path, k)
-    except KafkaKVError as exc:
-        if durable:
-            return [f"refused with {type(exc).__name__} ({exc}), with records durable"], True
-        return [], True
+    except KafkaKVError as exc:  # typed, but every state the model allows must open
+        return [f"refused with {type(exc).__name__}: {exc}"], True
     except Exception:  # the finding itself: an untyped failure
         return [f"untyped failure:\n{traceback.format_exc()}"], False
     return problems, False

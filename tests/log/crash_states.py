@@ -71,53 +71,82 @@ class Disk:
         return {name: bytes(self.inodes[i]) for name, i in self.names.items()}
 
 
-def _parent(path: str) -> str:
-    return path.rsplit("/", 1)[0] if "/" in path else ""
+@dataclass
+class _Step:
+    """An op resolved against the tree as it was when it ran: the inodes it touched.
+
+    ``ino``: the file written, truncated or synced, or the inode a name op creates, moves,
+    links or removes; ``at``/``to``: (directory inode, name) of the entry it removes or
+    makes. Resolving first lets a crash state keep a file's synced data whatever becomes of
+    its names, as a real file system does."""
+
+    op: FsOp
+    ino: int = -1
+    at: tuple[int, str] | None = None
+    to: tuple[int, str] | None = None
 
 
-def _apply(disk: Disk, op: FsOp, keep: int | None = None) -> None:
-    """Apply ``op`` to ``disk``; for a write, ``keep`` bytes of it only."""
-    if op.kind == "mkdir":
-        disk.dirs.add(op.path)
-    elif op.kind == "rmdir":
-        disk.dirs.discard(op.path)
-    elif op.kind == "create":
-        if op.path not in disk.names:
-            disk.names[op.path] = disk.next_inode
-            disk.inodes[disk.next_inode] = bytearray()
-            disk.next_inode += 1
-    elif op.kind == "write":
-        data = op.data if keep is None else op.data[:keep]
-        content = disk.inodes[disk.names[op.path]]
-        end = op.offset + len(data)
-        if len(content) < op.offset:
-            content.extend(bytes(op.offset - len(content)))
-        content[op.offset : end] = data
-    elif op.kind == "truncate":
-        content = disk.inodes[disk.names[op.path]]
-        if len(content) > op.size:
-            del content[op.size :]
+class _Tree:
+    """Directory entries ``(directory inode, name) -> inode`` and which inodes are directories."""
+
+    def __init__(self, base: Disk | None):
+        self.entries: dict[tuple[int, str], int] = {}
+        self.dirs: set[int] = set()
+        self.next = base.next_inode if base else 0
+        self.root = self.fresh(directory=True)
+        if base:
+            for d in sorted(base.dirs, key=lambda p: p.count("/")):
+                if d:
+                    self.entries[self.where(d)] = self.fresh(directory=True)
+            for name, ino in base.names.items():
+                self.entries[self.where(name)] = ino
+
+    def fresh(self, *, directory: bool = False) -> int:
+        ino = self.next
+        self.next += 1
+        if directory:
+            self.dirs.add(ino)
+        return ino
+
+    def lookup(self, path: str) -> int:
+        ino = self.root
+        for part in path.split("/") if path else ():
+            ino = self.entries[(ino, part)]
+        return ino
+
+    def where(self, path: str) -> tuple[int, str]:
+        parent, _, name = path.rpartition("/")
+        return self.lookup(parent), name
+
+
+def _resolve(base: Disk | None, ops: Sequence[FsOp]) -> tuple[list[_Step], _Tree]:
+    """Each op with the inodes it touched, replaying the names as they were when it ran."""
+    tree = _Tree(base)
+    steps = []
+    for op in ops:
+        step = _Step(op)
+        if op.kind in ("write", "truncate", "fsync", "dirsync"):
+            step.ino = tree.lookup(op.path)
+        elif op.kind in ("create", "mkdir"):
+            step.to = tree.where(op.path)
+            if step.to in tree.entries:  # opened with O_CREAT but already there
+                step.ino = tree.entries[step.to]
+            else:
+                step.ino = tree.fresh(directory=op.kind == "mkdir")
+                tree.entries[step.to] = step.ino
+        elif op.kind in ("unlink", "rmdir"):
+            step.at = tree.where(op.path)
+            step.ino = tree.entries.pop(step.at)
+        elif op.kind in ("rename", "link"):
+            step.at, step.to = tree.where(op.path), tree.where(op.dest)
+            step.ino = tree.entries[step.at]
+            if op.kind == "rename":
+                del tree.entries[step.at]
+            tree.entries[step.to] = step.ino
         else:
-            content.extend(bytes(op.size - len(content)))
-    elif op.kind == "rename" and op.path in disk.dirs:
-        _rename_dir(disk.dirs, disk.names, op.path, op.dest)
-    elif op.kind == "rename":
-        disk.names[op.dest] = disk.names.pop(op.path)
-    elif op.kind == "link":
-        disk.names[op.dest] = disk.names[op.path]
-    elif op.kind == "unlink":
-        disk.names.pop(op.path, None)
-    elif op.kind not in ("fsync", "dirsync"):
-        raise ValueError(f"unknown file-system op {op.kind!r}")
-
-
-def _rename_dir(dirs: set[str], names: dict[str, int], old: str, new: str) -> None:
-    """Move the directory ``old`` (with everything under it) to ``new``."""
-    for d in [d for d in dirs if d == old or d.startswith(old + "/")]:
-        dirs.discard(d)
-        dirs.add(new + d[len(old) :])
-    for n in [n for n in names if n.startswith(old + "/")]:
-        names[new + n[len(old) :]] = names.pop(n)
+            raise ValueError(f"unknown file-system op {op.kind!r}")
+        steps.append(step)
+    return steps, tree
 
 
 def _tears(op: FsOp) -> list[int]:
@@ -146,13 +175,14 @@ def crash_states(
     lost too; one unsynced name change lost), then all of its faults at once.
     ``max_tears`` bounds the tear points tried per write (spread over the write).
     """
+    steps, _ = _resolve(base, ops)
     for k in range(len(ops) + 1):
-        prefix = ops[:k]
+        prefix = steps[:k]
         yield f"prefix {k}", _replay(base, prefix, {}, set())
-        writes, names = _unsynced(base, prefix)
+        writes, names = _unsynced(prefix)
         for indexes in writes.values():
             for i in indexes:
-                op = prefix[i]
+                op = prefix[i].op
                 cuts = _tears(op) if op.kind == "write" else [0]
                 if len(cuts) > max_tears:
                     step = len(cuts) / max_tears
@@ -166,7 +196,7 @@ def crash_states(
                         _replay(base, prefix, lost, set()),
                     )
         for i in names:
-            op = prefix[i]
+            op = prefix[i].op
             yield (
                 f"prefix {k}, op {i} ({op.kind} {op.path}) not in its directory",
                 _replay(base, prefix, {}, {i}),
@@ -179,67 +209,96 @@ def crash_states(
             )
 
 
-def _unsynced(base: Disk | None, prefix: Sequence[FsOp]) -> tuple[dict[int, list[int]], list[int]]:
+def _unsynced(steps: Sequence[_Step]) -> tuple[dict[int, list[int]], list[int]]:
     """Indexes of the writes and truncates after each file's last sync (by inode, in order),
-    and of the name changes after their directory's last sync."""
+    and of the name changes not yet made durable by a sync of every directory they changed."""
     file_ops: dict[int, list[int]] = {}
-    names: list[int] = []
-    dirs = set(base.dirs) if base else {""}
-    inode_of = dict(base.names) if base else {}  # each name's file, as the ops go
-    fresh = base.next_inode if base else 0
-    for i, op in enumerate(prefix):
-        if op.kind in ("write", "truncate"):
-            if op.path in inode_of:
-                file_ops.setdefault(inode_of[op.path], []).append(i)
-        elif op.kind == "fsync":
-            file_ops.pop(inode_of.get(op.path, -1), None)
-        elif op.kind == "dirsync":
-            names = [j for j in names if not _in_dir(prefix[j], op.path)]
-        elif op.kind in ("create", "mkdir", "rmdir", "rename", "link", "unlink"):
-            names.append(i)
-            if op.kind == "create" and op.path not in inode_of:
-                inode_of[op.path] = fresh
-                fresh += 1
-            elif op.kind == "mkdir":
-                dirs.add(op.path)
-            elif op.kind == "rename" and op.path in dirs:
-                _rename_dir(dirs, inode_of, op.path, op.dest)
-            elif op.kind == "rename" and op.path in inode_of:
-                inode_of[op.dest] = inode_of.pop(op.path)
-            elif op.kind == "link" and op.path in inode_of:
-                inode_of[op.dest] = inode_of[op.path]
-            elif op.kind == "unlink":
-                inode_of.pop(op.path, None)
-    return file_ops, names
-
-
-def _in_dir(op: FsOp, directory: str) -> bool:
-    """Whether a directory sync of ``directory`` makes ``op``'s name change durable."""
-    parents = {_parent(op.path)} | ({_parent(op.dest)} if op.kind == "rename" else set())
-    return parents <= {directory}
+    waiting: dict[int, set[int]] = {}  # name op -> directories still to be synced
+    for i, step in enumerate(steps):
+        kind = step.op.kind
+        if kind in ("write", "truncate"):
+            file_ops.setdefault(step.ino, []).append(i)
+        elif kind == "fsync":
+            file_ops.pop(step.ino, None)
+        elif kind == "dirsync":
+            for j in list(waiting):
+                waiting[j].discard(step.ino)
+                if not waiting[j]:
+                    del waiting[j]
+        else:
+            waiting[i] = {e[0] for e in (step.at, step.to) if e is not None}
+    return file_ops, sorted(waiting)
 
 
 def _replay(
-    base: Disk | None, prefix: Sequence[FsOp], cut: dict[int, int], lost_names: set[int]
+    base: Disk | None, steps: Sequence[_Step], cut: dict[int, int], lost_names: set[int]
 ) -> Disk:
-    """The disk after ``prefix`` (on top of ``base``), with the writes in ``cut`` kept only to
-    their length and the name changes in ``lost_names`` undone (a lost create leaves no file;
-    a lost rename keeps the old name; a lost unlink keeps the file). An op on a name that is
-    not there (its create, or its directory's, was lost) does nothing."""
-    disk = base.copy() if base else Disk()
-    for i, op in enumerate(prefix):
-        if i in lost_names or _parent(op.path) not in disk.dirs:
+    """The disk after ``steps`` (on top of ``base``), with the writes in ``cut`` kept only to
+    their length and the name changes in ``lost_names`` undone: a lost create leaves its
+    file without a name, a lost rename keeps the old name, a lost unlink keeps the file. A
+    file's data follows its inode whatever happens to its names."""
+    tree = _Tree(base)
+    contents = {i: bytearray(b) for i, b in base.inodes.items()} if base else {}
+    for i, step in enumerate(steps):
+        op = step.op
+        if op.kind in ("write", "truncate"):
+            keep = cut.get(i)
+            if keep == 0 or (keep is not None and op.kind == "truncate"):
+                continue
+            _change(contents.setdefault(step.ino, bytearray()), op, keep)
+        elif op.kind in ("fsync", "dirsync"):
             continue
-        if op.kind in ("rename", "link") and _parent(op.dest) not in disk.dirs:
+        elif op.kind in ("create", "mkdir"):
+            if op.kind == "create":
+                contents.setdefault(step.ino, bytearray())
+            else:
+                tree.dirs.add(step.ino)
+            if i not in lost_names and step.to is not None:
+                tree.entries[step.to] = step.ino
+        elif i in lost_names:
             continue
-        if i in cut:
-            if op.kind == "write" and cut[i] > 0 and op.path in disk.names:
-                _apply(disk, op, keep=cut[i])
-            continue
-        exists = op.path in disk.names or (op.kind == "rename" and op.path in disk.dirs)
-        if not exists and op.kind in ("write", "truncate", "rename", "link"):
-            continue
-        _apply(disk, op)
+        elif op.kind in ("unlink", "rmdir"):
+            if step.at is not None and tree.entries.get(step.at) == step.ino:
+                del tree.entries[step.at]
+        elif step.at is not None and step.to is not None:  # rename, link
+            if op.kind == "rename" and tree.entries.get(step.at) == step.ino:
+                del tree.entries[step.at]
+            tree.entries[step.to] = step.ino
+    return _view(tree, contents)
+
+
+def _change(content: bytearray, op: FsOp, keep: int | None) -> None:
+    if op.kind == "truncate":
+        if len(content) > op.size:
+            del content[op.size :]
+        else:
+            content.extend(bytes(op.size - len(content)))
+        return
+    data = op.data if keep is None else op.data[:keep]
+    if len(content) < op.offset:
+        content.extend(bytes(op.offset - len(content)))
+    content[op.offset : op.offset + len(data)] = data
+
+
+def _view(tree: _Tree, contents: dict[int, bytearray]) -> Disk:
+    """What a walk from the root finds: directories and named files (an inode no entry
+    reaches, like a file whose create was lost, is not part of it)."""
+    disk = Disk(next_inode=tree.next)
+    children: dict[int, list[tuple[str, int]]] = {}
+    for (parent, name), ino in tree.entries.items():
+        children.setdefault(parent, []).append((name, ino))
+    todo = [(tree.root, "")]
+    while todo:
+        ino, path = todo.pop()
+        for name, child in children.get(ino, ()):
+            full = f"{path}/{name}" if path else name
+            if child in tree.dirs:
+                if full not in disk.dirs:
+                    disk.dirs.add(full)
+                    todo.append((child, full))
+            else:
+                disk.names[full] = child
+                disk.inodes[child] = contents.setdefault(child, bytearray())
     return disk
 
 

@@ -33,6 +33,7 @@ def _appends(policy: str) -> Callable[[Session], None]:
         )
         log.create_topic("t", 2)
         sizes = [(1, 30), (3, 200), (1, 5000), (2, 700), (1, 9000), (4, 60), (1, 2100), (2, 90)]
+        sizes += [(1, 6000), (3, 400), (1, 13000)]
         for i, (n, size) in enumerate(sizes):
             s.append(log, "t", i % 2, _records(f"a{i}", n, size))
             if policy == "interval" and i == 3:
@@ -115,8 +116,15 @@ def _compact(s: Session, policy: str) -> None:
         s.recording.acknowledge_all(s.rec.mark())
 
 
-def _retention(s: Session) -> None:
-    log = EmbeddedLog(s.path, fsync="always", background_cleaner=False)
+def _retention(policy: str) -> Callable[[Session], None]:
+    def workload(s: Session) -> None:
+        _retain(s, policy)
+
+    return workload
+
+
+def _retain(s: Session, policy: str) -> None:
+    log = EmbeddedLog(s.path, fsync=policy, fsync_interval_ms=3_600_000, background_cleaner=False)
     log.create_topic("d", 1, {"segment.bytes": 1024, "retention.bytes": 600})
     for i in range(8):
         s.append(log, "d", 0, _records(f"d{i}", 1, 200))
@@ -124,6 +132,8 @@ def _retention(s: Session) -> None:
     s.recording.start_at_most[("d", 0)] = log.start_offset("d", 0)
     s.append(log, "d", 0, _records("late", 1))
     log.close()
+    if policy == "interval":
+        s.recording.acknowledge_all(s.rec.mark())
 
 
 def _damaged(path: str, recording: Recording) -> None:
@@ -224,6 +234,7 @@ def _map_updates(s: Session, policy: str) -> None:
             m[key] = i
         states.append(dict(m.items()))
         durable.append(s.rec.mark() if policy == "always" else big)
+        s.recording.acked(s.rec.mark())
         if i == 8:
             m.flush()
         if i == 10 and policy == "interval":
@@ -265,7 +276,8 @@ WORKLOADS: dict[str, Callable[[], Recording]] = {
     "segment-roll-interval": lambda: record("segment-roll-interval", _roll("interval")),
     "compaction-always": lambda: record("compaction-always", _compaction("always")),
     "compaction-interval": lambda: record("compaction-interval", _compaction("interval")),
-    "retention": lambda: record("retention", _retention),
+    "retention-always": lambda: record("retention-always", _retention("always")),
+    "retention-interval": lambda: record("retention-interval", _retention("interval")),
     "recovery": lambda: record("recovery", _recovery, setup=_damaged),
     "roll-forward": lambda: record("roll-forward", _roll_forward, setup=_half_committed),
     "map-flush-always": lambda: record("map-flush-always", _map("always")),

@@ -1,7 +1,7 @@
 """The crash-state explorer, bounded: every workload's crash states, a spread sample of them
 opened after a simulated reboot (see tests/log/crash_explorer.py for the checks).
 
-``KAFKAKV_CRASH_STATES`` sets how many states each workload opens (default 120; 0 opens all).
+``KAFKAKV_CRASH_STATES`` sets how many states each workload opens (default 250; 0 opens all).
 ``python benchmarks/crash_explorer.py`` opens all of them and prints the counts.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from tests.log.crash_explorer import explore
 from tests.log.crash_workloads import WORKLOADS
 
-_LIMIT = int(os.environ.get("KAFKAKV_CRASH_STATES", "120")) or None
+_LIMIT = int(os.environ.get("KAFKAKV_CRASH_STATES", "250")) or None
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
@@ -35,3 +35,16 @@ def test_the_workloads_acknowledge_durable_records() -> None:
         assert recording.durable, name
         last = max(at for at, _, _ in recording.durable)
         assert 0 <= last <= len(recording.ops), name
+
+
+def test_the_recorder_sees_each_kind_of_effect() -> None:
+    """Every kind of effect the engine makes reaches the recording, with the right file."""
+    kinds: dict[str, set[str]] = {}
+    for name in ("appends-always", "compaction-always", "recovery", "transaction-always"):
+        for op in WORKLOADS[name]().ops:
+            kinds.setdefault(op.kind, set()).add(op.path.rsplit("/", 1)[-1])
+    expected = {"mkdir", "create", "write", "truncate", "fsync", "dirsync", "rename", "link"}
+    assert expected <= set(kinds) and "unlink" in kinds, sorted(kinds)
+    assert "kafkakv-log.json" in {n.split(".tmp")[0] for n in kinds["link"]}
+    assert any(n.endswith(".log") for n in kinds["fsync"])  # fdatasync of a segment
+    assert {"topics", "0"} <= kinds["dirsync"]  # the topics directory, a partition's

@@ -75,3 +75,38 @@ def test_a_lost_directory_takes_its_files_with_it(tmp_path: Path) -> None:
     full = next(d for what, d in crash_states(ops) if what == "prefix 5")
     materialize(full, tmp_path / "root")
     assert (tmp_path / "root" / "topic" / "f").read_bytes() == b"x"
+
+
+def test_a_directory_renamed_without_a_sync_may_keep_its_old_name() -> None:
+    ops = [
+        FsOp("mkdir", "tmp"),
+        FsOp("create", "tmp/f"),
+        FsOp("write", "tmp/f", 0, b"x"),
+        FsOp("fsync", "tmp/f"),
+        FsOp("dirsync", "tmp"),
+        FsOp("dirsync", ""),
+        FsOp("rename", "tmp", dest="final"),
+        FsOp("write", "final/f", 1, b"y"),
+        FsOp("fsync", "final/f"),
+    ]
+    last = {frozenset(d.files().items()) for w, d in crash_states(ops) if w.startswith("prefix 9")}
+    assert frozenset({("final/f", b"xy")}) in last
+    assert frozenset({("tmp/f", b"xy")}) in last  # the rename lost; the synced write kept
+    synced = [*ops, FsOp("dirsync", "")]
+    assert [d.files() for w, d in crash_states(synced) if w.startswith("prefix 10")] == [
+        {"final/f": b"xy"}
+    ]
+
+
+def test_a_link_is_a_second_name_and_is_lost_like_a_create() -> None:
+    ops = [
+        FsOp("create", "a.tmp"),
+        FsOp("write", "a.tmp", 0, b"m"),
+        FsOp("fsync", "a.tmp"),
+        FsOp("link", "a.tmp", dest="a"),
+        FsOp("unlink", "a.tmp"),
+    ]
+    names = {frozenset(d.files()) for w, d in crash_states(ops) if w.startswith("prefix 5")}
+    assert frozenset({"a"}) in names
+    assert frozenset({"a", "a.tmp"}) in names  # the unlink lost, the link kept
+    assert frozenset() in names  # the link lost, the unlink kept: the file has no name
