@@ -30,6 +30,11 @@ class FsyncPolicy(enum.Enum):
         ``ALWAYS``. The default.
     ``NEVER``
         the operating system writes data back when it chooses (typically within 30 s).
+
+    The policy governs appended data. A transaction's commit, and every change of layout (a
+    new log or topic, a segment roll, a compaction's swap, retention), sync under every
+    policy: they are rare, and they are what keeps a transaction whole and the log openable
+    after a power loss (docs/embedded-log.md, "Crash consistency").
     """
 
     ALWAYS = "always"
