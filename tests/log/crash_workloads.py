@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 
 import kafkakv
 from kafkakv.errors import KafkaKVError
@@ -26,31 +27,19 @@ def _records(tag: str, n: int, size: int = 40) -> list[Record]:
     ]
 
 
-def _appends(policy: str) -> Callable[[Session], None]:
-    def workload(s: Session) -> None:
-        log = EmbeddedLog(
-            s.path, fsync=policy, fsync_interval_ms=3_600_000, background_cleaner=False
-        )
-        log.create_topic("t", 2)
-        sizes = [(1, 30), (3, 200), (1, 5000), (2, 700), (1, 9000), (4, 60), (1, 2100), (2, 90)]
-        sizes += [(1, 6000), (3, 400), (1, 13000)]
-        for i, (n, size) in enumerate(sizes):
-            s.append(log, "t", i % 2, _records(f"a{i}", n, size))
-            if policy == "interval" and i == 3:
-                log._flush_pending()  # a flusher pass: what was appended before it is durable
-                s.recording.acknowledge_all(s.rec.mark())
-        log.close()
-        if policy != "never":
-            s.recording.acknowledge_all(s.rec.mark())  # close() flushes
-
-    return workload
-
-
-def _transaction(policy: str) -> Callable[[Session], None]:
-    def workload(s: Session) -> None:
-        _transactions(s, policy)
-
-    return workload
+def _appends(s: Session, policy: str) -> None:
+    log = EmbeddedLog(s.path, fsync=policy, fsync_interval_ms=3_600_000, background_cleaner=False)
+    log.create_topic("t", 2)
+    sizes = [(1, 30), (3, 200), (1, 5000), (2, 700), (1, 9000), (4, 60), (1, 2100), (2, 90)]
+    sizes += [(1, 6000), (3, 400), (1, 13000)]
+    for i, (n, size) in enumerate(sizes):
+        s.append(log, "t", i % 2, _records(f"a{i}", n, size))
+        if policy == "interval" and i == 3:
+            log._flush_pending()  # a flusher pass: what was appended before it is durable
+            s.recording.acknowledge_all(s.rec.mark())
+    log.close()
+    if policy != "never":
+        s.recording.acknowledge_all(s.rec.mark())  # close() flushes
 
 
 def _transactions(s: Session, policy: str) -> None:
@@ -78,13 +67,6 @@ def _transactions(s: Session, policy: str) -> None:
         s.recording.acknowledge_all(s.rec.mark())
 
 
-def _roll(policy: str) -> Callable[[Session], None]:
-    def workload(s: Session) -> None:
-        _rolls(s, policy)
-
-    return workload
-
-
 def _rolls(s: Session, policy: str) -> None:
     log = EmbeddedLog(s.path, fsync=policy, fsync_interval_ms=3_600_000, background_cleaner=False)
     log.create_topic("r", 1, {"segment.bytes": 1024, "index.interval.bytes": 128})
@@ -93,13 +75,6 @@ def _rolls(s: Session, policy: str) -> None:
     log.close()
     if policy == "interval":
         s.recording.acknowledge_all(s.rec.mark())
-
-
-def _compaction(policy: str) -> Callable[[Session], None]:
-    def workload(s: Session) -> None:
-        _compact(s, policy)
-
-    return workload
 
 
 def _compact(s: Session, policy: str) -> None:
@@ -114,13 +89,6 @@ def _compact(s: Session, policy: str) -> None:
     log.close()
     if policy == "interval":
         s.recording.acknowledge_all(s.rec.mark())
-
-
-def _retention(policy: str) -> Callable[[Session], None]:
-    def workload(s: Session) -> None:
-        _retain(s, policy)
-
-    return workload
 
 
 def _retain(s: Session, policy: str) -> None:
@@ -207,13 +175,6 @@ def _roll_forward(s: Session) -> None:
     log.close()
 
 
-def _map(policy: str) -> Callable[[Session], None]:
-    def workload(s: Session) -> None:
-        _map_updates(s, policy)
-
-    return workload
-
-
 def _map_updates(s: Session, policy: str) -> None:
     """Updates of a map of two partitions that flushes every 4 updates (and once on demand);
     under ``always`` each update is acknowledged as durable when it returns, under
@@ -266,20 +227,19 @@ def _map_updates(s: Session, policy: str) -> None:
     s.recording.extra = agrees
 
 
+_BY_POLICY: list[tuple[str, Callable[..., None], tuple[str, ...]]] = [
+    ("appends", _appends, ("always", "interval", "never")),
+    ("transaction", _transactions, ("always", "interval")),
+    ("segment-roll", _rolls, ("always", "interval")),
+    ("compaction", _compact, ("always", "interval")),
+    ("retention", _retain, ("always", "interval")),
+    ("map-flush", _map_updates, ("always", "interval")),
+]
+
 WORKLOADS: dict[str, Callable[[], Recording]] = {
-    "appends-always": lambda: record("appends-always", _appends("always")),
-    "appends-interval": lambda: record("appends-interval", _appends("interval")),
-    "appends-never": lambda: record("appends-never", _appends("never")),
-    "transaction-always": lambda: record("transaction-always", _transaction("always")),
-    "transaction-interval": lambda: record("transaction-interval", _transaction("interval")),
-    "segment-roll-always": lambda: record("segment-roll-always", _roll("always")),
-    "segment-roll-interval": lambda: record("segment-roll-interval", _roll("interval")),
-    "compaction-always": lambda: record("compaction-always", _compaction("always")),
-    "compaction-interval": lambda: record("compaction-interval", _compaction("interval")),
-    "retention-always": lambda: record("retention-always", _retention("always")),
-    "retention-interval": lambda: record("retention-interval", _retention("interval")),
-    "recovery": lambda: record("recovery", _recovery, setup=_damaged),
-    "roll-forward": lambda: record("roll-forward", _roll_forward, setup=_half_committed),
-    "map-flush-always": lambda: record("map-flush-always", _map("always")),
-    "map-flush-interval": lambda: record("map-flush-interval", _map("interval")),
+    f"{name}-{policy}": partial(record, f"{name}-{policy}", partial(run, policy=policy))
+    for name, run, policies in _BY_POLICY
+    for policy in policies
 }
+WORKLOADS["recovery"] = partial(record, "recovery", _recovery, setup=_damaged)
+WORKLOADS["roll-forward"] = partial(record, "roll-forward", _roll_forward, setup=_half_committed)
