@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 from kafkakv.log.base import CleanResult
 from kafkakv.log.embedded import fs
-from kafkakv.log.embedded.flock import flock_until
+from kafkakv.log.embedded.flock import flock_until, unflock
 from kafkakv.log.embedded.format import (
     INDEX_ENTRY,
     decode_rows,
@@ -55,16 +55,21 @@ def _clean_lock(part: Partition, *, block: bool, deadline: float) -> Iterator[bo
     else wait for it until ``deadline``."""
     path = os.path.join(part.dir, "clean.lock")
     fd = fs.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, part.settings.file_mode)
+    held = -1
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = fd
         except BlockingIOError:
             if not block:
                 yield False
                 return
-            flock_until(fd, path, deadline, f"the cleaner lock of {part.topic}-{part.number}")
+            what = f"the cleaner lock of {part.topic}-{part.number}"
+            held = flock_until(fd, path, deadline, what)
         yield True
     finally:
+        if held >= 0:
+            unflock(held, fd)
         fs.close(fd)
 
 

@@ -2,9 +2,18 @@
 
 Every lock of the embedded log (a partition's ``lock`` and ``clean.lock``, a transactional
 id's lock) is taken with :func:`flock_until`. An uncontended lock costs one ``flock`` call with
-``LOCK_NB``, the same as a blocking one. A contended one is polled with ``LOCK_NB`` after sleeps
-that double from 0.1 ms to 2 ms, so a holder that is stopped (SIGSTOP, a debugger) or stuck
-costs its waiters their timeout, never more.
+``LOCK_NB``. A contended one is waited for in the kernel's queue: a helper thread opens the
+lock file again and blocks in ``flock``, and the caller waits for that thread until its
+deadline. The kernel hands the lock to a blocked waiter the moment it is released; polling with
+``LOCK_NB`` (what this module did before) lost nearly every such moment to a holder that takes
+the lock again at once, and a process whose map flushed back to back starved another's flush
+for the whole timeout. A wait that runs out leaves its thread blocked: when it gets the lock
+later it releases it at once, on its own descriptor, touching nothing of the caller's.
+
+So a contended wait ends holding the lock on a *new* descriptor of the same file, which
+:func:`flock_until` returns; the caller releases the lock with :func:`unflock`, which closes
+that descriptor too. A holder that is stopped (SIGSTOP, a debugger) or stuck costs its waiters
+their timeout, never more.
 
 The holder is found in ``/proc/locks`` by the lock file's inode, and only when a wait runs out:
 a side file holding the writer's pid would cost a write on every append, and a process killed
@@ -22,36 +31,79 @@ import time
 
 from kafkakv.errors import LockTimeoutError
 
-__all__ = ["acquire_until", "flock_until", "lock_holder", "lock_timeout_error"]
+__all__ = ["acquire_until", "flock_until", "lock_holder", "lock_timeout_error", "unflock"]
 
-_FIRST_SLEEP = 0.0001
-_MAX_SLEEP = 0.002
+_GUARD = threading.Lock()  # a waiter's hand-over: got the lock, or nobody wants it any more
 
 
-def flock_until(fd: int, path: str, deadline: float, what: str) -> None:
-    """Take an exclusive ``flock`` on ``fd`` (the open file ``path``) by ``deadline``.
+class _Waiter:
+    """A thread blocked in ``flock`` on its own descriptor of a lock file."""
 
-    ``deadline`` is a :func:`time.monotonic` value; one already past still tries once.
-    Raises :class:`~kafkakv.errors.LockTimeoutError` naming ``what``, the path and the holder.
+    def __init__(self, path: str):
+        self.path = path
+        self.done = threading.Event()
+        self.fd: int | None = None  # the descriptor holding the lock, once it is held
+        self.error: OSError | None = None
+        self.abandoned = False
+        threading.Thread(target=self._wait, name="kafkakv-flock-wait", daemon=True).start()
+
+    def _wait(self) -> None:
+        fd = -1
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
+            self.error = exc
+            self.done.set()
+            return
+        with _GUARD:
+            if not self.abandoned:
+                self.fd = fd
+                self.done.set()
+                return
+        unflock(fd, -1)  # the wait ran out before: release it at once
+
+
+def flock_until(fd: int, path: str, deadline: float, what: str) -> int:
+    """Take an exclusive ``flock`` on the lock file ``path`` (open as ``fd``) by ``deadline``.
+
+    Returns the descriptor that holds the lock: ``fd`` when it was free, else a new one of
+    ``path`` (see the module docstring). Release it with :func:`unflock`. ``deadline`` is a
+    :func:`time.monotonic` value; one already past still tries once. Raises
+    :class:`~kafkakv.errors.LockTimeoutError` naming ``what``, the path and the holder.
     """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return
+        return fd
     except BlockingIOError:
         pass
     start = time.monotonic()
-    sleep = _FIRST_SLEEP
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise lock_timeout_error(what, path, time.monotonic() - start)
-        time.sleep(min(sleep, remaining))
-        sleep = min(sleep * 2, _MAX_SLEEP)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            continue
+    if deadline - start <= 0:
+        raise lock_timeout_error(what, path, 0.0)
+    waiter = _Waiter(path)
+    waiter.done.wait(min(deadline - start, threading.TIMEOUT_MAX))
+    with _GUARD:
+        if waiter.fd is not None:
+            return waiter.fd
+        waiter.abandoned = True
+    if waiter.error is not None:
+        raise waiter.error
+    raise lock_timeout_error(what, path, time.monotonic() - start)
+
+
+def unflock(held: int, fd: int) -> None:
+    """Release a lock :func:`flock_until` returned as ``held`` for the descriptor ``fd``
+    (closing ``held`` when it is a waiter's own).
+
+    Always an explicit ``LOCK_UN``: closing a descriptor releases its ``flock`` only when no
+    other descriptor shares the open file, and a child forked while the lock was held shares
+    it. Closing alone left such a lock held for as long as the child lived, and the parent's
+    next flush and the child's own waited on it forever."""
+    fcntl.flock(held, fcntl.LOCK_UN)
+    if held != fd:
+        os.close(held)
 
 
 def acquire_until(lock: threading.Lock | threading.RLock, deadline: float) -> bool:

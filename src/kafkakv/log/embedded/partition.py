@@ -34,7 +34,7 @@ from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.config import TopicConfig
 from kafkakv.log.embedded import fs
-from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error
+from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error, unflock
 from kafkakv.log.embedded.format import (
     ATTR_TRANSACTIONAL,
     HEADER_SIZE,
@@ -502,18 +502,19 @@ class Partition:
                 )
         try:
             self._locked_depth += 1
+            held = self._lock_fd
             if self._locked_depth == 1:
                 try:
-                    fcntl.flock(self._lock_fd, _LOCK_NOW)
+                    fcntl.flock(held, _LOCK_NOW)
                 except BlockingIOError:
                     if deadline is None:
                         deadline = time.monotonic() + self.settings.lock_timeout
-                    flock_until(self._lock_fd, self.lock_path, deadline, self._lock_name())
+                    held = flock_until(held, self.lock_path, deadline, self._lock_name())
             try:
                 yield
             finally:
                 if self._locked_depth == 1:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                    unflock(held, self._lock_fd)
         finally:
             self._locked_depth -= 1
             self._tlock.release()

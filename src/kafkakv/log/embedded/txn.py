@@ -47,7 +47,7 @@ from kafkakv.errors import (
 )
 from kafkakv.log.base import LogWriter, Record, TopicPartition
 from kafkakv.log.embedded import fs
-from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error
+from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error, unflock
 from kafkakv.log.embedded.format import HEADER_SIZE, parse_header, verify_crc
 from kafkakv.log.embedded.head import HeadState
 from kafkakv.log.embedded.partition import Partition, PendingTailError
@@ -165,10 +165,13 @@ class TransactionManager:
         try:
             fd = fs.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self._log.settings.file_mode)
             try:
-                flock_until(fd, path, deadline, what)
-                yield
+                held = flock_until(fd, path, deadline, what)
+                try:
+                    yield
+                finally:
+                    unflock(held, fd)
             finally:
-                fs.close(fd)  # closing releases the flock
+                fs.close(fd)
         finally:
             tlock.release()
 
