@@ -21,6 +21,7 @@ import pytest
 from kafkakv import functions
 from kafkakv.errors import FencedError
 from kafkakv.map import ReplicaMap
+from kafkakv.store import LmdbStore, Positions
 from tests.map.conftest import OpenMap
 
 
@@ -210,3 +211,21 @@ def test_deep_check_of_a_replica_behind_the_data_topic(open_map: OpenMap) -> Non
         assert m.check(deep=True) == []
         assert m.applied_offsets()[0] > covered
     assert dict(m.items()) == {f"k{i}": -i for i in range(100)}
+
+
+@pytest.mark.parametrize("store_kind", ["lmdb"])
+def test_deep_check_reports_a_stored_position_past_the_end_of_the_log(
+    open_map: OpenMap, map_name: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "ahead"
+    m = open_map(store_path=str(path))
+    m.update({f"k{i}": i for i in range(20)})
+    m.close()
+    with LmdbStore(path) as kept:  # as a flipped byte in the meta entry would leave it
+        kept.write({}, {0: Positions(applied=1_000_000, flushed=-1)})
+    again = open_map(store_path=str(path))
+    assert again.check() == []
+    assert again.check(deep=True) == [
+        f"partition 0: the replica is at ops offset 1000000 (it applied every op before it), "
+        f"but {map_name}_ops[0] ends at 20"
+    ]

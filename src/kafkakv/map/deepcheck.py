@@ -97,8 +97,8 @@ def _replayed(ref: ReplicaEngine, p: int, stop: int, problems: list[str]) -> boo
         problems.append(f"partition {p}: not compared: {stall}")
     else:
         problems.append(
-            f"partition {p}: the replica has applied ops up to offset {stop}, but "
-            f"{ref.topics.ops}[{p}] ends at {reached}"
+            f"partition {p}: the replica is at ops offset {stop} (it applied every op "
+            f"before it), but {ref.topics.ops}[{p}] ends at {reached}"
         )
     return False
 

@@ -707,15 +707,16 @@ class ReplicaEngine:
     def replay(self, p: int, stop: int) -> set[bytes]:
         """Apply the ops of ``p`` from the applied position up to ``stop`` (exclusive) and no
         further; return the record keys of the records applied. Stops early at a stall or
-        where the log ends (then ``positions()[p].applied < stop``). One read per 5000 ops.
-        For an engine of one's own (see :meth:`reference`), or with :meth:`paused`."""
+        where the log ends (then ``positions()[p].applied < stop``); a read that finds nothing
+        below the log's end offset is retried for up to the map's timeout. One read per 5000
+        ops. For an engine of one's own (see :meth:`reference`), or with :meth:`paused`."""
         ops = self.topics.ops
         touched: set[bytes] = set()
+        deadline = time.monotonic() + self.settings.timeout
         while self._applied[p] < stop and p not in self.stalled:
+            position = self._applied[p]
             with gc_paused():  # as _apply_available
-                records, after = self.log.read_batch(
-                    ops, p, self._applied[p], max_records=_READ_BATCH
-                )
+                records, after = self.log.read_batch(ops, p, position, max_records=_READ_BATCH)
                 if records and (records[-1].offset or 0) >= stop:
                     records = [r for r in records if (r.offset or 0) < stop]
                     after = stop
@@ -723,11 +724,15 @@ class ReplicaEngine:
                 if records:
                     self._apply_records(p, records, after)
                     touched.update(r.key for r in records if r.key is not None)
-                elif after > self._applied[p]:
+                elif after > position:
                     self._applied[p] = after  # offsets with nothing to apply: step over
-                else:
-                    break  # the log ends before stop
                 del records
+            if self._applied[p] > position or p in self.stalled:
+                continue
+            # Nothing read: the end of the log, or a reader not caught up with it yet.
+            if self.log.end_offset(ops, p) <= position or time.monotonic() > deadline:
+                break
+            time.sleep(_STALL_RETRY)
         return touched
 
     def _apply_records(self, p: int, records: Sequence[Record], after: int) -> None:
