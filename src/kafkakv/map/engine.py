@@ -31,7 +31,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -505,6 +505,37 @@ class ReplicaEngine:
         if p in self.stalled:
             self._resume_or_raise(p)
 
+    # -- deep check (kafkakv.map.deepcheck) ---------------------------------------------
+    def reference(self, state: MapState) -> ReplicaEngine:
+        """A new engine over the same log, topics and partitions for map ``state`` alone,
+        never started (no threads, no updates of its own): a reference replica that
+        :meth:`rebuild` and :meth:`replay` fill with this engine's own bootstrap and apply
+        code. ``state`` should have an empty store. Close it after use."""
+        return ReplicaEngine(
+            self.log,
+            self.topics,
+            self.partition_count,
+            self.held,
+            [state],
+            self.settings,
+            self.max_record_bytes,
+        )
+
+    def rebuild(self, p: int) -> int:
+        """Load partition ``p`` from the data topic alone, as a new replica's bootstrap does,
+        and return the ops offset that the data covers (-1: none); the ops after it are
+        left to :meth:`replay`. Raises DataLossError as bootstrap does."""
+        self._load(p, self.log.start_offset(self.topics.ops, p))
+        return self._flushed[p]
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Nothing is applied to the stores while this is held (the replica lock): updates
+        and the follower wait. Keep it short; writers waiting past their timeout raise
+        OperationTimeoutError."""
+        with self._lock:
+            yield
+
     # -- keys and partitions ------------------------------------------------------------
     def partition_of(self, record_key: bytes) -> int:
         if self.partition_count == 1:
@@ -672,6 +703,37 @@ class ReplicaEngine:
             if p in self.stalled or (until is not None and self._applied[p] > until):
                 break
         return applied > 0
+
+    def replay(self, p: int, stop: int) -> set[bytes]:
+        """Apply the ops of ``p`` from the applied position up to ``stop`` (exclusive) and no
+        further; return the record keys of the records applied. Stops early at a stall or
+        where the log ends (then ``positions()[p].applied < stop``); a read that finds nothing
+        below the log's end offset is retried for up to the map's timeout. One read per 5000
+        ops. For an engine of one's own (see :meth:`reference`), or with :meth:`paused`."""
+        ops = self.topics.ops
+        touched: set[bytes] = set()
+        deadline = time.monotonic() + self.settings.timeout
+        while self._applied[p] < stop and p not in self.stalled:
+            position = self._applied[p]
+            with gc_paused():  # as _apply_available
+                records, after = self.log.read_batch(ops, p, position, max_records=_READ_BATCH)
+                if records and (records[-1].offset or 0) >= stop:
+                    records = [r for r in records if (r.offset or 0) < stop]
+                    after = stop
+                after = min(after, stop)
+                if records:
+                    self._apply_records(p, records, after)
+                    touched.update(r.key for r in records if r.key is not None)
+                elif after > position:
+                    self._applied[p] = after  # offsets with nothing to apply: step over
+                del records
+            if self._applied[p] > position or p in self.stalled:
+                continue
+            # Nothing read: the end of the log, or a reader not caught up with it yet.
+            if self.log.end_offset(ops, p) <= position or time.monotonic() > deadline:
+                break
+            time.sleep(_STALL_RETRY)
+        return touched
 
     def _apply_records(self, p: int, records: Sequence[Record], after: int) -> None:
         """The state machine step for a batch of ops records of partition ``p``, read up to
@@ -1110,16 +1172,22 @@ class ReplicaEngine:
             self._applied[p], self._flushed[p] = resumed.applied, resumed.flushed
             self._collect_dirty(p, max(resumed.flushed + 1, start), resumed.applied)
         else:
-            flushed = self._load_data(p)
-            if start > flushed + 1:
-                raise DataLossError(
-                    f"{ops}[{p}] starts at offset {start} but the data topic covers ops only "
-                    f"up to {flushed}: retention removed unflushed updates"
-                )
-            self._applied[p], self._flushed[p] = flushed + 1, flushed
+            self._load(p, start)
         self._next_flush[p] = self._flushed[p] + self.settings.flush_period
         with self._lock:
             self._applied_to_end(p, deadline)
+
+    def _load(self, p: int, start: int) -> None:
+        """Load partition ``p`` from the data topic and take its flush point as the position
+        (ops from there on are still to apply). Raises DataLossError when the ops topic,
+        starting at ``start``, no longer holds the ops after that point."""
+        flushed = self._load_data(p)
+        if start > flushed + 1:
+            raise DataLossError(
+                f"{self.topics.ops}[{p}] starts at offset {start} but the data topic covers "
+                f"ops only up to {flushed}: retention removed unflushed updates"
+            )
+        self._applied[p], self._flushed[p] = flushed + 1, flushed
 
     def _applied_to_end(self, p: int, deadline: float) -> None:
         end = self.log.end_offset(self.topics.ops, p)

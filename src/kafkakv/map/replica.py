@@ -34,6 +34,7 @@ from kafkakv.errors import (
     WrongPartitionError,
 )
 from kafkakv.lifecycle import Closeable
+from kafkakv.map.deepcheck import deep_check
 from kafkakv.map.engine import ApplyError, Listener, MapState, OpFuture, ReplicaEngine
 from kafkakv.map.ops import OpCode
 from kafkakv.store.base import OrderedStore
@@ -393,9 +394,23 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         and why (a compute or merge function not registered here). Empty as a rule."""
         return dict(self._engine.stalled)
 
-    def check(self) -> list[str]:
-        """Problems found by the store's self-check (empty: sound)."""
-        return self._store.check()
+    def check(self, deep: bool = False) -> list[str]:
+        """Problems found by the store's self-check (empty: sound): its structure, O(n) in
+        the store with no I/O.
+
+        With ``deep``, also compare every key and value with the state the log gives at the
+        position this replica has applied, and report each key that differs, is missing or
+        is extra, as ``"partition P, key K: ..."``. That catches what the structure cannot
+        show, such as a byte flipped inside a value on disk. It reads the data topic and the
+        unflushed ops as opening a fresh replica does, holds a copy of the map in memory
+        while it runs, and reads the store twice; the replica keeps applying, pausing only
+        for the ops applied meanwhile and the keys found different (see
+        :mod:`kafkakv.map.deepcheck` and docs/maps.md for figures). Raises DataLossError when
+        retention removed unflushed ops, OperationTimeoutError, ClosedError after close."""
+        problems = self._store.check()
+        if deep:
+            problems += deep_check(self._engine, self._state)
+        return problems
 
     def close(self) -> None:
         """Close this replica (and the other maps sharing its engine); pending updates fail

@@ -263,7 +263,9 @@ class LmdbStore(OrderedStore):
     def check(self) -> list[str]:
         """Decode every meta entry, check the positions' invariants and that every data key
         has the prefix and LMDB's entry count matches a full scan. O(n) in one read
-        transaction (which holds old pages while it runs)."""
+        transaction (which holds old pages while it runs). Values are not read: a flipped
+        byte inside one goes unseen here (``ReplicaMap.check(deep=True)`` compares them with
+        the log)."""
         problems = []
         with self._env.begin() as txn:
             positions = {}
