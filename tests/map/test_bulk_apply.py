@@ -115,14 +115,26 @@ def test_flushes_asked_inside_a_bulk_batch_cover_every_key(
     open_map: OpenMap, bulk: BulkCount
 ) -> None:
     """A batch crosses several flush marks at once: the flush it asks for, and the one it
-    missed while that flush ran, leave every key in the data topic without an explicit flush."""
+    missed while that flush ran, leave every key in the data topic without an explicit flush.
+
+    The 300 puts must reach the log in one append, at ops offsets 0-299 (the last one on a
+    mark). Left to the sender they sometimes did not: under load the main thread lost the GIL
+    in the middle of its puts and the sender appended what it had. A tail of up to 8 puts
+    appended after the first flush had read its end offset then crossed no mark (the next
+    one is ``covered + flush_period``, by design), so the wait below timed out; a longer tail
+    was flushed by a second flush covering the first one's FLUSHED mark, past ``ops_end``.
+    The test holds the sender's condition (which the sender takes before it looks at its
+    outbox) while it queues the puts, so the sender appends all 300 at once."""
     m = open_map(flush_period=10)
-    futures = [m.put_async(f"k{i}", i) for i in range(300)]
+    engine = m._engine
+    with engine._outbox_ready:
+        futures = [m.put_async(f"k{i}", i) for i in range(300)]
     for future in futures:
         future.result(timeout=30)
-    log = m._engine.log
-    data = m._engine.topics.data
-    ops_end = log.end_offset(m._engine.topics.ops, 0)
+    log = engine.log
+    data, ops = engine.topics.data, engine.topics.ops
+    ops_end = log.end_offset(ops, 0)
+    assert all(r.key is not None for r in read_all(log, ops, 0)[:300]), "a mark among the puts"
 
     def flushed_all() -> bool:
         values, points = data_view(read_all(log, data, 0))

@@ -30,6 +30,7 @@ from kafkakv.map import MapTopics
 from kafkakv.map.ops import KEEP, Op, OpCode, decide, decode_op
 from tests.map import _workers
 from tests.map.conftest import compact_if_possible
+from tests.map.test_map_protocol import wait_for
 
 ctx = mp.get_context("spawn")
 
@@ -364,17 +365,36 @@ def test_fibonacci_triple_advanced_by_cas_is_consecutive_in_every_replica(
 def test_a_flusher_killed_at_any_moment_loses_nothing(target: str, map_name: str) -> None:
     """Processes that flush every 5 updates are killed with SIGKILL at random moments, many of
     them inside a flush. Afterwards a fresh replica (data topic, then ops) equals a replica
-    that followed everything, before and after one more flush and a compaction."""
+    that followed everything, before and after one more flush and a compaction.
+
+    Each child is killed at a random moment counted from an event the follower sees, not from
+    the spawn: a spawned child needs 0.25-0.5 s to land its first flush on an idle 2-core
+    machine and 0.7-2.4 s on a loaded one, so a kill 0.15-0.4 s after the spawn often fell
+    before any flush, and in every round under load ("no flush landed"). Even rounds count
+    from the child's first update (the kill may land while it opens its flush writer or in its
+    first flush), odd rounds from its first flush landed (later flushes; and flushes land
+    however slowly the children start)."""
     seed = _seed()
     rnd = random.Random(seed)
     _create(target, map_name, 2)
-    # A child is flushing after this long: Kafka adds a transactional producer to set up.
-    startup = 2.5 if target.startswith("kafka://") else 0.15
     with kafkakv.connect(target) as db:
         follower = db.map(map_name)
+
+        def seen() -> tuple[int, int]:
+            """(ops applied, ops covered by flushes) of the follower, over both partitions."""
+            positions = follower._engine.positions().values()
+            return sum(p.applied for p in positions), sum(p.flushed for p in positions)
+
         for round_ in range(8):
+            event = round_ % 2  # 0: an update of this child applied, 1: a flush of it landed
+            before = seen()[event]
             proc = _spawn(_workers.flusher, target, map_name, seed + round_)
-            time.sleep(startup + rnd.random() * 0.25)
+            wait_for(
+                lambda: seen()[event] > before or not proc.is_alive(),  # noqa: B023 (this round)
+                90,
+                f"the flusher of round {round_} at work",
+            )
+            time.sleep(rnd.random() * 0.25)
             assert proc.is_alive(), "the flusher exited by itself"
             os.kill(proc.pid or 0, signal.SIGKILL)
             proc.join(30)
