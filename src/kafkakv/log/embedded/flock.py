@@ -4,10 +4,10 @@ Every lock of the embedded log (a partition's ``lock`` and ``clean.lock``, a tra
 id's lock) is taken with :func:`flock_until`. An uncontended lock costs one ``flock`` call with
 ``LOCK_NB``. A contended one is waited for in the kernel's queue: a helper thread opens the
 lock file again and blocks in ``flock``, and the caller waits for that thread until its
-deadline. The kernel hands the lock to a blocked waiter the moment it is released; polling with
-``LOCK_NB`` (what this module did before) lost nearly every such moment to a holder that takes
-the lock again at once, and a process whose map flushed back to back starved another's flush
-for the whole timeout. A wait that runs out leaves its thread blocked: when it gets the lock
+deadline. The kernel wakes a blocked waiter the moment the lock is released; polling with ``LOCK_NB``
+(what this module did before) found it free only when a poll fell in the microseconds between
+a release and the holder's next take. Not fair all the same: the woken waiter still races a
+holder that takes the lock again at once (docs/embedded-log.md has the figures). A wait that runs out leaves its thread blocked: when it gets the lock
 later it releases it at once, on its own descriptor, touching nothing of the caller's.
 
 So a contended wait ends holding the lock on a *new* descriptor of the same file, which
