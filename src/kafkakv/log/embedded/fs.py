@@ -86,14 +86,13 @@ def write_file(path: str, chunks: list[bytes], mode: int, *, sync: bool) -> None
         close(fd)
 
 
-def replace_file(path: str, data: bytes, mode: int, *, durable: bool, tmp: str) -> None:
-    """Replace ``path`` atomically with ``data``, written first to ``tmp`` (same directory).
-    With ``durable``, the content is synced before the rename and the directory after it, so
-    after a power loss the name holds the old content or the new, whole."""
-    write_file(tmp, [data], mode, sync=durable)
+def replace_file(path: str, data: bytes, mode: int, *, tmp: str) -> None:
+    """Replace ``path`` atomically and durably with ``data``, written first to ``tmp`` (same
+    directory): the content is synced before the rename and the directory after it, so after
+    a power loss the name holds the old content or the new, whole."""
+    write_file(tmp, [data], mode, sync=True)
     replace(tmp, path)
-    if durable:
-        fsync_dir(os.path.dirname(path) or ".")
+    fsync_dir(os.path.dirname(path) or ".")
 
 
 def fsync_dir(directory: str) -> None:

@@ -108,7 +108,7 @@ class Manifest:
         path = os.path.join(directory, MANIFEST)
         fs.fsync_dir(directory)
         data = self.to_json().encode()
-        fs.replace_file(path, data, mode, durable=True, tmp=f"{path}.tmp.{os.getpid()}")
+        fs.replace_file(path, data, mode, tmp=f"{path}.tmp.{os.getpid()}")
 
 
 def _int(value: object) -> int:

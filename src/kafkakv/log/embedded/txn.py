@@ -186,11 +186,11 @@ class TransactionManager:
 
     def save(self, journal: Journal) -> None:
         path = self._stem(journal.transactional_id) + ".journal"
+        # Durable under every policy: the commit point (see the module docstring).
         fs.replace_file(
             path,
             journal.to_json().encode(),
             self._log.settings.file_mode,
-            durable=True,  # see the module docstring: the commit point syncs under every policy
             tmp=f"{path}.tmp.{os.getpid()}.{threading.get_ident()}",
         )
 
