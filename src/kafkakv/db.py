@@ -28,6 +28,7 @@ from kafkakv.errors import ClosedError, ConfigError
 from kafkakv.lifecycle import Closeable
 from kafkakv.log.base import Log
 from kafkakv.log.embedded import EmbeddedLog
+from kafkakv.log.memory import MemoryLog
 from kafkakv.map.engine import MapState, ReplicaEngine
 from kafkakv.map.replica import ReplicaMap, SortedReplicaMap
 from kafkakv.map.settings import MapSettings
@@ -47,20 +48,29 @@ def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Databas
       holds librdkafka settings (``security.protocol``, ``sasl.mechanism``...), and
       ``log_options`` go to :class:`~kafkakv.log.kafka.KafkaLog` (``config`` for more
       settings, ``timeout``, ``replication_factor``...);
+    - ``memory://name``: a :class:`~kafkakv.log.MemoryLog` handle on the log ``name`` of this
+      process (kept after close, until ``MemoryLog.drop(name)``; every database opened on the
+      same name shares it); ``memory://`` alone: a new log of this database's own;
     - a :class:`~kafkakv.log.Log` you opened yourself (not closed by :meth:`Database.close`).
 
-    Raises :class:`~kafkakv.errors.ConfigError` for a target :func:`check_target` refuses.
+    Raises :class:`~kafkakv.errors.ConfigError` for any other target :func:`check_target`
+    refuses.
     """
     if isinstance(target, Log):
         if log_options:
             raise ConfigError("log options apply only when kafkakv opens the log itself")
         return Database(target, owns_log=False)
     text = os.fspath(target)
+    if text.startswith(_MEMORY):
+        name = text[len(_MEMORY) :] or None
+        return Database(_construct(MemoryLog, name, **log_options), owns_log=True)
     check_target(text)
     if text.startswith("kafka://"):
         return Database(_kafka_log(text, log_options), owns_log=True)
     return Database(_construct(EmbeddedLog, text, **log_options), owns_log=True)
 
+
+_MEMORY = "memory://"
 
 _BROKER = re.compile(r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
 """``host:port``, ``1.2.3.4:port`` or ``[::1]:port``: how a Kafka broker address looks."""
@@ -69,9 +79,11 @@ _BROKER = re.compile(r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:.]+\]):
 def check_target(text: str) -> None:
     """Refuse a target :func:`connect` would misread, before anything is opened or created.
 
-    A URL other than ``kafka://...``, and a bare broker list (``host:port[,host:port...]``)
-    that is not an existing path: it would silently become a new log directory of that name,
-    so the message suggests ``kafka://`` (``./host:9092`` still names a directory).
+    A URL other than ``kafka://...``; ``memory://...`` too, which :func:`connect` takes but
+    which only the process holding it can reach (a command or a Spark job would get a log of
+    its own, empty). And a bare broker list (``host:port[,host:port...]``) that is not an
+    existing path: it would silently become a new log directory of that name, so the message
+    suggests ``kafka://`` (``./host:9092`` still names a directory).
 
     >>> check_target("127.0.0.1:9092")
     Traceback (most recent call last):
@@ -81,6 +93,11 @@ def check_target(text: str) -> None:
     """
     if text.startswith("kafka://"):
         return
+    if text.startswith(_MEMORY):
+        raise ConfigError(
+            f"{text!r}: a memory log lives inside one Python process; open it there with "
+            "kafkakv.connect (commands and Spark jobs need a directory or kafka://host:port)"
+        )
     if "://" in text:
         raise ConfigError(
             f"unsupported target {text!r}: give a directory (embedded log) or kafka://host:port"

@@ -13,6 +13,7 @@ from kafkakv.log.base import (
 )
 from kafkakv.log.config import TopicConfig, parse_topic_config
 from kafkakv.log.embedded import EmbeddedLog, FsyncPolicy
+from kafkakv.log.memory import MemoryLog
 from kafkakv.log.partitioner import murmur2, partition_for
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "FsyncPolicy",
     "Log",
     "LogWriter",
+    "MemoryLog",
     "Problem",
     "Record",
     "TopicConfig",
