@@ -4,7 +4,6 @@ transactions, compacted records, transactions still open."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,10 +12,11 @@ from prometheus_client import CollectorRegistry
 
 import kafkakv
 from kafkakv.devcluster import Cluster
-from kafkakv.log import Batch, EmbeddedLog, EntryBatch, Record
+from kafkakv.log import Batch, EntryBatch, Log, MemoryLog, Record
 from tests.conftest import KAFKA_TIMEOUT
 from tests.directory.conftest import sample, terminal_rows
 from tests.directory.test_directory import eventually
+from tests.doubles import ForwardingLog
 
 
 def test_a_committed_transaction_at_the_end(
@@ -97,31 +97,49 @@ def test_aborted_and_open_transactions(
     assert later["pending"] == 4
 
 
-class LaggingLog(EmbeddedLog):
-    """An embedded log whose first reads find nothing yet, as a Kafka consumer does whose
-    last fetch is older than the end offset a directory captured."""
+class LaggingLog(ForwardingLog):
+    """A log whose first reads find nothing yet, as a Kafka consumer does whose last fetch is
+    older than the end offset a directory captured."""
 
-    def __init__(self, path: Path, lagging_reads: int) -> None:
-        super().__init__(path, background_cleaner=False)
+    def __init__(self, inner: Log, lagging_reads: int) -> None:
+        super().__init__(inner)
         self.lagging_reads = lagging_reads
 
-    def read_batch(self, topic: str, partition: int, offset: int, **limits: Any) -> Batch:
+    def read_batch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> Batch:
         if self.lagging_reads > 0:
             self.lagging_reads -= 1
             return Batch([], offset)
-        return super().read_batch(topic, partition, offset, **limits)
+        return super().read_batch(
+            topic, partition, offset, max_records=max_records, max_bytes=max_bytes
+        )
 
-    def read_entries(self, topic: str, partition: int, offset: int, **limits: Any) -> EntryBatch:
+    def read_entries(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> EntryBatch:
         if self.lagging_reads > 0:
             self.lagging_reads -= 1
             return EntryBatch([], offset)
-        return super().read_entries(topic, partition, offset, **limits)
+        return super().read_entries(
+            topic, partition, offset, max_records=max_records, max_bytes=max_bytes
+        )
 
 
-def test_an_empty_read_below_the_target_is_not_the_end(
-    tmp_path: Path, registry: CollectorRegistry
-) -> None:
-    with LaggingLog(tmp_path / "log", lagging_reads=0) as lg:
+def test_an_empty_read_below_the_target_is_not_the_end(registry: CollectorRegistry) -> None:
+    with LaggingLog(MemoryLog(), lagging_reads=0) as lg:
         lg.create_topic("rows", 1, {"cleanup.policy": "compact"})
         lg.append("rows", 0, [Record(k, v) for k, v in terminal_rows(50)])
         lg.lagging_reads = 3
