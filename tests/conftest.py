@@ -8,13 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from kafkakv.log import EmbeddedLog, Log
+from kafkakv.log import EmbeddedLog, Log, MemoryLog
 from kafkakv.log.kafka import KafkaLog
 
 pytest_plugins = ["tests.kafka_cluster", "tests.pipeline_fixtures"]
 
-LOG_BACKENDS = ["embedded", "kafka"]
+LOG_BACKENDS = ["embedded", "memory", "kafka"]
 """Every Log backend the contract suite runs on. ``kafka`` is the 3-broker test cluster."""
+
+SHARED_LOG_BACKENDS = ["embedded", "kafka"]
+"""The backends other processes reach too: for tests that spawn workers or run commands. A
+memory log lives inside the test's process only."""
 
 KAFKA_TIMEOUT = 20.0
 """The Kafka log's timeout in tests: long enough for a broker that restarts, short enough that
@@ -25,6 +29,8 @@ def open_log(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Lo
     """A fresh log of ``backend``; the Kafka one starts the session's cluster on first use."""
     if backend == "embedded":
         return EmbeddedLog(tmp_path, background_cleaner=False)
+    if backend == "memory":
+        return MemoryLog()
     if backend == "kafka":
         cluster = request.getfixturevalue("kafka_cluster")
         return KafkaLog(cluster.bootstrap, timeout=KAFKA_TIMEOUT)

@@ -21,10 +21,10 @@ from kafkakv.errors import TopicMismatchError
 from kafkakv.log import Log
 from kafkakv.log.partitioner import partition_for
 from kafkakv.map.topics import MapTopics
-from tests.conftest import KAFKA_TIMEOUT, LOG_BACKENDS, open_log
+from tests.conftest import KAFKA_TIMEOUT, SHARED_LOG_BACKENDS, open_log
 
 
-@pytest.fixture(params=LOG_BACKENDS)
+@pytest.fixture(params=SHARED_LOG_BACKENDS)
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Log]]:
     """A target string for the CLI and an open log on the same place."""
     lg = open_log(request, request.param, tmp_path / "log")

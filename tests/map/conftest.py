@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 import kafkakv
-from kafkakv.log import Log
+from kafkakv.log import Log, MemoryLog
 from kafkakv.log.kafka import KafkaLog
 from kafkakv.map import ReplicaMap
-from tests.conftest import KAFKA_TIMEOUT, LOG_BACKENDS
+from tests.conftest import KAFKA_TIMEOUT, LOG_BACKENDS, SHARED_LOG_BACKENDS
 
 STORES = ["dict", "sorted", "lmdb"]
 
@@ -22,19 +22,31 @@ OpenMap = Callable[..., ReplicaMap[Any, Any]]
 
 
 @pytest.fixture(params=LOG_BACKENDS)
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """What ``kafkakv.connect`` takes to reach a fresh log of each backend."""
     if request.param == "embedded":
-        return str(tmp_path / "log")
-    if request.param == "kafka":
-        return "kafka://" + request.getfixturevalue("kafka_cluster").bootstrap
-    raise AssertionError(f"unknown backend {request.param}")  # pragma: no cover
+        yield str(tmp_path / "log")
+    elif request.param == "memory":
+        name = f"test-{uuid.uuid4().hex}"
+        yield f"memory://{name}"
+        MemoryLog.drop(name)
+    elif request.param == "kafka":
+        yield "kafka://" + request.getfixturevalue("kafka_cluster").bootstrap
+    else:
+        raise AssertionError(f"unknown backend {request.param}")  # pragma: no cover
 
 
 embedded_only = pytest.mark.parametrize("target", ["embedded"], indirect=True)
-"""For tests that drive the log's compaction or retention themselves, which only the embedded
-log lets a client do (Kafka's brokers run their cleaner on their own schedule). What they check
-on Kafka is covered by tests/kafka (aborted transactions, markers, killed flushers)."""
+"""For tests about what only the embedded log has: files (locks, damage, durability) or
+retention that runs by itself. What they check on Kafka is covered by tests/kafka (aborted
+transactions, markers, killed flushers)."""
+
+local_logs = pytest.mark.parametrize("target", ["embedded", "memory"], indirect=True)
+"""For tests that drive the log's compaction themselves, which Kafka's brokers do not let a
+client do (they run their cleaner on their own schedule)."""
+
+shared_logs = pytest.mark.parametrize("target", SHARED_LOG_BACKENDS, indirect=True)
+"""For tests whose workers are other processes, which a memory log cannot reach."""
 
 
 def compact_if_possible(log: Log, topic: str) -> None:
@@ -62,18 +74,24 @@ def map_name() -> str:
 @pytest.fixture
 def open_map(target: str, store_kind: str, map_name: str, tmp_path: Path) -> Iterator[OpenMap]:
     """``open_map(**options)`` opens one more replica of the test's map, each with its own
-    database object (as another process would); all are closed at the end."""
+    database object (as another process would); all are closed at the end. ``log=`` wraps
+    that database's log in a test double (``log=lambda inner: SlowLog(inner)``)."""
     dbs: list[kafkakv.Database] = []
     counter = itertools.count()
 
-    def open_one(name: str | None = None, **options: Any) -> ReplicaMap[Any, Any]:
+    def open_one(
+        name: str | None = None, *, log: Callable[[Log], Log] | None = None, **options: Any
+    ) -> ReplicaMap[Any, Any]:
         db = kafkakv.connect(target, **log_options(target))
         dbs.append(db)
+        if log is not None:
+            db = kafkakv.connect(log(db.log))  # closed before the database whose log it wraps
+            dbs.append(db)
         options.setdefault("store", store_kind)
         if options["store"] == "lmdb":
             options.setdefault("store_path", str(tmp_path / f"store-{next(counter)}"))
         return db.map(name or map_name, **options)
 
     yield open_one
-    for db in dbs:
+    for db in reversed(dbs):
         db.close()

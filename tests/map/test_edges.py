@@ -42,7 +42,7 @@ from kafkakv.log.base import Record
 from kafkakv.log.partitioner import partition_for
 from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.map.topics import MapTopics, adopt_existing
-from tests.map.conftest import OpenMap, embedded_only, log_options
+from tests.map.conftest import OpenMap, embedded_only, local_logs, log_options
 from tests.map.test_map_protocol import wait_for
 
 
@@ -197,7 +197,7 @@ def test_close_resolves_every_async_update_that_reached_the_log(target: str, map
         assert len(db.map(map_name)) == 5000
 
 
-@embedded_only
+@local_logs
 def test_a_close_out_of_time_fails_only_what_it_cannot_vouch_for(
     target: str, map_name: str
 ) -> None:

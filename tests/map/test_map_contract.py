@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ from kafkakv.errors import (
     ResultDecodeError,
     UnknownFunctionError,
 )
+from kafkakv.log import Record
+from tests.doubles import ForwardingLog
 from tests.map.conftest import OpenMap
 
 
@@ -218,10 +221,26 @@ def test_linearizable_reads_see_completed_writes(open_map: OpenMap, barriers: st
         assert reader[f"k{i}"] == i and len(reader) == i + 1
 
 
+class _SlowAppends(ForwardingLog):
+    """A log whose appends take a millisecond or more, as over a disk or a network: threads
+    that read meanwhile are concurrent readers on every backend, an in-memory one included."""
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        timeout: float | None = None,
+    ) -> int:
+        time.sleep(0.001)
+        return super().append(topic, partition, records, timeout=timeout)
+
+
 @pytest.mark.parametrize("barriers", ["offset", "shared"])
 def test_concurrent_readers_share_barriers(open_map: OpenMap, barriers: str) -> None:
     writer = open_map()
-    reader = open_map(consistency="linearizable", barriers=barriers)
+    reader = open_map(consistency="linearizable", barriers=barriers, log=_SlowAppends)
     ops_topic = f"{reader.name}_ops"
     log = reader._engine.log
     start = log.end_offset(ops_topic, 0)

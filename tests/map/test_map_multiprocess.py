@@ -1,7 +1,7 @@
 """Many processes on one map: random updates under kill -9, exact counters, an invariant.
 
 The children (tests/map/_workers.py) are spawned and reach the log only through ``target``,
-so these tests run unchanged on every log backend. Random tests print their seed; set
+so these tests run unchanged on every log that other processes reach (not the memory log). Random tests print their seed; set
 ``KAFKAKV_SEED`` to replay the same choices (process scheduling still varies).
 """
 
@@ -29,8 +29,10 @@ from kafkakv.log import Log
 from kafkakv.map import MapTopics
 from kafkakv.map.ops import KEEP, Op, OpCode, decide, decode_op
 from tests.map import _workers
-from tests.map.conftest import compact_if_possible
+from tests.map.conftest import compact_if_possible, shared_logs
 from tests.map.test_map_protocol import wait_for
+
+pytestmark = shared_logs
 
 ctx = mp.get_context("spawn")
 

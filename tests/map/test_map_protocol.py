@@ -41,7 +41,7 @@ from kafkakv.map import FLUSH_POINT_KEY, ReplicaMap
 from kafkakv.map.ops import OpCode, decode_op
 from kafkakv.store import LmdbStore, Positions, Store
 from tests.doubles import ForwardingLog, ForwardingLogWriter
-from tests.map.conftest import OpenMap, compact_if_possible, embedded_only
+from tests.map.conftest import OpenMap, compact_if_possible, embedded_only, local_logs
 
 STR = codec_for("str")
 JSON = codec_for("json")
@@ -278,7 +278,7 @@ def test_automatic_flush_writes_plain_records_and_flush_points(
     assert decoded(after) == dict(m)
 
 
-@embedded_only
+@local_logs
 def test_fresh_replica_after_flushes_and_compactions_equals_the_others(
     open_map: OpenMap, db: kafkakv.Database, map_name: str
 ) -> None:
@@ -319,7 +319,7 @@ def test_fresh_replica_after_flushes_and_compactions_equals_the_others(
     assert fresh.check() == [] and open_map() == model
 
 
-@embedded_only
+@local_logs
 def test_bootstrap_does_not_stall_on_offset_gaps(
     open_map: OpenMap, db: kafkakv.Database, map_name: str
 ) -> None:
