@@ -22,14 +22,7 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from tests.directory.conftest import sample, terminal_rows
-
-
-def eventually(check: Any, timeout: float = 20.0) -> None:
-    """Wait until ``check()`` is true (the directory follows on its own thread)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
+from tests.waiting import wait_for
 
 
 def test_loads_everything_present_at_start(
@@ -97,14 +90,14 @@ def test_follows_new_records_and_calls_listeners_in_order(
     topic.put("b", {"x": 1})  # the same value again: no change, no call
     topic.put("c", 3)
     # Listeners run after their batch is applied: "c" may be readable a moment before.
-    eventually(lambda: len(seen) >= 4)
+    wait_for(lambda: len(seen) >= 4)
     assert seen == [("a", 1, 2), ("b", None, {"x": 1}), ("a", 2, None), ("c", None, 3)]
     assert dict(d.items()) == {"b": {"x": 1}, "c": 3}
     d.remove_listener(broken)
     with pytest.raises(ValueError):
         d.remove_listener(broken)
     labels = {"directory": topic.name, "topic": topic.name}
-    eventually(lambda: sample(registry, "kafkakv_directory_entries", **labels) == 2)
+    wait_for(lambda: sample(registry, "kafkakv_directory_entries", **labels) == 2)
 
 
 def test_transform_maps_rows_and_inactive_rows_delete(
@@ -130,7 +123,7 @@ def test_transform_maps_rows_and_inactive_rows_delete(
     assert dict(d.items()) == {"t1": "a1", "t3": "a3"}
     assert [(r.key, r.partition, r.offset) for r in seen[:2]] == [("1", 0, 0), ("2", 0, 1)]
     topic.write([row(3, "a3", active=False), row(4, "a4")])
-    eventually(lambda: "t4" in d)
+    wait_for(lambda: "t4" in d)
     assert dict(d.items()) == {"t1": "a1", "t4": "a4"}
     assert d.error_count == 0
 
@@ -161,7 +154,7 @@ def test_bad_records_are_recorded_skipped_and_counted(
     labels = {"directory": topic.name, "topic": topic.name}
     assert sample(registry, "kafkakv_directory_errors_total", **labels) == 3
     topic.write([(b"later", b"4"), (b"worse", b"[")])  # and it keeps following
-    eventually(lambda: d.error_count == 4)
+    wait_for(lambda: d.error_count == 4)
     assert d["later"] == 4 and d.errors()[-1].key == b"worse"
 
 
@@ -318,7 +311,7 @@ def test_reads_from_many_threads_while_following(
         t.start()
     for round_ in range(1, 6):
         topic.write([(f"k{i}".encode(), str(round_).encode()) for i in range(200)])
-    eventually(lambda: all(v == 5 for v in d.values()))
+    wait_for(lambda: all(v == 5 for v in d.values()))
     stop.set()
     for t in threads:
         t.join(10)
@@ -335,7 +328,7 @@ def test_a_log_that_fails_under_it_stops_following_and_keeps_serving(
     d = db.directory(topic.name, metrics=registry)
     late = db.directory(topic.name, name="late", start=False, metrics=registry)
     dlog.close()
-    eventually(lambda: d.state is DirectoryState.FAILED)
+    wait_for(lambda: d.state is DirectoryState.FAILED)
     assert isinstance(d.failure, ClosedError) and d["a"] == 1 and d.ready
     late.start()
     with pytest.raises(ClosedError):

@@ -15,8 +15,8 @@ from kafkakv.devcluster import Cluster
 from kafkakv.log import Batch, EntryBatch, Log, MemoryLog, Record
 from tests.conftest import KAFKA_TIMEOUT
 from tests.directory.conftest import sample, terminal_rows
-from tests.directory.test_directory import eventually
 from tests.doubles import ForwardingLog
+from tests.waiting import wait_for
 
 
 def test_a_committed_transaction_at_the_end(
@@ -41,7 +41,7 @@ def test_a_committed_transaction_at_the_end(
     for p in (0, 1):
         assert sample(registry, "kafkakv_directory_lag", **labels, partition=str(p)) == 0
     topic.put("after", 4)  # and following steps over the markers too
-    eventually(lambda: "after" in d)
+    wait_for(lambda: "after" in d)
 
 
 @pytest.mark.parametrize("backend", ["embedded"], indirect=True)
@@ -82,7 +82,7 @@ def test_aborted_and_open_transactions(
     producer.abort_transaction(KAFKA_TIMEOUT)
     # The abort marker is written after abort_transaction returns; until then the last stable
     # offset stays at the aborted records, and that is what a directory would wait for.
-    eventually(lambda: db.log.end_offset(topic.name, 0) == 4)
+    wait_for(lambda: db.log.end_offset(topic.name, 0) == 4)
     d = db.directory(topic.name, metrics=registry, timeout=30)
     assert dict(d.items()) == {"plain": 1}
     assert d.positions() == {0: db.log.end_offset(topic.name, 0)}
@@ -93,7 +93,7 @@ def test_aborted_and_open_transactions(
     later = db.directory(topic.name, name="later", metrics=registry, timeout=30)
     assert dict(later.items()) == {"plain": 1}
     producer.commit_transaction(KAFKA_TIMEOUT)
-    eventually(lambda: "pending" in later and "pending" in d)
+    wait_for(lambda: "pending" in later and "pending" in d)
     assert later["pending"] == 4
 
 

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 import kafkakv
 from kafkakv.map import FLUSH_POINT_KEY
-from tests.directory.test_directory import eventually
+from tests.waiting import wait_for
 
 
 def test_directory_on_a_map_data_topic(db: kafkakv.Database, registry: CollectorRegistry) -> None:
@@ -31,7 +31,7 @@ def test_directory_on_a_map_data_topic(db: kafkakv.Database, registry: Collector
     assert view.error_count == 0 and view.positions() == ends
     prices["tea"] = 4
     prices.flush()
-    eventually(lambda: view.get("tea") == 4)
+    wait_for(lambda: view.get("tea") == 4)
     assert len(view) == 2 and view.error_count == 0
 
 

@@ -13,7 +13,7 @@ from kafkakv import DirectoryRecord
 from kafkakv.errors import ConfigError
 from kafkakv.store import SortedStore
 from tests.directory.conftest import sample, terminal_rows
-from tests.directory.test_directory import eventually
+from tests.waiting import wait_for
 
 
 def test_restart_reads_only_new_records(
@@ -27,7 +27,7 @@ def test_restart_reads_only_new_records(
     assert len(d) == 150 and d.records_applied == 150
     assert d["T0000120"]["acquirerId"] == "A023"
     topic.put("T0000001", None)  # followed, and kept on disk
-    eventually(lambda: "T0000001" not in d)
+    wait_for(lambda: "T0000001" not in d)
     d.close()
 
     topic.write(terminal_rows(5, start=1000), partition=1)

@@ -18,7 +18,8 @@ from kafkakv.devcluster import Cluster
 from kafkakv.errors import DataLossError
 from kafkakv.store import LmdbStore
 from tests.conftest import KAFKA_TIMEOUT
-from tests.map.test_map_protocol import _CountingStore, wait_for
+from tests.map.test_map_protocol import _CountingStore
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.kafka
 

@@ -14,6 +14,7 @@ from kafkakv.errors import ClosedError, ConfigError
 from kafkakv.log import EmbeddedLog, FsyncPolicy, Record
 from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.head import HeadFile
+from tests.waiting import wait_for
 
 
 @pytest.mark.parametrize("policy", ["always", "interval", "never", FsyncPolicy.ALWAYS])
@@ -149,13 +150,9 @@ def test_interval_data_is_synced_within_about_the_interval(
         log.create_topic("t", 2)
         log.append("t", 1, [Record(b"k", b"v")])
         segment = str(tmp_path / "topics" / "t" / "1" / "00000000000000000000-0.log")
-        deadline = time.monotonic() + 2
-        while (segment not in [f for _, f in calls]) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        synced = time.monotonic()
+        wait_for(lambda: segment in [f for _, f in calls], 2, "a sync", interval=0.005)
         assert (threading.current_thread().name, segment) not in calls
         assert ("kafkakv-flusher", segment) in calls
-        assert synced < deadline
         n = len(calls)
         time.sleep(0.2)  # nothing appended since: nothing more to sync
         assert len(calls) == n
@@ -185,8 +182,6 @@ def test_a_failed_background_flush_is_reported(
 
         monkeypatch.setattr(fs, "fdatasync", failing)
         log.append("t", 0, [Record(b"k", b"v")])  # the append itself does not flush
-        deadline = time.monotonic() + 5
-        while not log.background_errors and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_for(lambda: log.background_errors, 5, "a background error", interval=0.005)
         assert [e.errno for e in log.background_errors if isinstance(e, OSError)] == [5]
         monkeypatch.undo()

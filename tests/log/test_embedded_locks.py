@@ -19,6 +19,7 @@ from kafkakv.errors import ConfigError, LockTimeoutError, OperationTimeoutError
 from kafkakv.log import EmbeddedLog, Record
 from kafkakv.log.embedded.cleaner import _clean_lock
 from kafkakv.log.embedded.flock import lock_holder
+from tests.waiting import wait_for
 
 ctx = mp.get_context("spawn")
 
@@ -35,10 +36,7 @@ def _held(path: str) -> bool:
 
 
 def _wait_until_held(path: str) -> None:
-    deadline = time.monotonic() + 30
-    while not _held(path):
-        assert time.monotonic() < deadline, f"nobody took {path}"
-        time.sleep(0.01)
+    wait_for(lambda: _held(path), 30, f"another process to take {path}")
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import kafkakv
 from kafkakv.errors import ConfigError, CorruptLogError, NotALogError, OffsetOutOfRangeError
 from kafkakv.log import EmbeddedLog, Record
 from kafkakv.log.embedded.format import HEADER_SIZE
+from tests.waiting import wait_for
 
 
 def open_log(path: Path, **kw: object) -> EmbeddedLog:
@@ -185,10 +186,7 @@ def test_tombstones_survive_until_delete_retention_passes(tmp_path: Path) -> Non
 def test_background_cleaner_compacts_when_the_dirty_ratio_passes(tmp_path: Path) -> None:
     with open_log(tmp_path, background_cleaner=True, cleaner_interval_s=0.05) as log:
         fill_compacted(log, "c", 500, 5, min_cleanable_dirty_ratio=0.5)
-        deadline = time.monotonic() + 10
-        while len(read_all(log, "c")) > 200 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(read_all(log, "c")) <= 200
+        wait_for(lambda: len(read_all(log, "c")) <= 200, 10, "a compaction", interval=0.05)
         assert log.background_errors == []
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import kafkakv
 from kafkakv import functions
 from kafkakv.errors import FunctionError
+from tests.waiting import wait_for
 
 #: Phases of the random-ops test (a shared int the parent moves forward).
 RUN, STOP, REPORT = 0, 1, 2
@@ -54,11 +55,12 @@ def incr(key: Any, old: Any) -> int:
 
 # -- helpers --------------------------------------------------------------------------------
 def wait_phase(phase: Any, at_least: int, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while phase.value < at_least:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the parent never moved to phase {at_least}")
-        time.sleep(0.005)
+    wait_for(
+        lambda: phase.value >= at_least,
+        timeout,
+        f"the parent to move to phase {at_least}",
+        interval=0.005,
+    )
 
 
 def _guard(reports: Any, who: Any, body: Callable[[], None]) -> None:

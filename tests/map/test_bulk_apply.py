@@ -17,7 +17,8 @@ from kafkakv.log.base import Record
 from kafkakv.map import engine as engine_module
 from kafkakv.map.engine import ReplicaEngine
 from tests.map.conftest import OpenMap
-from tests.map.test_map_protocol import _seed, data_view, read_all, wait_for
+from tests.map.test_map_protocol import _seed, data_view, read_all
+from tests.waiting import wait_for
 
 
 class BulkCount:

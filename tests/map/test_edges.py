@@ -43,7 +43,7 @@ from kafkakv.log.partitioner import partition_for
 from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.map.topics import MapTopics, adopt_existing
 from tests.map.conftest import OpenMap, embedded_only, local_logs, log_options
-from tests.map.test_map_protocol import wait_for
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -377,16 +377,18 @@ def test_nested_nan_is_refused_before_anything_is_appended(open_map: OpenMap) ->
 def _hold_lock(path: Path) -> subprocess.Popen[bytes]:
     """Another process that takes the flock of ``path`` and keeps it (as a stopped writer)."""
     holder = subprocess.Popen(["flock", str(path), "sleep", "120"])
-    deadline = time.monotonic() + 10
     with open(path, "rb") as probe:
-        while True:
+
+        def held() -> bool:
             try:
                 fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                return holder
+                return True
             fcntl.flock(probe, fcntl.LOCK_UN)
-            assert time.monotonic() < deadline, "flock never took the lock"
-            time.sleep(0.02)
+            return False
+
+        wait_for(held, 10, f"flock to take {path}", interval=0.02)
+    return holder
 
 
 @embedded_only

@@ -42,6 +42,7 @@ from kafkakv.map.ops import OpCode, decode_op
 from kafkakv.store import LmdbStore, Positions, Store
 from tests.doubles import ForwardingLog, ForwardingLogWriter
 from tests.map.conftest import OpenMap, compact_if_possible, embedded_only, local_logs
+from tests.waiting import wait_for
 
 STR = codec_for("str")
 JSON = codec_for("json")
@@ -107,14 +108,6 @@ def replay_ops(records: list[Record], upto: int | None = None) -> dict[bytes, by
 
 def decoded(raw: Mapping[bytes, bytes]) -> dict[str, Any]:
     return {STR.decode(k): JSON.decode(v) for k, v in raw.items()}
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def compacted_data_topic(log: Log, name: str, partitions: int = 1) -> None:

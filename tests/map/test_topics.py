@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 import uuid
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from kafkakv.map.topics import (
     create_topics,
     min_insync_replicas,
 )
-from tests.map.test_map_protocol import wait_for
+from tests.waiting import wait_for
 
 
 def _name() -> str:
@@ -49,9 +48,7 @@ def _fill(log: Log, topic: str, count: int, *, misplaced: bool) -> None:
 def _wait_listed(log: Log, topic: str) -> None:
     """Until ``topic`` is listed: a Kafka broker other than the one that confirmed the
     creation may list topics from metadata a moment old."""
-    deadline = time.monotonic() + 10
-    while topic not in log.topics() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: topic in log.topics(), 10, f"{topic} to be listed", interval=0.05)
 
 
 # -- adopting a data topic ------------------------------------------------------------------

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +27,7 @@ import kafkakv.store.lmdb
 import kafkakv.store.memory
 from kafkakv.errors import ClosedError, ConfigError, StoreError
 from kafkakv.store import LmdbStore, OrderedStore, Positions, Store, open_store
+from tests.waiting import wait_for
 
 KINDS = ["dict", "sorted", "lmdb"]
 ORDERED = ["sorted", "lmdb"]
@@ -167,8 +167,7 @@ def test_iterate_while_another_thread_writes(store: Store) -> None:
     def read_across_writes(pairs: Iterator[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         seen = list(itertools.islice(pairs, 1500))
         target = written[0] + 20
-        while written[0] < target and not failures:
-            time.sleep(0.001)
+        wait_for(lambda: written[0] >= target or failures, 30, "20 more writes", interval=0.001)
         return seen + list(pairs)
 
     thread = threading.Thread(target=writer)
