@@ -13,12 +13,13 @@ import kafkakv.log
 
 def test_all_is_explicit_and_every_name_exists() -> None:
     for module in (kafkakv, kafkakv.log, kafkakv.errors, kafkakv.directory):
-        assert module.__all__ == sorted(module.__all__, key=str.lower) or len(
-            set(module.__all__)
-        ) == len(module.__all__)
-        for name in module.__all__:
+        names = list(module.__all__)
+        assert names == sorted(names), f"{module.__name__}.__all__ is not sorted"
+        assert len(set(names)) == len(names), f"{module.__name__}.__all__ repeats a name"
+        for name in names:
             assert hasattr(module, name), f"{module.__name__}.__all__ names missing {name}"
     assert {"EmbeddedLog", "Record", "KafkaKVError", "partition_for"} <= set(kafkakv.__all__)
+    assert {"EmbeddedLog", "MemoryLog", "Log", "Record"} <= set(kafkakv.log.__all__)
     assert {"Directory", "DirectoryRecord", "RecordError", "metrics"} <= set(kafkakv.__all__)
 
 
