@@ -8,6 +8,7 @@ from kafkakv.codecs import codec_for
 from kafkakv.directory import DirectoryRecord, RecordDecoder
 from kafkakv.log import Record
 from kafkakv.map import FLUSH_POINT_KEY
+from tests.records import offset_of
 
 
 def records(*pairs: tuple[bytes | None, bytes | None]) -> list[Record]:
@@ -30,7 +31,7 @@ def test_flush_points_are_skipped_under_every_key_codec() -> None:
 def test_entries_decode_as_their_records_do_or_not_at_all() -> None:
     decoder = RecordDecoder(codec_for("str"), codec_for("json"))
     good = records((b"a", b"[1]"), (FLUSH_POINT_KEY, b"\x91\x05"), (b"b", None), (b"c", b"2"))
-    entries = [(r.key, r.value, r.offset) for r in good]
+    entries = [(r.key, r.value, offset_of(r)) for r in good]
     assert (
         decoder.decode_entries(entries)
         == decoder.decode(good)[0]

@@ -223,7 +223,7 @@ def test_non_blocking_start_and_wait_ready_timeout(
     release = threading.Event()
     slow = held_back(release, 10)
     d = db.directory(topic.name, transform=slow, start=False, metrics=registry)
-    assert d.state is DirectoryState.NEW and not d.ready
+    assert (d.state, d.ready) == (DirectoryState.NEW, False)
     with pytest.raises(ConfigError, match="not started"):
         d.wait_ready(0.1)
     began = time.monotonic()

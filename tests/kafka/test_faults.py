@@ -108,7 +108,7 @@ def test_two_brokers_down_writes_fail_in_time_reads_answer_then_writes_resume(
         m["before"] = 1
         ops = f"{name}_ops"
         leader = kafka_cluster.leader(ops, 0)
-        down = [n for n in kafka_cluster.node_ids if n != leader][:2]
+        down = [n for n in kafka_cluster.partitions(ops)[0].replicas if n != leader][:2]
         # Keep the leader, stop two others: the leader is alive but alone in the ISR, and
         # min.insync.replicas=2 refuses writes.
         try:

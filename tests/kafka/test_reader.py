@@ -35,7 +35,8 @@ def test_a_partition_not_read_lately_stops_being_buffered(
         buffered = log._reader()._parts  # this thread's per-partition buffers
         assert (idle, 0) not in buffered, "the idle partition is still fetched and buffered"
         assert (busy, 0) in buffered
-        again, at = [], 10
+        again: list[Record] = []
+        at = 10
         while len(again) < 500:  # read again from where this thread stopped: seeks afresh
             batch = log.read(idle, 0, at, max_records=1000)
             assert batch, f"nothing at offset {at}"

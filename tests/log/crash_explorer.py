@@ -44,6 +44,7 @@ from kafkakv.log import EmbeddedLog, FsyncPolicy, Record
 from kafkakv.log.embedded.head import HEAD_SIZE, unpack_head
 from tests.log.crash_states import Disk, FsOp, crash_states, materialize
 from tests.log.fs_record import Recorder
+from tests.records import offset_of
 
 __all__ = ["Outcome", "Recording", "Session", "explore", "reboot", "record"]
 
@@ -240,16 +241,17 @@ def _read_everything(
                 problems.append(f"{tp}: read at {at} returned nothing before the end {end}")
                 break
             for r in batch:
-                if r.offset in got or r.offset < at:
-                    problems.append(f"{tp}: offset {r.offset} read twice or out of order")
-                got[r.offset] = (r.key, r.value)
-                want = written.get(r.offset)
+                offset = offset_of(r)
+                if offset in got or offset < at:
+                    problems.append(f"{tp}: offset {offset} read twice or out of order")
+                got[offset] = (r.key, r.value)
+                want = written.get(offset)
                 if want != (r.key, r.value):
                     problems.append(
-                        f"{tp}: offset {r.offset} reads {(r.key, r.value)!r},"
+                        f"{tp}: offset {offset} reads {(r.key, r.value)!r},"
                         f" but was given to {want!r}"
                     )
-            at = batch[-1].offset + 1
+            at = offset_of(batch[-1]) + 1
         seen[tp] = got
     return seen, starts
 

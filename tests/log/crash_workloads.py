@@ -199,6 +199,7 @@ def _map_updates(s: Session, policy: str) -> None:
         if i == 8:
             m.flush()
         if i == 10 and policy == "interval":
+            assert isinstance(db.log, EmbeddedLog)
             db.log._flush_pending()
             durable = [min(at, s.rec.mark()) for at in durable]
     db.close()

@@ -18,6 +18,7 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log import Log, Record
+from tests.records import offset_of
 
 
 def values(records: list[Record]) -> list[bytes | None]:
@@ -119,7 +120,7 @@ def test_send_appends_every_record_in_order(log: Log, topic: str, pipelined: boo
         log.send(topic, 1, sent[i : i + 500], on_failure)
     got = read_all(log, topic, 1, len(sent), timeout=30)
     assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in sent]
-    offsets = [r.offset for r in got]
+    offsets = [offset_of(r) for r in got]
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
     assert failures == []
     assert log.end_offset(topic, 0) == 0  # nothing went to the other partition

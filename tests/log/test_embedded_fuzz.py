@@ -17,6 +17,7 @@ from pathlib import Path
 from kafkakv.errors import KafkaKVError
 from kafkakv.log import EmbeddedLog, Record
 from kafkakv.log.base import Problem
+from tests.records import offset_of
 
 Mutation = Callable[[Path, random.Random], None]
 Contents = dict[tuple[str, int], dict[int, tuple[bytes | None, bytes | None]]]
@@ -73,7 +74,7 @@ def _build(path: Path) -> Contents:
         with log.writer("w") as w:
             w.append({("plain", 0): [Record(b"tx", b"committed")]})
         return {
-            (t, p): {r.offset: (r.key, r.value) for r in _read_all(log, t, p)}
+            (t, p): {offset_of(r): (r.key, r.value) for r in _read_all(log, t, p)}
             for t, p in (("plain", 0), ("plain", 1), ("compacted", 0))
         }
 
@@ -86,7 +87,7 @@ def _read_all(log: EmbeddedLog, topic: str, partition: int) -> list[Record]:
         if not got:
             break
         out += got
-        offset = got[-1].offset + 1
+        offset = offset_of(got[-1]) + 1
     return out
 
 
@@ -103,7 +104,7 @@ def _outcome(path: Path, expected: Contents) -> str:
                     complete = False
                     continue
                 for r in got:
-                    assert records.get(r.offset) == (r.key, r.value), (topic, partition, r)
+                    assert records.get(offset_of(r)) == (r.key, r.value), (topic, partition, r)
                 complete = complete and len(got) == len(records)
             problems: list[Problem] | None = None
             try:

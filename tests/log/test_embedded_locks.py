@@ -248,7 +248,7 @@ def test_a_lock_released_while_a_forked_child_lives_is_free(tmp_path: Path, whic
     log = _filled(tmp_path)
     part = log._partition("c", 0)
     far = time.monotonic() + 10
-    locks = {
+    locks: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[object]], str]] = {
         "partition": (part.locked, part.lock_path),
         "transactional id": (lambda: log._txn.id_lock("tx", far), log._txn._stem("tx") + ".lock"),
         "cleaner": (

@@ -13,6 +13,7 @@ import kafkakv
 from kafkakv.errors import ConfigError, CorruptLogError, NotALogError, OffsetOutOfRangeError
 from kafkakv.log import EmbeddedLog, Record
 from kafkakv.log.embedded.format import HEADER_SIZE
+from tests.records import offset_of
 from tests.waiting import wait_for
 
 
@@ -126,7 +127,7 @@ def test_compaction_keeps_the_latest_record_of_each_key_at_its_offset(tmp_path: 
         before = fill_compacted(log, "c", 600, 20)
         part = log._partition("c", 0)
         active_name = part.manifest().active.name
-        active_before = [r for r in before if r.offset >= part.manifest().active.base]
+        active_before = [r for r in before if offset_of(r) >= part.manifest().active.base]
         size_before = sum(os.path.getsize(f) for f in segment_files(tmp_path, "c"))
         (result,) = log.compact("c")
         after = read_all(log, "c")
@@ -138,11 +139,11 @@ def test_compaction_keeps_the_latest_record_of_each_key_at_its_offset(tmp_path: 
         # The latest value of every key survived.
         assert latest_by_key(after) == latest_by_key(before)
         # Offsets never change and keep increasing; gaps appear.
-        offsets = [r.offset for r in after]
+        offsets = [offset_of(r) for r in after]
         assert offsets == sorted(offsets) and len(offsets) < len(before)
         # The active segment is never compacted: all its records are still there.
         assert part.manifest().active.name == active_name
-        assert [r for r in after if r.offset >= part.manifest().active.base] == active_before
+        assert [r for r in after if offset_of(r) >= part.manifest().active.base] == active_before
         assert log.end_offset("c", 0) == 600
         assert log.check() == []
         # Appending after a compaction continues the offsets.
@@ -501,7 +502,7 @@ def test_a_flipped_base_offset_is_never_read_as_data(tmp_path: Path, which: str)
         with pytest.raises(CorruptLogError) as info:
             while off < end:
                 got = log.read("t", 0, off, max_records=7)
-                seen += [r.offset for r in got]
+                seen += [offset_of(r) for r in got]
                 off = seen[-1] + 1
         assert info.value.path == seg and info.value.position == spot
         assert seen == list(range(len(seen)))
@@ -626,7 +627,12 @@ def test_a_read_waiting_on_the_disk_does_not_hold_up_other_threads(
         try:
             assert stuck.wait(10)
             done = threading.Event()
-            fast = threading.Thread(target=lambda: log.read("t", 0, 10) and done.set())
+
+            def read_fast() -> None:
+                if log.read("t", 0, 10):
+                    done.set()
+
+            fast = threading.Thread(target=read_fast)
             fast.start()
             assert done.wait(5), "a second thread waited for the first one's disk read"
             fast.join()
@@ -664,10 +670,11 @@ def test_threads_reading_one_partition_while_it_is_written_and_compacted_read_it
                         got = log.read("t", 0, off, max_records=step)
                         if not got:
                             break
-                        assert [r.offset for r in got] == sorted({r.offset for r in got})
-                        for r in got:
-                            assert r.offset >= off and r.value == b"v%d" % r.offset
-                        off = got[-1].offset + 1
+                        offsets = [offset_of(r) for r in got]
+                        assert offsets == sorted(set(offsets))
+                        for r, offset in zip(got, offsets, strict=True):
+                            assert offset >= off and r.value == b"v%d" % offset
+                        off = offsets[-1] + 1
             except BaseException as exc:
                 errors.append(exc)
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kafkakv.log import EmbeddedLog, Record
+from tests.records import offset_of
 
 KEYS = st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f"])
 VALUES = st.one_of(st.none(), st.binary(min_size=0, max_size=300))
@@ -71,9 +72,9 @@ class LogModel(RuleBasedStateMachine):
         limit = data.draw(st.integers(1, 20))
         got = self.log.read("m", p, offset, max_records=limit)
         assert 1 <= len(got) <= limit
-        assert got[0].offset >= offset
+        assert offset_of(got[0]) >= offset
         for r in got:
-            want = self.appended[p][r.offset]  # type: ignore[index]
+            want = self.appended[p][offset_of(r)]
             assert (r.key, r.value) == (want.key, want.value)
         if not self.compacted[p]:
             assert [r.offset for r in got] == list(range(offset, min(end, offset + limit)))
@@ -84,10 +85,10 @@ class LogModel(RuleBasedStateMachine):
             got = self.log.read("m", p, 0, max_records=10**6, max_bytes=1 << 30)
             model = self.appended[p]
             assert self.log.end_offset("m", p) == len(model)
-            offsets = [r.offset for r in got]
+            offsets = [offset_of(r) for r in got]
             assert offsets == sorted(set(offsets))
             for r in got:
-                want = model[r.offset]  # type: ignore[index]
+                want = model[offset_of(r)]
                 assert (r.key, r.value) == (want.key, want.value)
             # The latest record of every key always survives (tombstones are kept for an hour).
             latest = {}

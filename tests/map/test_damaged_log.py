@@ -23,7 +23,7 @@ def test_a_flipped_offset_in_the_last_ops_batch_is_an_error_not_a_stall(tmp_path
         p for p in (tmp_path / "topics" / "m_ops" / "0").glob("*.log") if p.stat().st_size
     ]
     data = bytearray(segment.read_bytes())
-    last = [pos for pos, _ in scan_batches(data)][-1]
+    last = [pos for pos, _ in scan_batches(bytes(data))][-1]
     data[last + 4] ^= 0x40  # bit 38 of the last batch's base offset
     segment.write_bytes(bytes(data))
     start = time.monotonic()

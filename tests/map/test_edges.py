@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from prometheus_client import REGISTRY
-from test import mapping_tests
+from test import mapping_tests  # type: ignore[import-not-found]  # CPython's test suite: untyped
 
 import kafkakv
 from kafkakv import functions
@@ -341,7 +341,7 @@ def test_the_cpython_mapping_protocol_suite_passes(target: str, tmp_path: Path) 
     db = kafkakv.connect(target)
     names = iter(range(1_000_000))
 
-    class MapProtocol(mapping_tests.BasicTestMappingProtocol):  # type: ignore[misc]
+    class MapProtocol(mapping_tests.BasicTestMappingProtocol):  # type: ignore[misc]  # untyped base
         @staticmethod
         def type2test(*args: Any, **kwargs: Any) -> Any:
             m = db.map(f"cp{next(names)}", value_codec=PickleCodec(trusted=True))

@@ -13,7 +13,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -688,7 +688,7 @@ class _CountingStore(Store):
         self.written += len(changes)
         self.inner.write(changes, positions)
 
-    def drop_partition(self, partition: int, keys: Iterator[bytes] | None = None) -> None:
+    def drop_partition(self, partition: int, keys: Iterable[bytes] | None = None) -> None:
         self.dropped.append(partition)
         self.inner.drop_partition(partition, keys)
 
