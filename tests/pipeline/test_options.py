@@ -37,6 +37,7 @@ def test_spark_passes_option_names_in_any_case() -> None:
         ({"target": "/x", "map": "m", "timeout": "soon"}, "must be a number"),
         ({"target": "/x", "map": "m", "colour": "red"}, "unknown kafkakv data source options"),
         ({"target": "/x", "map": "m", "kafka.acks": "1"}, "only to a kafka:// target"),
+        ({"target": "memory://m", "map": "m"}, "a memory log lives inside one Python process"),
     ],
 )
 def test_bad_options_are_refused(options: dict[str, str], message: str) -> None:

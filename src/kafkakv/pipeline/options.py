@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkakv.db import Database, connect
+from kafkakv.db import Database, check_target, connect
 from kafkakv.errors import ConfigError
 from kafkakv.map.topics import MapTopics
 
@@ -55,6 +55,7 @@ class SourceOptions:
             raise ConfigError(
                 "the kafkakv data source needs option 'target' (a directory or kafka://...)"
             )
+        check_target(self.target)  # a memory:// log would be a new, empty one in each task
         if (self.map is None) == (self.topic is None):
             raise ConfigError("give exactly one of the options 'map' and 'topic'")
         if self.topics is not None and self.map is None:
