@@ -32,7 +32,7 @@ _INTERNALS = frozenset(
 
 def _internals_match() -> bool:
     """Whether this Python's ``Future`` keeps exactly the private state OpFuture takes over."""
-    probe = Future[Any]()
+    probe: Future[Any] = Future()  # not Future[Any](): that adds __orig_class__
     return set(vars(probe)) == _INTERNALS and probe._state == "PENDING"
 
 
