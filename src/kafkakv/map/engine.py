@@ -54,6 +54,7 @@ from kafkakv.errors import (
 )
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Log, LogWriter, Record
+from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
 from kafkakv.map.futures import OpFuture, complete, fail
 from kafkakv.map.keyspace import KeySpace
@@ -631,54 +632,52 @@ class ReplicaEngine:
 
     def _follow(self) -> None:
         """Background: apply what other processes append, for every held partition."""
-        ops = self.topics.ops
-        while not self._stopped:
-            try:
-                quiet = time.monotonic() - self._last_local
-                if quiet < _LOCAL_GRACE:
-                    # Threads of this process are appending and applying up to their own
-                    # records, which takes in every other process's record before them. Stay
-                    # out of their way (no inotify wait, so no wake-up per append); whatever
-                    # arrives after the last of them is applied once they have been quiet for
-                    # _LOCAL_GRACE.
-                    time.sleep(_LOCAL_GRACE - quiet)
-                    continue
-                resumed = self._resume_stalled()
-                waiting = {
-                    (ops, p): m.applied for p, m in self.machines.items() if p not in self.stalled
-                }
-                if waiting:
-                    pause = _STALL_RETRY if self.stalled else _WAIT_SLICE
-                    ready = [*self.log.wait_any(waiting, pause), *resumed]
-                else:
-                    time.sleep(_STALL_RETRY)
-                    ready = resumed
-                if not ready:
-                    continue
-                # A wake-up may come from a local writer that just started: give it the
-                # moment it needs to apply its own record rather than compete for the lock.
-                time.sleep(_FOLLOW_PAUSE)
-                for _, p in ready:
-                    with self._lock:
-                        if not self._stopped:
-                            self._apply_available(p)
-            except ClosedError:
+        follower = Follower(
+            self.log,
+            f"replica of {self.topics.data}",
+            wait_slice=_WAIT_SLICE,
+            retry_pause=_RETRY_PAUSE,
+        )
+        try:
+            follower.run(
+                lambda: self._follow_positions(follower),
+                self._follow_apply,
+                lambda: self._stopped,
+                also_ready=self._resume_stalled,
+            )
+        except ClosedError:
+            return
+        except Exception as exc:  # the log failed under us: say so to every caller
+            if self._stopped:
                 return
-            except (LogUnavailableError, OperationTimeoutError) as exc:
-                # Brokers down or a leader moving: reads from the store go on, and following
-                # resumes when the log answers again.
-                if self._stopped:
-                    return
-                log.warning("replica of %s cannot follow for now: %s", self.topics.data, exc)
-                time.sleep(_RETRY_PAUSE)
-            except Exception as exc:  # the log failed under us: say so to every caller
-                if self._stopped:
-                    return
-                log.error("replica of %s stopped following: %s", self.topics.data, exc)
-                self._failure = exc
-                with self._lock:
-                    self._fail_pending(list(self._pending), exc)
-                return
+            log.error("replica of %s stopped following: %s", self.topics.data, exc)
+            self._failure = exc
+            with self._lock:
+                self._fail_pending(list(self._pending), exc)
+
+    def _follow_positions(self, follower: Follower) -> dict[tuple[str, int], int] | None:
+        """Where the follower waits: every held partition that is not stalled."""
+        quiet = time.monotonic() - self._last_local
+        if quiet < _LOCAL_GRACE:
+            # Threads of this process are appending and applying up to their own records,
+            # which takes in every other process's record before them. Stay out of their way
+            # (no wait on the log, so no wake-up per append); whatever arrives after the last
+            # of them is applied once they have been quiet for _LOCAL_GRACE.
+            time.sleep(_LOCAL_GRACE - quiet)
+            return None
+        follower.wait_slice = _STALL_RETRY if self.stalled else _WAIT_SLICE
+        ops, stalled = self.topics.ops, self.stalled
+        return {(ops, p): m.applied for p, m in self.machines.items() if p not in stalled}
+
+    def _follow_apply(self, ready: Sequence[tuple[str, int]]) -> bool:
+        # A wake-up may come from a local writer that just started: give it the moment it
+        # needs to apply its own record rather than compete for the lock.
+        time.sleep(_FOLLOW_PAUSE)
+        for _, p in ready:
+            with self._lock:
+                if not self._stopped:
+                    self._apply_available(p)
+        return True
 
     def _resume_stalled(self) -> list[tuple[str, int]]:
         """The stalled partitions whose missing function is registered now, un-stalled."""
