@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 import click
 
 from kafkakv import Database, Directory, connect
-from kafkakv.cli.map_commands import CODEC_NAMES, MapCommandError, to_json_ready
+from kafkakv.cli.errors import CommandError
+from kafkakv.cli.map_commands import CODEC_NAMES, to_json_ready
 from kafkakv.cli.options import log_path_option, request_timeout_option
 from kafkakv.metrics import serve
 
@@ -161,7 +162,7 @@ def _database(target: _Target, timeout: float) -> Iterator[Database]:
             yield db
         return
     if not os.path.isdir(path):
-        raise MapCommandError(f"no log at {path}: the directory does not exist")
+        raise CommandError(f"no log at {path}: the directory does not exist")
     with connect(path, background_cleaner=False) as db:
         yield db
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import Any
 
 import click
 from rich.console import Console
@@ -38,6 +38,7 @@ from rich.table import Table
 from kafkakv import __version__
 from kafkakv.cli.devcluster_commands import dev_cluster_group
 from kafkakv.cli.directory_commands import directory_group
+from kafkakv.cli.errors import CommandError
 from kafkakv.cli.map_commands import map_group
 from kafkakv.cli.options import log_path_option
 from kafkakv.cli.pipeline_commands import pipeline_group
@@ -57,17 +58,7 @@ _WAIT_ROUND_S = 0.2
 _WAIT_SLICE_MIN_S = 0.01
 
 EXIT_PROBLEMS = 1
-EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
-
-
-class CommandError(click.ClickException):
-    """A command failed; shown as ``error: <message>`` on stderr, exit code 2."""
-
-    exit_code = EXIT_ERROR
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"error: {self.format_message()}", file=file, err=file is None)
 
 
 class _TranslatingGroup(click.Group):

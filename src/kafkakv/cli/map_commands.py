@@ -35,20 +35,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from kafkakv import ReplicaMap, connect
+from kafkakv.cli.errors import CommandError
 from kafkakv.cli.options import log_path_option, request_timeout_option
 from kafkakv.codecs import JsonCodec
 from kafkakv.db import check_target
 from kafkakv.errors import DecodeError, ResultDecodeError
 
-__all__ = ["MapCommandError", "map_group", "parse_arg", "to_json", "to_json_ready"]
+__all__ = ["map_group", "parse_arg", "to_json", "to_json_ready"]
 
 EXIT_ABSENT = 1
-EXIT_ERROR = 2
 
 _WAIT_SLICE_S = 0.5
 """``watch`` wakes up this often to check its deadline (and Ctrl-C)."""
@@ -56,18 +56,6 @@ _WAIT_SLICE_S = 0.5
 CODEC_NAMES = ("str", "bytes", "int", "json", "msgpack")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class MapCommandError(click.ClickException):
-    """A map command failed; shown as ``error: <message>`` on stderr, exit code 2.
-
-    The twin of :class:`kafkakv.cli.main.CommandError`, which this module cannot import
-    (``main`` imports it to register the group)."""
-
-    exit_code = EXIT_ERROR
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"error: {self.format_message()}", file=file, err=file is None)
 
 
 # -- pure conversions ---------------------------------------------------------------------
@@ -102,7 +90,7 @@ def _parse(text: str, codec: str, what: str) -> Any:
     try:
         return parse_arg(text, codec, what)
     except ValueError as exc:
-        raise MapCommandError(str(exc)) from exc
+        raise CommandError(str(exc)) from exc
 
 
 def to_json(obj: object) -> str:
@@ -166,7 +154,7 @@ class MapTarget:
                 yield db.map(name, **options)
             return
         if not create and not os.path.isdir(self.path):
-            raise MapCommandError(f"no log at {self.path}: the directory does not exist")
+            raise CommandError(f"no log at {self.path}: the directory does not exist")
         with connect(self.path, background_cleaner=False) as db:
             yield db.map(name, **options)
 
@@ -218,7 +206,7 @@ def _check_current(m: ReplicaMap[Any, Any], name: str, key: object, codec: str) 
     try:
         m.get(key)
     except DecodeError as exc:
-        raise MapCommandError(
+        raise CommandError(
             f"the value of key {key!r} in map {name!r} does not decode with the {codec} "
             f"codec ({exc}); was the map written with another --value-codec? Nothing was "
             "written; --force writes anyway"

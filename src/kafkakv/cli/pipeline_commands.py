@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from kafkakv.cli.map_commands import MapCommandError
+from kafkakv.cli.errors import CommandError
 from kafkakv.cli.options import log_path_option
 from kafkakv.errors import KafkaKVError
 from kafkakv.pipeline import (
@@ -349,7 +349,7 @@ def _target(
         raise click.UsageError("--topics (a shared topic set) applies to --map only", ctx=ctx)
     if "://" not in path:
         if must_exist and not os.path.isdir(path):
-            raise MapCommandError(f"no log at {path}: the directory does not exist")
+            raise CommandError(f"no log at {path}: the directory does not exist")
         path = os.path.abspath(path)  # Spark's Python workers open it too
     return SourceOptions(
         target=path,
