@@ -32,8 +32,8 @@ import click
 
 from kafkakv import Database, Directory, connect
 from kafkakv.cli.errors import CommandError
-from kafkakv.cli.map_commands import CODEC_NAMES, to_json_ready
-from kafkakv.cli.options import log_path_option, request_timeout_option
+from kafkakv.cli.map_commands import to_json_ready
+from kafkakv.cli.options import codec_options, log_path_option, request_timeout_option
 from kafkakv.metrics import serve
 
 __all__ = ["directory_group", "parse_partitions", "ready_line"]
@@ -99,20 +99,7 @@ def directory_group(ctx: click.Context, path: str | None, request_timeout: float
 def _options(fn: _F) -> _F:
     for decorator in reversed(
         (
-            click.option(
-                "--key-codec",
-                type=click.Choice(CODEC_NAMES),
-                default="str",
-                show_default=True,
-                help="Codec of the records' keys.",
-            ),
-            click.option(
-                "--value-codec",
-                type=click.Choice(CODEC_NAMES),
-                default="json",
-                show_default=True,
-                help="Codec of the records' values.",
-            ),
+            codec_options(),
             click.option(
                 "--partitions",
                 default=None,

@@ -12,7 +12,7 @@ calls the public API and prints:
 ``kafkakv dev-cluster``             :mod:`~kafkakv.cli.devcluster_commands`: a local Kafka
 ==================================  ==========================================================
 
-The options the groups share (the log, the request timeout) are defined once in
+The options the groups share (the log, the codecs, the request timeout) are defined once in
 :mod:`kafkakv.cli.options`. Every :class:`~kafkakv.errors.KafkaKVError` a command lets through
 is printed as ``error: <message>`` with exit code 2 (:class:`~kafkakv.cli.errors.CommandError`),
 never as a traceback.

@@ -32,16 +32,16 @@ import json
 import os
 import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from kafkakv import ReplicaMap, connect
 from kafkakv.cli.errors import CommandError
-from kafkakv.cli.options import log_path_option, request_timeout_option
+from kafkakv.cli.options import codec_options, log_path_option, request_timeout_option
 from kafkakv.codecs import JsonCodec
 from kafkakv.db import check_target
 from kafkakv.errors import DecodeError, ResultDecodeError
@@ -52,10 +52,6 @@ EXIT_ABSENT = 1
 
 _WAIT_SLICE_S = 0.5
 """``watch`` wakes up this often to check its deadline (and Ctrl-C)."""
-
-CODEC_NAMES = ("str", "bytes", "int", "json", "msgpack")
-
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 # -- pure conversions ---------------------------------------------------------------------
@@ -170,27 +166,10 @@ def map_group(ctx: click.Context, path: str | None, request_timeout: float | Non
     """Read, write and watch a replicated map.
 
     Only put creates the map NAME (and the log directory) when missing; get, del, dump and
-    watch on a map that does not exist fail with exit code 2 and create nothing.
+    watch on a map that does not exist fail with exit code 2 and create nothing. KEY and
+    VALUE are given as JSON under the json and msgpack codecs.
     """
     ctx.obj = MapTarget(path, request_timeout)
-
-
-def _codec_options(fn: _F) -> _F:
-    fn = click.option(
-        "--value-codec",
-        type=click.Choice(CODEC_NAMES),
-        default="json",
-        show_default=True,
-        help="Codec of the map's values; json and msgpack values are given as JSON.",
-    )(fn)
-    fn = click.option(
-        "--key-codec",
-        type=click.Choice(CODEC_NAMES),
-        default="str",
-        show_default=True,
-        help="Codec of the map's keys; json and msgpack keys are given as JSON.",
-    )(fn)
-    return fn
 
 
 _force_option = click.option(
@@ -225,7 +204,7 @@ def _absent(name: str, key: object) -> click.exceptions.Exit:
 @map_group.command("get")
 @click.argument("name")
 @click.argument("key")
-@_codec_options
+@codec_options()
 @click.option(
     "--linearizable",
     is_flag=True,
@@ -253,7 +232,7 @@ def get_command(
 @click.argument("name")
 @click.argument("key")
 @click.argument("value")
-@_codec_options
+@codec_options()
 @click.option(
     "--if-absent",
     is_flag=True,
@@ -294,7 +273,7 @@ def put_command(
 @map_group.command("del")
 @click.argument("name")
 @click.argument("key")
-@_codec_options
+@codec_options()
 @_force_option
 @pass_target
 def del_command(
@@ -327,7 +306,7 @@ def _key_order(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
 
 @map_group.command("dump")
 @click.argument("name")
-@_codec_options
+@codec_options()
 @click.option("--count", is_flag=True, help="Print only the number of keys.")
 @pass_target
 def dump_command(
@@ -358,7 +337,7 @@ def dump_command(
 
 @map_group.command("watch")
 @click.argument("name")
-@_codec_options
+@codec_options()
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after N changes.")
 @click.option(
     "--timeout",

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from kafkakv.cli.errors import CommandError
-from kafkakv.cli.options import log_path_option
+from kafkakv.cli.options import codec_options, log_path_option
 from kafkakv.errors import KafkaKVError
 from kafkakv.pipeline import (
     IngestJob,
@@ -191,34 +191,6 @@ def _apply(fn: _F, decorators: Sequence[Callable[[Any], Any]]) -> _F:
 def _target_options(*, any_codec: bool) -> Callable[[_F], _F]:
     """``--map``/``--topic``/``--topics`` and the codecs: every codec the data source carries
     when ``any_codec`` (snapshot), else str or int keys and JSON values (jobs that map rows)."""
-    codec_options = (
-        [
-            click.option(
-                "--key-codec",
-                type=click.Choice(SPARK_CODECS),
-                default="str",
-                show_default=True,
-                help="Codec of the keys.",
-            ),
-            click.option(
-                "--value-codec",
-                type=click.Choice(SPARK_CODECS),
-                default="json",
-                show_default=True,
-                help="Codec of the values.",
-            ),
-        ]
-        if any_codec
-        else [
-            click.option(
-                "--key-codec",
-                type=click.Choice(KEY_CODECS),
-                default="str",
-                show_default=True,
-                help="Codec of the keys (values are JSON objects).",
-            )
-        ]
-    )
     options = [
         click.option("--map", "map_name", metavar="NAME", help="A replicated map."),
         click.option(
@@ -229,7 +201,9 @@ def _target_options(*, any_codec: bool) -> Callable[[_F], _F]:
             metavar="BASE",
             help="The topic set the map shares with other maps (default: the map's own).",
         ),
-        *codec_options,
+        codec_options(keys=SPARK_CODECS, values=SPARK_CODECS)
+        if any_codec
+        else codec_options(keys=KEY_CODECS, values=None),
     ]
 
     def decorate(fn: _F) -> _F:
