@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kafkakv.cli.errors import CommandError
-from kafkakv.cli.options import log_path_option
+from kafkakv.cli.options import log_option, require_log
 from kafkakv.db import check_target
 from kafkakv.errors import LogError
 from kafkakv.log import CleanResult, EmbeddedLog, Record
@@ -168,24 +168,20 @@ class LogTarget:
 
     def open(self, *, create: bool = False) -> EmbeddedLog:
         """Open the log; a missing directory is an error unless ``create``."""
-        if self.path is None:
-            raise click.UsageError(
-                "no log directory: pass --path/-p or set KAFKAKV_LOG",
-                ctx=click.get_current_context(silent=True),
-            )
-        if self.path.startswith("kafka://"):
-            raise CommandError(f"{self.path}: the log commands work on an embedded log directory")
-        check_target(self.path)  # host:port without kafka:// is refused, not made a directory
-        if not create and not os.path.isdir(self.path):
-            raise CommandError(f"no log at {self.path}: the directory does not exist")
-        return EmbeddedLog(self.path, background_cleaner=False)
+        path = require_log(self.path, kafka=False)
+        if path.startswith("kafka://"):
+            raise CommandError(f"{path}: the log commands work on an embedded log directory")
+        check_target(path)  # host:port without kafka:// is refused, not made a directory
+        if not create and not os.path.isdir(path):
+            raise CommandError(f"no log at {path}: the directory does not exist")
+        return EmbeddedLog(path, background_cleaner=False)
 
 
 pass_target = click.make_pass_decorator(LogTarget)
 
 
 @click.group("log")
-@log_path_option
+@log_option(kafka=False)
 @click.pass_context
 def log_group(ctx: click.Context, path: str | None) -> None:
     """Inspect and maintain an embedded log."""

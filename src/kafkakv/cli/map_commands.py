@@ -41,7 +41,12 @@ import click
 
 from kafkakv import ReplicaMap, connect
 from kafkakv.cli.errors import CommandError
-from kafkakv.cli.options import codec_options, log_path_option, request_timeout_option
+from kafkakv.cli.options import (
+    codec_options,
+    log_option,
+    request_timeout_option,
+    require_log,
+)
 from kafkakv.codecs import JsonCodec
 from kafkakv.db import check_target
 from kafkakv.errors import DecodeError, ResultDecodeError
@@ -137,21 +142,17 @@ class MapTarget:
 
         Only with ``create`` are a missing log directory and missing topics created; without
         it they are errors (:class:`~kafkakv.errors.UnknownMapError` for the topics)."""
-        if self.path is None:
-            raise click.UsageError(
-                "no log directory: pass --path/-p or set KAFKAKV_LOG",
-                ctx=click.get_current_context(silent=True),
-            )
-        check_target(self.path)  # host:port without kafka:// is refused, not made a directory
+        path = require_log(self.path)
+        check_target(path)  # host:port without kafka:// is refused, not made a directory
         waits: dict[str, Any] = {} if self.timeout is None else {"timeout": self.timeout}
         options = {"key_codec": key_codec, "value_codec": value_codec, "create": create, **waits}
-        if self.path.startswith("kafka://"):
-            with connect(self.path, **waits) as db:
+        if path.startswith("kafka://"):
+            with connect(path, **waits) as db:
                 yield db.map(name, **options)
             return
-        if not create and not os.path.isdir(self.path):
-            raise CommandError(f"no log at {self.path}: the directory does not exist")
-        with connect(self.path, background_cleaner=False) as db:
+        if not create and not os.path.isdir(path):
+            raise CommandError(f"no log at {path}: the directory does not exist")
+        with connect(path, background_cleaner=False) as db:
             yield db.map(name, **options)
 
 
@@ -159,7 +160,7 @@ pass_target = click.make_pass_decorator(MapTarget)
 
 
 @click.group("map")
-@log_path_option
+@log_option()
 @request_timeout_option
 @click.pass_context
 def map_group(ctx: click.Context, path: str | None, request_timeout: float | None) -> None:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from kafkakv.cli.errors import CommandError
-from kafkakv.cli.options import codec_options, log_path_option
+from kafkakv.cli.options import codec_options, log_option, require_log
 from kafkakv.pipeline import (
     IngestJob,
     IngestResult,
@@ -307,10 +307,7 @@ def _target(
     must_exist: bool,
 ) -> SourceOptions:
     ctx = click.get_current_context(silent=True)
-    if path is None:
-        raise click.UsageError(
-            "no log: pass --path/-p (a directory or kafka://host:port) or set KAFKAKV_LOG", ctx=ctx
-        )
+    path = require_log(path)
     if (map_name is None) == (topic is None):
         raise click.UsageError("give exactly one of --map NAME and --topic NAME", ctx=ctx)
     if topics is not None and map_name is None:
@@ -401,7 +398,7 @@ def _spark(master: str, jars: Sequence[str], *, jdbc: bool) -> Iterator[SparkSes
 
 
 @click.group("pipeline")
-@log_path_option
+@log_option()
 @click.pass_context
 def pipeline_group(ctx: click.Context, path: str | None) -> None:
     """Spark jobs between PostgreSQL tables and maps or topics: ingest, snapshot, reconcile.
