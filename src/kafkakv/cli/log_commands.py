@@ -21,7 +21,6 @@ import base64
 import contextlib
 import json
 import os
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +34,7 @@ from kafkakv.cli.options import log_option, require_log
 from kafkakv.db import check_target
 from kafkakv.errors import LogError
 from kafkakv.log import CleanResult, EmbeddedLog, Record
+from kafkakv.log.follow import Follower
 
 __all__ = [
     "bytes_to_json",
@@ -48,11 +48,6 @@ __all__ = [
 
 _READ_BATCH = 500
 """Records asked for per ``read`` call."""
-
-_WAIT_ROUND_S = 0.2
-"""``tail`` over several partitions: one round of waits on every partition lasts about this."""
-
-_WAIT_SLICE_MIN_S = 0.01
 
 EXIT_PROBLEMS = 1
 EXIT_INTERRUPTED = 130
@@ -351,27 +346,6 @@ def _read_range(
         offset = _last_offset(batch) + 1
 
 
-def _wait_any(log: EmbeddedLog, topic: str, offsets: dict[int, int], timeout: float | None) -> None:
-    """Sleep until a partition may have a record at or after its offset, or ``timeout`` passes.
-
-    The log waits on one partition at a time, so over several partitions this takes turns in
-    short slices (a round lasts about ``_WAIT_ROUND_S``).
-    """
-    if len(offsets) == 1:
-        [(p, offset)] = offsets.items()
-        log.wait(topic, p, offset, timeout)
-        return
-    deadline = None if timeout is None else time.monotonic() + timeout
-    piece = max(_WAIT_SLICE_MIN_S, _WAIT_ROUND_S / len(offsets))
-    while True:
-        for p, offset in offsets.items():
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return
-            if log.wait(topic, p, offset, piece if left is None else min(piece, left)):
-                return
-
-
 @log_group.command("tail")
 @click.argument("topic")
 @click.option("--partition", type=int, default=None, help="Only this partition (default: all).")
@@ -421,10 +395,17 @@ def _follow(
     where = log.end_offset if from_end else log.start_offset
     offsets = {p: where(topic, p) for p in parts}
     printed = 0
-    idle_since = time.monotonic()
-    while True:
+
+    def positions() -> dict[tuple[str, int], int]:
+        return {(topic, p): offset for p, offset in offsets.items()}
+
+    def done() -> bool:
+        return max_records is not None and printed >= max_records
+
+    def print_ready(ready: Sequence[tuple[str, int]]) -> bool:
+        nonlocal printed
         arrived = False
-        for p in parts:
+        for _, p in sorted(ready):
             end = log.end_offset(topic, p)
             want = _READ_BATCH if max_records is None else min(_READ_BATCH, max_records - printed)
             batch = log.read(topic, p, offsets[p], max_records=want)
@@ -438,15 +419,14 @@ def _follow(
                 _emit(record, fmt)
             printed += len(batch)
             offsets[p] = _last_offset(batch) + 1
-            if max_records is not None and printed >= max_records:
-                return
-        if arrived:
-            idle_since = time.monotonic()
-            continue
-        left = None if timeout is None else timeout - (time.monotonic() - idle_since)
-        if left is not None and left <= 0:
-            return
-        _wait_any(log, topic, offsets, left)
+            if done():
+                break
+        return arrived
+
+    # What is there already first, then whatever arrives.
+    if print_ready([(topic, p) for p in parts]) and done():
+        return
+    Follower(log, f"tail of {topic}").run(positions, print_ready, done, idle_timeout=timeout)
 
 
 def _clean_result_json(partition: int, result: CleanResult) -> dict[str, int]:

@@ -14,14 +14,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from kafkakv.errors import ClosedError, LogUnavailableError, OperationTimeoutError
-from kafkakv.log.base import Log
+from kafkakv.log.base import Log, TopicPartition
 
-__all__ = ["Follower", "Partition"]
+__all__ = ["Follower"]
 
 log = logging.getLogger("kafkakv.log")
-
-#: A followed partition: ``(topic, partition)``.
-Partition = tuple[str, int]
 
 
 class Follower:
@@ -42,12 +39,12 @@ class Follower:
 
     def run(
         self,
-        positions: Callable[[], Mapping[Partition, int] | None],
-        handle: Callable[[Sequence[Partition]], bool],
+        positions: Callable[[], Mapping[TopicPartition, int] | None],
+        handle: Callable[[Sequence[TopicPartition]], bool],
         stopped: Callable[[], bool],
         *,
         idle_timeout: float | None = None,
-        also_ready: Callable[[], Sequence[Partition]] | None = None,
+        also_ready: Callable[[], Sequence[TopicPartition]] | None = None,
     ) -> None:
         """Loop until ``stopped()``: wait until a partition of ``positions()`` (partition ->
         the offset to read next) may have a record there, then call ``handle`` with the
