@@ -76,7 +76,7 @@ from typing import Any
 from _common import machine
 
 import kafkakv
-from kafkakv.devcluster.jars import postgres_jdbc_jar
+from kafkakv.dev.jars import postgres_jdbc_jar
 from kafkakv.pipeline import (
     EmbeddedPostgres,
     IngestJob,

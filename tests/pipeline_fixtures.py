@@ -31,7 +31,7 @@ __all__ = ["postgres", "spark", "unique_table"]
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from kafkakv.devcluster.jars import postgres_jdbc_jar
+    from kafkakv.dev.jars import postgres_jdbc_jar
     from kafkakv.pipeline import spark_session
 
     try:

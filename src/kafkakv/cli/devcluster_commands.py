@@ -1,6 +1,6 @@
 """``kafkakv dev-cluster start|status|stop``: a local Apache Kafka cluster for development.
 
-Every command parses its options and calls :class:`kafkakv.devcluster.DevCluster`: ``start``
+Every command parses its options and calls :class:`kafkakv.dev.DevCluster`: ``start``
 runs it with ``die_with_parent`` off, so the brokers outlive the command, and returns once all
 are ready; ``status`` and ``stop`` find the brokers through the state file of ``--dir``
 (:meth:`DevCluster.attach`). Progress goes to stderr; ``start`` prints only the bootstrap
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import click
 
-from kafkakv.devcluster import DEFAULT_KAFKA_VERSION, DevCluster, default_state_dir
-from kafkakv.devcluster.state import ClusterState
+from kafkakv.dev import DEFAULT_KAFKA_VERSION, DevCluster, default_state_dir
+from kafkakv.dev.state import ClusterState
 
 __all__ = ["dev_cluster_group"]
 

@@ -41,7 +41,7 @@ def spark_session(
     data source on it).
 
     ``jars``: jar files for the driver and executors (the JDBC driver:
-    :func:`kafkakv.devcluster.jars.postgres_jdbc_jar`). ``config``: more Spark settings, which
+    :func:`kafkakv.dev.jars.postgres_jdbc_jar`). ``config``: more Spark settings, which
     win over these defaults. Raises :class:`~kafkakv.errors.ConfigError` when PySpark is not
     installed or a jar is missing.
     """

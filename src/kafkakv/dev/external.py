@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from kafkakv.devcluster.base import Cluster
+from kafkakv.dev.base import Cluster
 from kafkakv.errors import ClusterError
 
 __all__ = ["ExternalCluster"]
@@ -14,7 +14,7 @@ class ExternalCluster(Cluster):
     """The cluster at ``bootstrap`` (for instance ``$KAFKAKV_TEST_BOOTSTRAP``).
 
     :meth:`leader`, :meth:`wait_leader` and :meth:`wait_in_sync` work as on a
-    :class:`~kafkakv.devcluster.DevCluster`; the fault-injection calls raise
+    :class:`~kafkakv.dev.DevCluster`; the fault-injection calls raise
     :class:`~kafkakv.errors.ClusterError`, since this process owns no broker.
 
     >>> ExternalCluster("127.0.0.1:9092").bootstrap
@@ -31,7 +31,7 @@ class ExternalCluster(Cluster):
 
     def _refuse(self, call: str) -> ClusterError:
         return ClusterError(
-            f"{call} needs brokers started by kafkakv.devcluster; the external cluster at "
+            f"{call} needs brokers started by kafkakv.dev; the external cluster at "
             f"{self._bootstrap} offers no fault injection (unset KAFKAKV_TEST_BOOTSTRAP to "
             "run this test on a harness cluster)"
         )

@@ -16,15 +16,15 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from kafkakv.devcluster.jars import KafkaJars
-from kafkakv.devcluster.layout import (
+from kafkakv.dev.jars import KafkaJars
+from kafkakv.dev.layout import (
     ClusterLayout,
     format_command,
     new_cluster_id,
     render_properties,
 )
-from kafkakv.devcluster.process import BrokerProcess, log_tail, spawn
-from kafkakv.devcluster.state import ClusterState
+from kafkakv.dev.process import BrokerProcess, log_tail, spawn
+from kafkakv.dev.state import ClusterState
 from kafkakv.errors import ClusterError
 
 __all__ = ["StateDir"]

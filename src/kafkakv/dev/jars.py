@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kafkakv.devcluster.lock import exclusive_lock
-from kafkakv.devcluster.process import log_tail
+from kafkakv.dev.lock import exclusive_lock
+from kafkakv.dev.process import log_tail
 from kafkakv.errors import ClusterError, JarFetchError
 
 __all__ = [

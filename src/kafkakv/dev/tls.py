@@ -1,7 +1,7 @@
 """A throwaway TLS certificate for a dev cluster's TLS listener, made with the JDK's keytool.
 
 One self-signed RSA key and certificate for ``127.0.0.1`` (and ``localhost``), in a PKCS12
-keystore the brokers read (password :data:`~kafkakv.devcluster.layout.TLS_STORE_PASSWORD`),
+keystore the brokers read (password :data:`~kafkakv.dev.layout.TLS_STORE_PASSWORD`),
 and the certificate as PEM for clients (``ssl.ca.location``): the certificate is its own CA.
 librdkafka checks that the broker's address is in the certificate, so the address is.
 """
@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafkakv.devcluster.layout import HOST, TLS_STORE_PASSWORD
+from kafkakv.dev.layout import HOST, TLS_STORE_PASSWORD
 from kafkakv.errors import ClusterError
 
 __all__ = ["TlsFiles", "make_certificate", "tls_files"]

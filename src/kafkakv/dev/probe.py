@@ -2,7 +2,7 @@
 
 Thin shells over a socket and ``confluent_kafka.admin.AdminClient.list_topics`` (one Metadata
 request each; confluent-kafka is imported on first use, so the package imports without it).
-librdkafka's own log lines go to the ``kafkakv.devcluster.client`` logger, which
+librdkafka's own log lines go to the ``kafkakv.dev.client`` logger, which
 has a ``NullHandler``: connection-refused noise while brokers start is not printed.
 """
 
@@ -13,7 +13,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING
 
-from kafkakv.devcluster.layout import HOST
+from kafkakv.dev.layout import HOST
 from kafkakv.errors import ClusterError
 
 if TYPE_CHECKING:
@@ -31,12 +31,12 @@ __all__ = [
     "topic_partitions",
 ]
 
-_CLIENT_LOG = logging.getLogger("kafkakv.devcluster.client")
+_CLIENT_LOG = logging.getLogger("kafkakv.dev.client")
 _CLIENT_LOG.addHandler(logging.NullHandler())
 
 
 def admin_client(bootstrap: str) -> AdminClient:
-    """An admin client for ``bootstrap`` that logs to ``kafkakv.devcluster.client``.
+    """An admin client for ``bootstrap`` that logs to ``kafkakv.dev.client``.
 
     Creating one starts librdkafka's threads but sends nothing.
     """

@@ -2,8 +2,8 @@
 
 :class:`Cluster` is the interface. The questions about leaders and ISRs are answered the same
 way for every cluster, from fresh metadata; the fault-injection calls are abstract:
-:class:`~kafkakv.devcluster.DevCluster` performs them on brokers it started,
-:class:`~kafkakv.devcluster.ExternalCluster` refuses them.
+:class:`~kafkakv.dev.DevCluster` performs them on brokers it started,
+:class:`~kafkakv.dev.ExternalCluster` refuses them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from kafkakv.devcluster.probe import admin_client, topic_partitions
+from kafkakv.dev.probe import admin_client, topic_partitions
 from kafkakv.errors import ClusterError
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """A real Apache Kafka cluster (KRaft, combined broker+controller nodes) on 127.0.0.1.
 
 :class:`DevCluster` owns the broker processes; the files they use live in a state directory
-laid out by :class:`~kafkakv.devcluster.storage.StateDir`.
+laid out by :class:`~kafkakv.dev.storage.StateDir`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from kafkakv.devcluster.base import Cluster
-from kafkakv.devcluster.jars import (
+from kafkakv.dev.base import Cluster
+from kafkakv.dev.jars import (
     DEFAULT_KAFKA_VERSION,
     KafkaJars,
     Progress,
@@ -25,13 +25,13 @@ from kafkakv.devcluster.jars import (
     fetch_kafka,
     find_java,
 )
-from kafkakv.devcluster.layout import DEFAULT_JVM_OPTIONS, ClusterLayout, broker_command
-from kafkakv.devcluster.lock import exclusive_lock
-from kafkakv.devcluster.probe import brokers_seen_by, port_is_free
-from kafkakv.devcluster.process import BrokerProcess, log_tail
-from kafkakv.devcluster.state import ClusterState
-from kafkakv.devcluster.storage import StateDir
-from kafkakv.devcluster.tls import make_certificate, tls_files
+from kafkakv.dev.layout import DEFAULT_JVM_OPTIONS, ClusterLayout, broker_command
+from kafkakv.dev.lock import exclusive_lock
+from kafkakv.dev.probe import brokers_seen_by, port_is_free
+from kafkakv.dev.process import BrokerProcess, log_tail
+from kafkakv.dev.state import ClusterState
+from kafkakv.dev.storage import StateDir
+from kafkakv.dev.tls import make_certificate, tls_files
 from kafkakv.errors import ClusterError, ConfigError
 
 __all__ = ["ClusterStatus", "DevCluster", "NodeStatus", "default_state_dir"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkakv.devcluster import cached_jars, fetch_kafka
+from kafkakv.dev import cached_jars, fetch_kafka
 from kafkakv.errors import ClusterError, JarFetchError
 
 
@@ -67,7 +67,7 @@ def test_maven_failure_shows_the_tail_of_its_output(tmp_path: Path) -> None:
 _FETCH = """
 import sys
 from pathlib import Path
-from kafkakv.devcluster import fetch_kafka
+from kafkakv.dev import fetch_kafka
 jars = fetch_kafka(cache_root=Path(sys.argv[1]), progress=lambda line: print("RAN MAVEN"))
 print(jars.jdbc_jar)
 """

@@ -15,10 +15,10 @@ Example (not run as a doctest: it starts JVMs)::
         cluster.kill(cluster.leader("topic", 0))
 """
 
-from kafkakv.devcluster.base import Cluster
-from kafkakv.devcluster.cluster import ClusterStatus, DevCluster, NodeStatus, default_state_dir
-from kafkakv.devcluster.external import ExternalCluster
-from kafkakv.devcluster.jars import (
+from kafkakv.dev.base import Cluster
+from kafkakv.dev.cluster import ClusterStatus, DevCluster, NodeStatus, default_state_dir
+from kafkakv.dev.external import ExternalCluster
+from kafkakv.dev.jars import (
     DEFAULT_KAFKA_VERSION,
     KafkaJars,
     cached_jars,
@@ -27,7 +27,7 @@ from kafkakv.devcluster.jars import (
     find_java,
     postgres_jdbc_jar,
 )
-from kafkakv.devcluster.layout import ClusterLayout
+from kafkakv.dev.layout import ClusterLayout
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
