@@ -76,7 +76,6 @@ from typing import Any
 from _common import machine
 
 import kafkakv
-from kafkakv.dev.jars import postgres_jdbc_jar
 from kafkakv.pipeline import (
     EmbeddedPostgres,
     IngestJob,
@@ -86,6 +85,7 @@ from kafkakv.pipeline import (
     TableSource,
     spark_session,
 )
+from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 
 TABLE = "terminal_acquirer"
 MAP = "terminals"

@@ -253,7 +253,7 @@ def run(path: str, kept: bool) -> list[str]:
             conn = pg.connection
             create_table(conn)
             console.print(f"  PostgreSQL on {conn.host}:{conn.port}: {TABLE} with {ROWS:,} rows")
-            from kafkakv.dev.jars import postgres_jdbc_jar
+            from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 
             started = time.monotonic()
             spark = spark_session(

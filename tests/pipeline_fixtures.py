@@ -31,8 +31,8 @@ __all__ = ["postgres", "spark", "unique_table"]
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from kafkakv.dev.jars import postgres_jdbc_jar
     from kafkakv.pipeline import spark_session
+    from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 
     try:
         session = spark_session(app_name="kafkakv-tests", jars=[postgres_jdbc_jar()])

@@ -1,7 +1,7 @@
 """A real Apache Kafka cluster for tests and developers, from Maven Central jars.
 
-:func:`fetch_kafka` gets the broker jars (KRaft mode, no ZooKeeper) and the PostgreSQL JDBC
-driver with Maven once and caches them under ``${KAFKAKV_CACHE:-~/.cache/kafkakv}``;
+:func:`fetch_kafka` gets the broker jars (KRaft mode, no ZooKeeper) with Maven once and caches
+them under ``${KAFKAKV_CACHE:-~/.cache/kafkakv}``;
 :class:`DevCluster` formats storage and runs N brokers on 127.0.0.1, with calls that kill and
 restart them for fault tests; :class:`ExternalCluster` stands for a cluster started elsewhere.
 The ``kafkakv dev-cluster`` command and the pytest fixtures in ``tests/kafka_cluster.py`` are
@@ -25,7 +25,6 @@ from kafkakv.dev.jars import (
     default_cache_root,
     fetch_kafka,
     find_java,
-    postgres_jdbc_jar,
 )
 from kafkakv.dev.layout import ClusterLayout
 
@@ -43,5 +42,4 @@ __all__ = [
     "default_state_dir",
     "fetch_kafka",
     "find_java",
-    "postgres_jdbc_jar",
 ]

@@ -10,6 +10,7 @@ embedded PostgreSQL wheel. Importing this package does not start Spark or import
 ``options``       the settings it ships to executors
 ``mapping``       table rows → keys and JSON values
 ``jdbc``          a PostgreSQL table read through Spark's JDBC source
+``jdbc_driver``   the PostgreSQL JDBC driver jar, fetched once from Maven Central
 ``ingest``        incremental ingest (timestamp+incrementing)
 ``snapshot``      export to Parquet
 ``reconcile``     table vs map or directory topic
@@ -20,6 +21,7 @@ embedded PostgreSQL wheel. Importing this package does not start Spark or import
 
 from kafkakv.pipeline.ingest import IngestJob, IngestResult, Position
 from kafkakv.pipeline.jdbc import TableSource
+from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 from kafkakv.pipeline.mapping import TableMapping
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.postgres import EmbeddedPostgres, PostgresConnection, postgres_from_env
@@ -39,6 +41,7 @@ __all__ = [
     "TableMapping",
     "TableSource",
     "postgres_from_env",
+    "postgres_jdbc_jar",
     "read_snapshot",
     "reconcile",
     "snapshot",
