@@ -38,8 +38,8 @@ from typing import Any
 from _tour import DemoFailure, Inbox, Verdicts, console, report_child_error, run_tour, tour_main
 
 import kafkakv
+from kafkakv.dev.postgres import EmbeddedPostgres
 from kafkakv.pipeline import (
-    EmbeddedPostgres,
     IngestJob,
     PostgresConnection,
     SourceOptions,

@@ -34,9 +34,7 @@ def test_a_jar_cached_beside_the_kafka_jars_is_reused(
     assert [p.name for p in jar.parent.iterdir()] == [jar.name]  # no staging left
 
 
-def test_missing_maven_is_a_pipeline_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_maven_is_a_pipeline_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "")
     with pytest.raises(PipelineError, match="mvn not found"):
         postgres_jdbc_jar("42.0.0", tmp_path)

@@ -198,8 +198,7 @@ def _publish(home: Path, version: str) -> KafkaJars:
     names = sorted(p.name for p in (staging / "libs").glob("*.jar"))
     if f"kafka_2.13-{version}.jar" not in names:
         raise JarFetchError(
-            f"Maven finished but {staging} lacks kafka_2.13-{version}.jar "
-            f"(found {len(names)} libs)"
+            f"Maven finished but {staging} lacks kafka_2.13-{version}.jar (found {len(names)} libs)"
         )
     shutil.rmtree(home / "libs", ignore_errors=True)
     os.replace(staging / "libs", home / "libs")

