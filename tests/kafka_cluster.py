@@ -22,7 +22,7 @@ killed with SIGKILL. A cluster that cannot start FAILS the tests that use it (ne
 on the same machine at the same time (the default ports would be taken by the first).
 
 With ``KAFKAKV_TEST_BOOTSTRAP=host:port,...`` both fixtures are that external cluster
-instead; the fault calls then raise :class:`kafkakv.errors.ClusterError`, failing the tests
+instead; the fault calls then raise :class:`kafkakv.dev.errors.ClusterError`, failing the tests
 that need them with a message that says why.
 
 Every test that uses one of the fixtures gets the ``kafka`` marker (``-m "not kafka"`` skips

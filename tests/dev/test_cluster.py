@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from kafkakv.dev import Cluster, DevCluster
+from kafkakv.dev.errors import ClusterError
 from kafkakv.dev.probe import port_is_free
-from kafkakv.errors import ClusterError
 from tests.kafka_cluster import create_topic, unique_topic
 
 pytestmark = pytest.mark.kafka

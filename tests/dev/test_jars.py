@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kafkakv.dev import DEFAULT_KAFKA_VERSION, cached_jars, fetch_kafka
-from kafkakv.errors import ClusterError, JarFetchError
+from kafkakv.dev.errors import ClusterError, JarFetchError
 
 
 def _fake_cache(root: Path, version: str, libs: list[str], **more: str) -> Path:

@@ -17,8 +17,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from kafkakv.dev.errors import PostgresError
 from kafkakv.dev.postgres import SYSTEM_USER, EmbeddedPostgres, PostgresStatus
-from kafkakv.errors import ClosedError, ConfigError, PostgresError
+from kafkakv.errors import ClosedError, ConfigError
 
 _REPO = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 from kafkakv.dev.base import Cluster
-from kafkakv.errors import ClusterError
+from kafkakv.dev.errors import ClusterError
 
 __all__ = ["ExternalCluster"]
 
@@ -15,7 +15,7 @@ class ExternalCluster(Cluster):
 
     :meth:`leader`, :meth:`wait_leader` and :meth:`wait_in_sync` work as on a
     :class:`~kafkakv.dev.DevCluster`; the fault-injection calls raise
-    :class:`~kafkakv.errors.ClusterError`, since this process owns no broker.
+    :class:`~kafkakv.dev.errors.ClusterError`, since this process owns no broker.
 
     >>> ExternalCluster("127.0.0.1:9092").bootstrap
     '127.0.0.1:9092'
@@ -37,17 +37,17 @@ class ExternalCluster(Cluster):
         )
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
-        """Refused: raises :class:`~kafkakv.errors.ClusterError`."""
+        """Refused: raises :class:`~kafkakv.dev.errors.ClusterError`."""
         raise self._refuse(f"kill({node_id})")
 
     def stop_node(self, node_id: int, timeout: float = 30.0) -> None:
-        """Refused: raises :class:`~kafkakv.errors.ClusterError`."""
+        """Refused: raises :class:`~kafkakv.dev.errors.ClusterError`."""
         raise self._refuse(f"stop_node({node_id})")
 
     def start_node(self, node_id: int, timeout: float | None = None) -> None:
-        """Refused: raises :class:`~kafkakv.errors.ClusterError`."""
+        """Refused: raises :class:`~kafkakv.dev.errors.ClusterError`."""
         raise self._refuse(f"start_node({node_id})")
 
     def is_running(self, node_id: int) -> bool:
-        """Refused: raises :class:`~kafkakv.errors.ClusterError` (it cannot see processes)."""
+        """Refused: raises :class:`~kafkakv.dev.errors.ClusterError` (it cannot see processes)."""
         raise self._refuse(f"is_running({node_id})")

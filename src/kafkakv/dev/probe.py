@@ -13,8 +13,8 @@ import logging
 import socket
 from typing import TYPE_CHECKING
 
+from kafkakv.dev.errors import ClusterError
 from kafkakv.dev.layout import HOST
-from kafkakv.errors import ClusterError
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -77,7 +77,7 @@ def port_is_free(port: int) -> bool:
 def metadata(client: AdminClient, timeout: float, topic: str | None = None) -> ClusterMetadata:
     """Fresh cluster metadata (one request), for one topic or for all.
 
-    Raises :class:`~kafkakv.errors.ClusterError` when no broker answers within ``timeout``.
+    Raises :class:`~kafkakv.dev.errors.ClusterError` when no broker answers within ``timeout``.
     """
     from confluent_kafka import KafkaException  # present: the client exists
 
@@ -108,7 +108,7 @@ def topic_partitions(
 ) -> dict[int, PartitionMetadata]:
     """Partition number → metadata (leader, replicas, ISR) of ``topic``.
 
-    Raises :class:`~kafkakv.errors.ClusterError` when the topic is unknown or the cluster does
+    Raises :class:`~kafkakv.dev.errors.ClusterError` when the topic is unknown or the cluster does
     not answer.
     """
     found = metadata(client, timeout, topic).topics.get(topic)

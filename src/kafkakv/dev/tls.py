@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from kafkakv.dev.errors import ClusterError
 from kafkakv.dev.layout import HOST, TLS_STORE_PASSWORD
-from kafkakv.errors import ClusterError
 
 __all__ = ["TlsFiles", "make_certificate", "tls_files"]
 
@@ -39,7 +39,7 @@ def tls_files(directory: Path) -> TlsFiles:
 
 def make_certificate(java: str, directory: Path) -> TlsFiles:
     """The keystore and PEM in ``directory``, made with the ``keytool`` beside ``java`` unless
-    both exist already. Raises :class:`~kafkakv.errors.ClusterError` with keytool's output
+    both exist already. Raises :class:`~kafkakv.dev.errors.ClusterError` with keytool's output
     when it is missing or fails."""
     files = tls_files(directory)
     if files.keystore.is_file() and files.ca_location.is_file():
