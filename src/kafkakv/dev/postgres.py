@@ -328,7 +328,7 @@ class EmbeddedPostgres(Closeable):
         if pid is None or not _runs_postgres_on(pid, self.data_dir):
             return  # nothing runs; the server removes a stale postmaster.pid itself
         owner = _read_int(self.data_dir / _OWNER_NAME)
-        if owner is None or _pid_alive(owner):
+        if owner is None or Path(f"/proc/{owner}").exists():
             started_by = "not by kafkakv" if owner is None else f"by process {owner}"
             raise PostgresError(
                 f"a PostgreSQL server (pid {pid}) already runs on {self.data_dir}, "
@@ -515,16 +515,6 @@ def _read_int(path: Path) -> int | None:
         return int(path.read_text(errors="replace").split("\n", 1)[0])
     except (OSError, ValueError):
         return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _runs_postgres_on(pid: int, data_dir: Path) -> bool:
