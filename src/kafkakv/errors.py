@@ -69,7 +69,6 @@ from __future__ import annotations
 
 __all__ = [
     "ClosedError",
-    "ClusterError",
     "ConfigError",
     "CorruptLogError",
     "DataLossError",
@@ -78,7 +77,6 @@ __all__ = [
     "FencedError",
     "FunctionError",
     "InvalidRecordError",
-    "JarFetchError",
     "KafkaKVError",
     "LockTimeoutError",
     "LogAuthenticationError",
@@ -92,7 +90,6 @@ __all__ = [
     "OperationTimeoutError",
     "PartitionStalledError",
     "PipelineError",
-    "PostgresError",
     "RecordTooLargeError",
     "ResultDecodeError",
     "StoreError",
@@ -302,28 +299,10 @@ class StoreError(KafkaKVError):
     unreadable (a directory that is not a store); ``__cause__`` holds the backend's error."""
 
 
-class ClusterError(KafkaKVError):
-    """The dev cluster of :mod:`kafkakv.devcluster` failed: a broker that did not start or
-    died (the message names the node and ends with the tail of its log), a port already in
-    use, a cluster already running from the same directory, a wait that ran out of time, or
-    a fault-injection call on a cluster that does not support it."""
-
-
-class JarFetchError(ClusterError):
-    """The broker jars could not be fetched: ``java`` or ``mvn`` is not installed, Maven
-    failed or timed out (the message ends with the tail of its output), or another process
-    held the cache lock for too long."""
-
-
-class PostgresError(KafkaKVError):
-    """A PostgreSQL server could not be started or reached, or refused a statement: the
-    server binaries missing (``pip install 'kafkakv[spark]'``), ``initdb`` or the server
-    failing (the message ends with the tail of its log), a start that timed out, a connection
-    refused (the message names ``host:port``). ``__cause__`` holds psycopg's error, if any."""
-
-
 class PipelineError(KafkaKVError):
     """A Spark job of :mod:`kafkakv.pipeline` failed: Spark raised (the message gives the
     first line that says why, a kafkakv error raised in a worker among them; ``__cause__``
-    holds Spark's exception), the PostgreSQL JDBC driver is not on Spark's class path, or a
-    stored ingest position does not read back."""
+    holds Spark's exception), the PostgreSQL JDBC driver is not on Spark's class path or
+    could not be fetched, PostgreSQL cannot be reached (the message names ``host:port``) or
+    refused a query (``__cause__`` holds psycopg's error), or a stored ingest position does
+    not read back."""

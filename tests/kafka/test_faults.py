@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import kafkakv
-from kafkakv.devcluster import Cluster
+from kafkakv.dev import Cluster
 from kafkakv.errors import KafkaKVError, OperationTimeoutError
 from kafkakv.log import Record
 from kafkakv.map import FLUSH_POINT_KEY

@@ -370,7 +370,7 @@ def _spark(master: str, jars: Sequence[str], *, jdbc: bool) -> Iterator[SparkSes
     Ctrl-C (before or while the jobs run) ends the command with exit code 130, whether the
     job then fails (cancelled: :func:`~kafkakv.pipeline.cancel_on_interrupt`) or had already
     finished."""
-    from kafkakv.devcluster.jars import postgres_jdbc_jar
+    from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 
     try:
         running = _active_session()
