@@ -6,7 +6,8 @@ that the first byte of any record key says how long its prefix is. The partition
 is the Java client's default partitioner applied to the whole record key (murmur2), so Java
 producers and every kafkakv replica agree. Each flush also adds one record of its own to the
 data topic, under :data:`FLUSH_POINT_KEY`, which no map key can equal: it starts with a zero
-byte, the prefix of a map with an empty name, and map names are never empty.
+byte, the prefix of a map with an empty name (map names are never empty), and updates of a
+plain map refuse it (:func:`check_update_key`).
 
 >>> space = KeySpace(3)
 >>> prefix = map_prefix("users")
@@ -25,13 +26,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kafkakv.errors import EncodeError
 from kafkakv.log.partitioner import partition_for
 
-__all__ = ["FLUSH_POINT_KEY", "KeySpace", "map_prefix", "prefix_of", "user_key"]
+__all__ = [
+    "FLUSH_POINT_KEY",
+    "KeySpace",
+    "check_update_key",
+    "map_prefix",
+    "prefix_of",
+    "user_key",
+]
 
 #: Key of the record that each flush adds to the data topic: its value is msgpack ``[X]``, the
 #: last ops offset the flush covers. Compaction keeps the newest one per partition.
 FLUSH_POINT_KEY = b"\x00kafkakv:flush-point"
+
+
+def check_update_key(record_key: bytes) -> None:
+    """Refuse an update of ``record_key`` when it is the flush point's key (a plain map's key
+    can be any bytes): flushed, it would read as a flush point. Raises
+    :class:`~kafkakv.errors.EncodeError`.
+
+    >>> check_update_key(b"\\x00other")
+    >>> check_update_key(FLUSH_POINT_KEY)
+    Traceback (most recent call last):
+    ...
+    kafkakv.errors.EncodeError: the key b'\\x00kafkakv:flush-point' is reserved for the data topic's flush points
+    """
+    if record_key == FLUSH_POINT_KEY:
+        raise EncodeError(f"the key {record_key!r} is reserved for the data topic's flush points")
 
 
 def map_prefix(name: str) -> bytes:
