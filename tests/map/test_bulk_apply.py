@@ -129,7 +129,7 @@ def test_flushes_asked_inside_a_bulk_batch_cover_every_key(
     outbox) while it queues the puts, so the sender appends all 300 at once."""
     m = open_map(flush_period=10)
     engine = m._engine
-    with engine._outbox_ready:
+    with engine._sender.ready:
         futures = [m.put_async(f"k{i}", i) for i in range(300)]
     for future in futures:
         future.result(timeout=30)

@@ -20,8 +20,9 @@ reads records, hands them to the machine, and carries its steps out. It
   for the data topic and a ``FLUSHED`` mark for the ops topic, in one fenced atomic batch.
 
 Locks: ``_lock`` (re-entrant) guards the stores and the machines, and is held while listeners
-and future callbacks run, so they see changes in log order; ``_barrier_cond`` guards the
-barrier groups. Nothing blocks on I/O while holding ``_barrier_cond``.
+and future callbacks run, so they see changes in log order. The barrier groups
+(:mod:`kafkakv.map.barriers`) and the sender (:mod:`kafkakv.map.sender`) have locks of their
+own, never held during I/O.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Log, LogWriter, Record
 from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
+from kafkakv.map.barriers import SharedBarriers
 from kafkakv.map.futures import OpFuture, complete, fail
 from kafkakv.map.keyspace import KeySpace, check_update_key
 from kafkakv.map.machine import (
@@ -72,6 +74,7 @@ from kafkakv.map.machine import (
     start_point,
 )
 from kafkakv.map.ops import OpCode, decode_op, encode_op
+from kafkakv.map.sender import Sender, Slots
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics
 from kafkakv.store.base import Positions
@@ -92,48 +95,6 @@ _STALL_RETRY = 0.05  # a stalled partition looks for its missing function this o
 _NO_CHANGES: dict[bytes, bytes | None] = {}
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
-
-
-class _Slots:
-    """At most ``limit`` async updates unapplied. Taking and giving are counters (``next`` on
-    an itertools.count is atomic under the GIL); only a caller over the limit takes a lock and
-    sleeps, and givers wake it."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._taken = itertools.count(1)
-        self._given = 0  # written by appliers only, under the replica lock or _cond
-        self._cond = threading.Condition(threading.Lock())
-        self._sleepers = 0
-
-    def take(self, timeout: float) -> bool:
-        ticket = next(self._taken)
-        if ticket - self._given <= self.limit:
-            return True
-        with self._cond:
-            self._sleepers += 1
-            try:
-                if self._cond.wait_for(lambda: ticket - self._given <= self.limit, timeout):
-                    return True
-                self._given += 1  # give the unused ticket back
-                return False
-            finally:
-                self._sleepers -= 1
-
-    def give(self, n: int) -> None:
-        if n:
-            with self._cond:
-                self._given += n
-                if self._sleepers:
-                    self._cond.notify_all()
-
-
-class _BarrierGroup:
-    __slots__ = ("done", "error")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.error: BaseException | None = None
 
 
 class ReplicaEngine:
@@ -172,17 +133,14 @@ class ReplicaEngine:
         # applies a step of its own, whose events run after the ones before them.
         self._events: collections.deque[tuple[int, Any, Any]] = collections.deque()
         self.errors = ErrorLog()
-        self._slots = _Slots(settings.max_in_flight)
-        self._sender_idle = False
-        # Async updates waiting for the sender: (partition, ops record).
-        self._outbox: collections.deque[tuple[int, Record]] = collections.deque()
-        self._outbox_ready = threading.Condition()
+        self._slots = Slots(settings.max_in_flight)
+        self._sender = Sender(
+            self._send_batch, batch=_SEND_BATCH, linger=_LINGER, wait_slice=_WAIT_SLICE
+        )
         self._flush_queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._writers: dict[int, LogWriter] = {}
         self._flush_locks = {p: threading.Lock() for p in self.held}
-        self._barrier_cond = threading.Condition()
-        self._barrier_next: dict[int, _BarrierGroup | None] = dict.fromkeys(self.held)
-        self._barrier_busy: dict[int, bool] = dict.fromkeys(self.held, False)
+        self._barriers = SharedBarriers(self.held)
         self._last_local = 0.0  # monotonic time a local writer last started or finished
         self._closed = False  # close() began: no new updates; what is in flight drains
         self._stopped = False  # the threads stop, nothing more is applied
@@ -204,7 +162,7 @@ class ReplicaEngine:
         metrics.track(self)
         for target, name in (
             (self._follow, "follower"),
-            (self._send_loop, "sender"),
+            (self._sender.run, "sender"),
             (self._flush_loop, "flusher"),
         ):
             thread = threading.Thread(
@@ -234,8 +192,7 @@ class ReplicaEngine:
         if self._failure is None and self._threads:
             self._drain(deadline)
         self._stopped = True
-        with self._outbox_ready:
-            self._outbox_ready.notify_all()
+        unsent_updates = self._sender.stop()
         self._flush_queue.put(None)
         # The follower needs no join: it checks _stopped under the lock before applying.
         for thread in self._threads[1:]:
@@ -252,8 +209,7 @@ class ReplicaEngine:
         )
         failed = 0
         with self._lock:
-            outbox, self._outbox = list(self._outbox), collections.deque()
-            for _, record in outbox:
+            for _, record in unsent_updates:
                 future = self._pending.pop(decode_op(record.value).seq, None)
                 if future is not None:
                     future.resolve(exception=unsent)
@@ -267,8 +223,7 @@ class ReplicaEngine:
                 writer.close()
             for state in self.maps:
                 state.store.close()
-        with self._barrier_cond:
-            self._barrier_cond.notify_all()
+        self._barriers.wake_all()
         return failed + self.undelivered - undelivered
 
     def disown(self, message: str) -> None:
@@ -282,15 +237,9 @@ class ReplicaEngine:
     def _drain(self, deadline: float) -> None:
         """close(): hand every queued update to the log, then apply until every future of
         this replica is resolved, or ``deadline``. The threads still run meanwhile."""
-        ready, outbox = self._outbox_ready, self._outbox
-        with ready:  # the sender is idle with an empty outbox: every update was handed over
-            ready.notify_all()
-            sender = self._threads[1]  # follower, sender, flusher
-            while (outbox or not self._sender_idle) and sender.is_alive():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                ready.wait(min(remaining, _WAIT_SLICE))
+        sender = self._threads[1]  # follower, sender, flusher
+        if not self._sender.drain(deadline, sender.is_alive) and sender.is_alive():
+            return  # out of time
         ops = self.topics.ops
         while self._pending and self._failure is None:
             live = {f.partition for f in list(self._pending.values())} - set(self.stalled)
@@ -430,12 +379,10 @@ class ReplicaEngine:
                     f"{self.settings.timeout} s"
                 )
             self._pending[seq] = future  # one dict store: atomic under the GIL, no lock
-            self._outbox.append((p, _new_tuple(Record, (record_key, value, (), None, None, None))))
-            if self._sender_idle:
-                with self._outbox_ready:
-                    if self._sender_idle:  # one wake-up, not one per update until it runs
-                        self._sender_idle = False
-                        self._outbox_ready.notify()
+            sender = self._sender
+            sender.outbox.append((p, _new_tuple(Record, (record_key, value, (), None, None, None))))
+            if sender.idle:
+                sender.wake()  # one wake-up, not one per update until it runs
             return future
         self._pending[seq] = future
         timeout = self.settings.timeout
@@ -463,24 +410,6 @@ class ReplicaEngine:
                     future.resolve(exception=exc)
         self._slots.give(freed)
         self.undelivered += freed  # async updates the log did not take
-
-    def _send_loop(self) -> None:
-        outbox, ready = self._outbox, self._outbox_ready
-        while True:
-            with ready:
-                self._sender_idle = True  # set before looking, so no append goes unnoticed
-                if self._closed:
-                    ready.notify_all()  # close() waits for an idle sender and an empty outbox
-                while not outbox and not self._stopped:
-                    ready.wait(_WAIT_SLICE)
-                self._sender_idle = False
-            if self._stopped:
-                return
-            if len(outbox) < _SEND_BATCH // 4:
-                time.sleep(_LINGER)  # let a batch gather: one append per batch, not per update
-            with gc_paused():  # the batch is freed on return, inside the pause: see gcpause
-                popleft = outbox.popleft
-                self._send_batch([popleft() for _ in range(min(len(outbox), _SEND_BATCH))])
 
     def _send_batch(self, items: list[tuple[int, Record]]) -> None:
         """Send ``(partition, ops record)`` pairs, one pipelined send per partition."""
@@ -715,36 +644,14 @@ class ReplicaEngine:
         self.apply_until(p, offset, deadline)
 
     def _shared_barrier(self, p: int, deadline: float) -> None:
-        """Join the next barrier group of ``p``; the first member free to lead runs it."""
-        cond = self._barrier_cond
-        with cond:
-            group = self._barrier_next[p]
-            if group is None:
-                group = self._barrier_next[p] = _BarrierGroup()
-            while not group.done:
-                self.check_usable()
-                if not self._barrier_busy[p] and self._barrier_next[p] is group:
-                    self._barrier_busy[p] = True
-                    self._barrier_next[p] = None
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise OperationTimeoutError(f"no barrier of {self.topics.ops}[{p}] in time")
-                cond.wait(remaining)
-            else:
-                if group.error is not None:
-                    raise group.error
-                return
-        try:  # this thread leads the group
-            self._barrier(p, deadline)
-        except BaseException as exc:
-            group.error = exc
-            raise
-        finally:
-            with cond:
-                group.done = True
-                self._barrier_busy[p] = False
-                cond.notify_all()
+        """Join the next barrier group of ``p`` (see kafkakv.map.barriers)."""
+        self._barriers.join(
+            p,
+            deadline,
+            lambda: self._barrier(p, deadline),
+            self.check_usable,
+            f"{self.topics.ops}[{p}]",
+        )
 
     # -- flushing -----------------------------------------------------------------------
     def _flush_loop(self) -> None:
