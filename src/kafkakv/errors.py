@@ -108,7 +108,19 @@ __all__ = [
 
 
 class KafkaKVError(Exception):
-    """Root of every error kafkakv raises on purpose."""
+    """Root of every error kafkakv raises on purpose.
+
+    ``code`` is the error code of the backend's error this one translates, and ``code_name``
+    the code's name: librdkafka's (``KafkaError.code()`` and ``.name()``, e.g. ``-185`` and
+    ``"_TIMED_OUT"``) for every error the Kafka log translates; None for an error that
+    translates none. Both are keyword arguments, so every subclass keeps its own signature."""
+
+    def __init__(
+        self, *args: object, code: int | None = None, code_name: str | None = None
+    ) -> None:
+        super().__init__(*args)
+        self.code = code
+        self.code_name = code_name
 
 
 class ConfigError(KafkaKVError, ValueError):
