@@ -44,7 +44,8 @@
     │                                     returns does not decode (``raw`` has its bytes)
     ├── StoreError                        a replica's store failed or holds something unreadable
     ├── PipelineError                     a Spark job of kafkakv.pipeline failed: Spark's own
-    │                                     error, a missing JDBC driver, a damaged position
+    │                                     error, a missing JDBC driver, a damaged position,
+    │                                     a PostgreSQL server unreachable or refusing a query
     └── MapError                          anything the replicated map refuses or fails at
         ├── TopicMismatchError (ConfigError)
         │                                 a map's existing topics have the wrong settings
@@ -70,9 +71,8 @@ classes (:mod:`kafkakv.log.kafka.errors`); those errors carry the librdkafka cod
 and its name as ``code_name`` (``-185``, ``"_TIMED_OUT"``). An error that translates none
 has ``code`` None.
 
-Not drawn: ``ClusterError`` (with its ``JarFetchError``) and ``PostgresError``, the errors of
-development tools (the dev cluster, a local PostgreSQL server), not of the database; they
-are leaving this module for the dev package.
+The development tools (:mod:`kafkakv.dev`: a local Kafka cluster, a throwaway PostgreSQL)
+have errors of their own, in :mod:`kafkakv.dev.errors`; the database never raises them.
 """
 
 from __future__ import annotations
