@@ -74,6 +74,7 @@ TABLE: Mapping[int, type[KafkaKVError]] = {
     # brokers down, leaders moving, too few in-sync replicas: worth retrying later
     KafkaError._ALL_BROKERS_DOWN: LogUnavailableError,
     KafkaError._TRANSPORT: LogUnavailableError,
+    KafkaError._DESTROY_BROKER: LogUnavailableError,  # a request to a broker that went away
     KafkaError.BROKER_NOT_AVAILABLE: LogUnavailableError,
     KafkaError.LEADER_NOT_AVAILABLE: LogUnavailableError,
     KafkaError.NOT_LEADER_FOR_PARTITION: LogUnavailableError,
