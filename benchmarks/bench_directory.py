@@ -67,7 +67,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
 import kafkakv
-from kafkakv.devcluster import DEFAULT_KAFKA_VERSION, DevCluster
+from kafkakv.dev import DEFAULT_KAFKA_VERSION, DevCluster
 from kafkakv.log import EmbeddedLog, Log, Record
 from kafkakv.log.kafka.settings import ClientSettings
 

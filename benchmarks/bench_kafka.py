@@ -82,8 +82,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 import kafkakv
-from kafkakv.devcluster import DEFAULT_KAFKA_VERSION, DevCluster
-from kafkakv.devcluster.layout import DEFAULT_JVM_OPTIONS
+from kafkakv.dev import DEFAULT_KAFKA_VERSION, DevCluster
+from kafkakv.dev.layout import DEFAULT_JVM_OPTIONS
 from kafkakv.errors import UnknownTopicError
 from kafkakv.log.kafka.log import _produce
 from kafkakv.log.kafka.settings import ClientSettings

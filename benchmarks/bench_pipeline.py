@@ -11,7 +11,7 @@ NAMES is a comma-separated subset of ``ingest,read`` (``read`` needs an ingest f
 runs one, untimed, when ``ingest`` is left out). The script prints the machine, the versions
 and the load, one line per measurement, a table and, last, one JSON object with every number.
 
-Set-up: a private PostgreSQL (:class:`~kafkakv.pipeline.EmbeddedPostgres`, ``fsync=off``) with
+Set-up: a private PostgreSQL (:class:`~kafkakv.dev.postgres.EmbeddedPostgres`, ``fsync=off``) with
 a table ``terminal_acquirer`` of N rows (default 1,000,000) built server-side with
 ``INSERT ... SELECT ... FROM generate_series`` and then ``ANALYZE``d: ``id bigserial`` primary
 key, ``terminal_id text unique`` (``T00000042``), ``acquirer_id``, ``merchant_name``, ``mcc
@@ -76,9 +76,8 @@ from typing import Any
 from _common import machine
 
 import kafkakv
-from kafkakv.devcluster.jars import postgres_jdbc_jar
+from kafkakv.dev.postgres import EmbeddedPostgres
 from kafkakv.pipeline import (
-    EmbeddedPostgres,
     IngestJob,
     PostgresConnection,
     SourceOptions,
@@ -86,6 +85,7 @@ from kafkakv.pipeline import (
     TableSource,
     spark_session,
 )
+from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 
 TABLE = "terminal_acquirer"
 MAP = "terminals"

@@ -64,7 +64,7 @@ from rich.table import Table
 import kafkakv
 from kafkakv import LmdbStore, ReplicaMap, SortedReplicaMap, functions
 from kafkakv.map import MapTopics
-from kafkakv.map.engine import FLUSH_POINT_KEY
+from kafkakv.map.keyspace import FLUSH_POINT_KEY
 
 MAP = "accounts"
 PARTITIONS = 3

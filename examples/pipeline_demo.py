@@ -38,8 +38,8 @@ from typing import Any
 from _tour import DemoFailure, Inbox, Verdicts, console, report_child_error, run_tour, tour_main
 
 import kafkakv
+from kafkakv.dev.postgres import EmbeddedPostgres
 from kafkakv.pipeline import (
-    EmbeddedPostgres,
     IngestJob,
     PostgresConnection,
     SourceOptions,
@@ -253,7 +253,7 @@ def run(path: str, kept: bool) -> list[str]:
             conn = pg.connection
             create_table(conn)
             console.print(f"  PostgreSQL on {conn.host}:{conn.port}: {TABLE} with {ROWS:,} rows")
-            from kafkakv.devcluster.jars import postgres_jdbc_jar
+            from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 
             started = time.monotonic()
             spark = spark_session(

@@ -13,7 +13,7 @@ Every port (controllers one above) lies below 32768, out of Linux's ephemeral ra
 connection never holds one as its local port when a broker (re)starts, in the fault tests
 above all, where librdkafka keeps reconnecting to a killed broker's port.
 
-Both are :class:`kafkakv.devcluster.Cluster` objects: ``bootstrap``, ``leader``,
+Both are :class:`kafkakv.dev.Cluster` objects: ``bootstrap``, ``leader``,
 ``wait_leader``, ``wait_in_sync``, and the fault calls ``kill``, ``stop_node``, ``start_node``,
 ``is_running``. Their brokers get ``PR_SET_PDEATHSIG``: they die with pytest even when it is
 killed with SIGKILL. A cluster that cannot start FAILS the tests that use it (never skips).
@@ -22,7 +22,7 @@ killed with SIGKILL. A cluster that cannot start FAILS the tests that use it (ne
 on the same machine at the same time (the default ports would be taken by the first).
 
 With ``KAFKAKV_TEST_BOOTSTRAP=host:port,...`` both fixtures are that external cluster
-instead; the fault calls then raise :class:`kafkakv.errors.ClusterError`, failing the tests
+instead; the fault calls then raise :class:`kafkakv.dev.errors.ClusterError`, failing the tests
 that need them with a message that says why.
 
 Every test that uses one of the fixtures gets the ``kafka`` marker (``-m "not kafka"`` skips
@@ -38,7 +38,7 @@ from collections.abc import Mapping
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from kafkakv.devcluster import Cluster, DevCluster, ExternalCluster
+from kafkakv.dev import Cluster, DevCluster, ExternalCluster
 from kafkakv.errors import KafkaKVError
 
 __all__ = [

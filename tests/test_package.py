@@ -42,3 +42,14 @@ def test_errors_share_one_root_and_keep_builtin_meaning() -> None:
     # The docstring draws the hierarchy: every class appears in it.
     doc = kafkakv.errors.__doc__ or ""
     assert all(n in doc for n in kafkakv.errors.__all__)
+
+
+def test_the_dev_tooling_errors_live_with_the_dev_tooling() -> None:
+    import kafkakv.dev.errors
+
+    dev_errors = set(kafkakv.dev.errors.__all__)
+    assert dev_errors == {"ClusterError", "JarFetchError", "PostgresError"}
+    assert not dev_errors & set(kafkakv.errors.__all__)
+    assert not any(hasattr(kafkakv.errors, name) for name in dev_errors)
+    for name in dev_errors:  # still under the one root, so the CLI reports them
+        assert issubclass(getattr(kafkakv.dev.errors, name), kafkakv.errors.KafkaKVError)

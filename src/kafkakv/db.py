@@ -29,7 +29,9 @@ from kafkakv.lifecycle import Closeable
 from kafkakv.log.base import Log
 from kafkakv.log.embedded import EmbeddedLog
 from kafkakv.log.memory import MemoryLog
-from kafkakv.map.engine import MapState, ReplicaEngine
+from kafkakv.map.engine import ReplicaEngine
+from kafkakv.map.keyspace import map_prefix
+from kafkakv.map.machine import MapState
 from kafkakv.map.replica import ReplicaMap, SortedReplicaMap
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics, check_topics, create_topics
@@ -492,8 +494,7 @@ class _MapSpec:
             path = None if self.store_path is None else os.fspath(self.store_path)
             options = {"private": True} if private and self.store == "lmdb" else {}
             store = open_store(self.store, path=path, **options)
-        name = self.name.encode()
-        prefix = bytes([len(name)]) + name if shared else b""
+        prefix = map_prefix(self.name) if shared else b""
         return MapState(self.name, prefix, self.keys, self.values, store)
 
 

@@ -2,47 +2,50 @@
 
 ::
 
-    KafkaKVError
-    ├── ConfigError (ValueError)          a setting or topic config that is unknown or out of range
-    ├── ClosedError                       a log, writer or map used after close()
+    KafkaKVError                          (``code``, ``code_name``: the backend's error code)
+    ├── ConfigError (ValueError)          a setting, argument or topic config that is unknown,
+    │                                     of the wrong type or out of range, or that
+    │                                     librdkafka or the Kafka brokers refuse
+    ├── ClosedError                       a log, writer, store, map, directory or database
+    │                                     used after close()
     ├── OperationTimeoutError (TimeoutError)
-    │   │                                 a blocking call ran out of its timeout
+    │   │                                 a blocking call ran out of its timeout (for Kafka:
+    │   │                                 brokers that did not answer, a record not
+    │   │                                 acknowledged in time)
     │   └── LockTimeoutError              another process held an embedded log's lock for the
     │                                     whole timeout (``path`` and ``pid`` say which)
-    └── LogError                          anything the log layer refuses or fails at
-        ├── TopicExistsError              create_topic() for a name that exists
-        ├── UnknownTopicError (KeyError)  a topic that does not exist
-        ├── UnknownPartitionError (KeyError)
-        │                                 a partition number outside the topic
-        ├── InvalidRecordError (TypeError)
-        │                                 a key, value, header or timestamp of the wrong type,
-        │                                 or a null key on a compacted topic
-        ├── RecordTooLargeError           a record larger than the topic's max.message.bytes
-        ├── OffsetOutOfRangeError         a read below the log start offset (retention removed it)
-        ├── FencedError                   a transactional writer replaced by a newer one
-        │                                 with the same transactional id
-        ├── NotALogError                  a directory that holds something other than a log
-        ├── CorruptLogError               bytes on disk that fail their checksum or framing
-        ├── UnsupportedOperationError     an operation the backend cannot perform
-        ├── LogUnavailableError           Kafka brokers down or unreachable, no leader, too
-        │                                 few in-sync replicas: worth retrying later
-        ├── LogAuthenticationError        Kafka brokers refused the client's SASL credentials
-        │                                 or its TLS handshake: a setting to fix
-        └── LogIOError (OSError)          the operating system refused a file operation
+    ├── LogError                          anything else the log layer refuses or fails at
+    │   ├── TopicExistsError              create_topic() for a name that exists
+    │   ├── UnknownTopicError (KeyError)  a topic that does not exist
+    │   ├── UnknownPartitionError (KeyError)
+    │   │                                 a partition number outside the topic
+    │   ├── InvalidRecordError (TypeError)
+    │   │                                 a key, value, header or timestamp of the wrong type,
+    │   │                                 a null key on a compacted topic, or a record the
+    │   │                                 brokers call invalid
+    │   ├── RecordTooLargeError           a record larger than the topic's max.message.bytes
+    │   ├── OffsetOutOfRangeError         a read below the log start offset (retention removed
+    │   │                                 it)
+    │   ├── FencedError                   a transactional writer replaced by a newer one with
+    │   │                                 the same transactional id (on Kafka, also one whose
+    │   │                                 producer failed fatally)
+    │   ├── NotALogError                  a directory that holds something other than a log
+    │   ├── CorruptLogError               bytes on disk that fail their checksum or framing
+    │   ├── UnsupportedOperationError     an operation the backend cannot perform (compact()
+    │   │                                 on Kafka)
+    │   ├── LogUnavailableError           Kafka brokers down or unreachable, no leader, too
+    │   │                                 few in-sync replicas: worth retrying later
+    │   ├── LogAuthenticationError        Kafka brokers refused the client's SASL credentials
+    │   │                                 or its TLS handshake: a setting to fix
+    │   └── LogIOError (OSError)          the operating system refused a file operation
     ├── EncodeError (TypeError)           a key or value its codec cannot encode
     ├── DecodeError (ValueError)          bytes a codec or the ops protocol cannot read
     │   └── ResultDecodeError             an update was applied, but the previous value it
     │                                     returns does not decode (``raw`` has its bytes)
     ├── StoreError                        a replica's store failed or holds something unreadable
-    ├── ClusterError                      the dev cluster (kafkakv.devcluster) could not start,
-    │   │                                 stop or answer: a broker that died, a port in use,
-    │   │                                 a cluster already running, a wait that timed out
-    │   └── JarFetchError                 java or mvn missing, or Maven failed to fetch the
-    │                                     broker jars (the message ends with Maven's output)
-    ├── PostgresError                     a PostgreSQL server (kafkakv.pipeline.postgres) could
-    │                                     not be started or reached, or refused a statement
     ├── PipelineError                     a Spark job of kafkakv.pipeline failed: Spark's own
-    │                                     error, a missing JDBC driver, a damaged position
+    │                                     error, a missing JDBC driver, a damaged position,
+    │                                     a PostgreSQL server unreachable or refusing a query
     └── MapError                          anything the replicated map refuses or fails at
         ├── TopicMismatchError (ConfigError)
         │                                 a map's existing topics have the wrong settings
@@ -61,15 +64,21 @@
             └── UnknownFunctionError (KeyError)
                                           a function name that is not registered
 
-Errors from below (``OSError``, and later ``KafkaException``) are translated at the boundary
-with ``raise ... from exc``, so the original error stays attached as ``__cause__``.
+Errors from below are translated at the boundary with ``raise ... from exc``, so the original
+error stays attached as ``__cause__``: ``OSError`` by the embedded log and the stores, and
+``KafkaException`` by the Kafka log, through one table from librdkafka's codes to these
+classes (:mod:`kafkakv.log.kafka.errors`); those errors carry the librdkafka code as ``code``
+and its name as ``code_name`` (``-185``, ``"_TIMED_OUT"``). An error that translates none
+has ``code`` None.
+
+The development tools (:mod:`kafkakv.dev`: a local Kafka cluster, a throwaway PostgreSQL)
+have errors of their own, in :mod:`kafkakv.dev.errors`; the database never raises them.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ClosedError",
-    "ClusterError",
     "ConfigError",
     "CorruptLogError",
     "DataLossError",
@@ -78,7 +87,6 @@ __all__ = [
     "FencedError",
     "FunctionError",
     "InvalidRecordError",
-    "JarFetchError",
     "KafkaKVError",
     "LockTimeoutError",
     "LogAuthenticationError",
@@ -92,7 +100,6 @@ __all__ = [
     "OperationTimeoutError",
     "PartitionStalledError",
     "PipelineError",
-    "PostgresError",
     "RecordTooLargeError",
     "ResultDecodeError",
     "StoreError",
@@ -108,7 +115,19 @@ __all__ = [
 
 
 class KafkaKVError(Exception):
-    """Root of every error kafkakv raises on purpose."""
+    """Root of every error kafkakv raises on purpose.
+
+    ``code`` is the error code of the backend's error this one translates, and ``code_name``
+    the code's name: librdkafka's (``KafkaError.code()`` and ``.name()``, e.g. ``-185`` and
+    ``"_TIMED_OUT"``) for every error the Kafka log translates; None for an error that
+    translates none. Both are keyword arguments, so every subclass keeps its own signature."""
+
+    def __init__(
+        self, *args: object, code: int | None = None, code_name: str | None = None
+    ) -> None:
+        super().__init__(*args)
+        self.code = code
+        self.code_name = code_name
 
 
 class ConfigError(KafkaKVError, ValueError):
@@ -302,28 +321,10 @@ class StoreError(KafkaKVError):
     unreadable (a directory that is not a store); ``__cause__`` holds the backend's error."""
 
 
-class ClusterError(KafkaKVError):
-    """The dev cluster of :mod:`kafkakv.devcluster` failed: a broker that did not start or
-    died (the message names the node and ends with the tail of its log), a port already in
-    use, a cluster already running from the same directory, a wait that ran out of time, or
-    a fault-injection call on a cluster that does not support it."""
-
-
-class JarFetchError(ClusterError):
-    """The broker jars could not be fetched: ``java`` or ``mvn`` is not installed, Maven
-    failed or timed out (the message ends with the tail of its output), or another process
-    held the cache lock for too long."""
-
-
-class PostgresError(KafkaKVError):
-    """A PostgreSQL server could not be started or reached, or refused a statement: the
-    server binaries missing (``pip install 'kafkakv[spark]'``), ``initdb`` or the server
-    failing (the message ends with the tail of its log), a start that timed out, a connection
-    refused (the message names ``host:port``). ``__cause__`` holds psycopg's error, if any."""
-
-
 class PipelineError(KafkaKVError):
     """A Spark job of :mod:`kafkakv.pipeline` failed: Spark raised (the message gives the
     first line that says why, a kafkakv error raised in a worker among them; ``__cause__``
-    holds Spark's exception), the PostgreSQL JDBC driver is not on Spark's class path, or a
-    stored ingest position does not read back."""
+    holds Spark's exception), the PostgreSQL JDBC driver is not on Spark's class path or
+    could not be fetched, PostgreSQL cannot be reached (the message names ``host:port``) or
+    refused a query (``__cause__`` holds psycopg's error), or a stored ingest position does
+    not read back."""

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kafkakv.cli.main import main
-from kafkakv.devcluster import Cluster
+from kafkakv.dev import Cluster
 from kafkakv.log import EmbeddedLog, Record
 from kafkakv.log.kafka import KafkaLog
 from tests.conftest import KAFKA_TIMEOUT

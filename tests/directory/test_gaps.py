@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 import kafkakv
-from kafkakv.devcluster import Cluster
+from kafkakv.dev import Cluster
 from kafkakv.log import Batch, EntryBatch, Log, MemoryLog, Record
 from tests.conftest import KAFKA_TIMEOUT
 from tests.directory.conftest import sample, terminal_rows

@@ -17,6 +17,7 @@ def writer(url: str, name: str, wid: int, seconds: float, reports: Any, sync_now
     try:
         with kafkakv.connect(url, timeout=15) as db:
             m = db.map(name, value_codec="json")
+            reports.put(("open", wid))
             acked: list[str] = []
             failed = 0
             deadline = time.monotonic() + seconds

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import kafkakv
-from kafkakv.devcluster import Cluster
+from kafkakv.dev import Cluster
 from kafkakv.errors import KafkaKVError, OperationTimeoutError
 from kafkakv.log import Record
 from kafkakv.map import FLUSH_POINT_KEY
@@ -66,7 +66,12 @@ def test_kill_9_of_the_leader_under_load_loses_no_acknowledged_update(
     acked: dict[int, list[str]] = {}
     states: dict[int, dict[str, Any]] = {}
     try:
-        time.sleep(4)  # the writers are connected and busy
+        # Every writer has its map open (spawning and connecting take seconds on a loaded
+        # machine: a fixed sleep killed the leader under a writer still opening), then busy.
+        for _ in writers:
+            message = _report(reports)
+            assert message[0] == "open", message
+        time.sleep(3)
         leader = kafka_cluster.leader(ops, 0)
         kafka_cluster.kill(leader)
         killed.append(leader)

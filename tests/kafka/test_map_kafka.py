@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 import kafkakv
-from kafkakv.devcluster import Cluster
+from kafkakv.dev import Cluster
 from kafkakv.errors import DataLossError
 from kafkakv.store import LmdbStore
 from tests.conftest import KAFKA_TIMEOUT

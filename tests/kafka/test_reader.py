@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from kafkakv.devcluster import Cluster
+from kafkakv.dev import Cluster
 from kafkakv.log import Record
 from kafkakv.log.kafka import KafkaLog, reader
 from tests.conftest import KAFKA_TIMEOUT

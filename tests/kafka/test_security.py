@@ -14,9 +14,9 @@ from urllib.parse import urlencode
 import pytest
 
 import kafkakv
-from kafkakv.devcluster import Cluster
-from kafkakv.devcluster.jars import find_java
-from kafkakv.devcluster.tls import make_certificate
+from kafkakv.dev import Cluster
+from kafkakv.dev.jars import find_java
+from kafkakv.dev.tls import make_certificate
 from kafkakv.errors import LogAuthenticationError, LogUnavailableError
 from tests.conftest import KAFKA_TIMEOUT
 from tests.kafka_cluster import SASL_PASSWORD, SASL_USER

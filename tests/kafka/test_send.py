@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 import kafkakv
-from kafkakv.devcluster import Cluster
+from kafkakv.dev import Cluster
 from kafkakv.errors import RecordTooLargeError
 from kafkakv.log import Record
 from kafkakv.log.kafka import KafkaLog

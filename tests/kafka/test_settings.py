@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 import kafkakv
 from kafkakv.cli.main import main
-from kafkakv.devcluster import Cluster
+from kafkakv.dev import Cluster
 from kafkakv.errors import ConfigError
 from kafkakv.log.kafka import KafkaLog
 

@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 import kafkakv
 from kafkakv.cli.main import main
-from kafkakv.devcluster import Cluster
+from kafkakv.dev import Cluster
 from kafkakv.errors import TopicMismatchError
 from kafkakv.log import Log
 from kafkakv.log.partitioner import partition_for

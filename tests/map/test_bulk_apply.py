@@ -1,5 +1,5 @@
 """Batches of updates applied in bulk: a replica applies a batch of plain puts of distinct keys
-in a few passes over the whole batch (``ReplicaEngine._apply_puts``) and every other batch record
+in a few passes over the whole batch (``PartitionMachine.apply_puts``) and every other batch record
 by record. Both must decide the same: values, the previous values that futures return,
 listeners, flushes. Each test runs twice: with every batch offered to the bulk path, and with
 none."""
@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from kafkakv.log.base import Record
-from kafkakv.map import engine as engine_module
+from kafkakv.map import machine as machine_module
 from kafkakv.map.engine import ReplicaEngine
+from kafkakv.map.machine import PartitionMachine, Step
 from tests.map.conftest import OpenMap
 from tests.map.test_map_protocol import _seed, data_view, read_all
 from tests.waiting import wait_for
@@ -29,23 +30,24 @@ class BulkCount:
         self.refused: dict[int, int] = {}
 
     def of(self, engine: ReplicaEngine) -> tuple[int, int]:
-        return self.applied.get(id(engine), 0), self.refused.get(id(engine), 0)
+        key = id(engine.table)  # the machines of one engine share its table
+        return self.applied.get(key, 0), self.refused.get(key, 0)
 
 
 @pytest.fixture(params=["bulk", "record-loop"])
 def bulk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[BulkCount]:
     """Offers every batch (``bulk``) or no batch (``record-loop``) to the bulk path."""
     count = BulkCount()
-    original = ReplicaEngine._apply_puts
+    original = PartitionMachine.apply_puts
 
-    def counted(self: ReplicaEngine, p: int, records: list[Record], after: int) -> bool:
-        done = original(self, p, records, after)
-        tally = count.applied if done else count.refused
-        tally[id(self)] = tally.get(id(self), 0) + 1
-        return done
+    def counted(self: PartitionMachine, records: list[Record], after: int) -> Step | None:
+        step = original(self, records, after)
+        tally = count.applied if step is not None else count.refused
+        tally[id(self.maps)] = tally.get(id(self.maps), 0) + 1
+        return step
 
-    monkeypatch.setattr(engine_module, "_BULK_MIN", 1 if request.param == "bulk" else 1 << 60)
-    monkeypatch.setattr(ReplicaEngine, "_apply_puts", counted)
+    monkeypatch.setattr(machine_module, "BULK_MIN", 1 if request.param == "bulk" else 1 << 60)
+    monkeypatch.setattr(PartitionMachine, "apply_puts", counted)
     yield count
 
 
@@ -128,7 +130,7 @@ def test_flushes_asked_inside_a_bulk_batch_cover_every_key(
     outbox) while it queues the puts, so the sender appends all 300 at once."""
     m = open_map(flush_period=10)
     engine = m._engine
-    with engine._outbox_ready:
+    with engine._sender.ready:
         futures = [m.put_async(f"k{i}", i) for i in range(300)]
     for future in futures:
         future.result(timeout=30)

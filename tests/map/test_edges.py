@@ -40,6 +40,7 @@ from kafkakv.errors import (
 )
 from kafkakv.log.base import Record
 from kafkakv.log.partitioner import partition_for
+from kafkakv.map.keyspace import FLUSH_POINT_KEY
 from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.map.topics import MapTopics, adopt_existing
 from tests.map.conftest import OpenMap, embedded_only, local_logs, log_options
@@ -471,3 +472,22 @@ def test_map_dump_prints_what_decodes_and_names_what_it_leaves_out(tmp_path: Pat
         {"key": "b", "value": 2},
     ]
     assert f"left out: key b'c' (partition 0, offset {offset} of dumped_ops)" in result.stderr
+
+
+def test_the_flush_point_key_is_refused_as_a_map_key(open_map: OpenMap) -> None:
+    """A plain map's record key is its encoded key: one equal to the data topic's flush-point
+    key would be flushed as a flush point, and every later bootstrap would fail on it."""
+    m = open_map(key_codec="bytes")
+    reserved = FLUSH_POINT_KEY
+    for attempt in (
+        lambda: m.put(reserved, 1),
+        lambda: m.put_async(reserved, 1),
+        lambda: m.put_if_absent(reserved, 1),
+        lambda: m.compare_and_set(reserved, None, 1),
+    ):
+        with pytest.raises(EncodeError, match="reserved"):
+            attempt()
+    assert reserved not in m and m.get(reserved) is None  # reads are fine: it is never there
+    m[b"\x00other"] = 2  # other keys starting with a zero byte are keys like any other
+    m.flush()
+    assert dict(open_map(key_codec="bytes")) == {b"\x00other": 2}

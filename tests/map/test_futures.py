@@ -1,5 +1,6 @@
 """OpFuture keeps every promise of concurrent.futures.Future while creating its condition
-variable only when something waits."""
+variable only when something waits. It takes over CPython's private Future internals; every
+test runs on the lazy class and on the plain fallback a Python with other internals gets."""
 
 from __future__ import annotations
 
@@ -10,14 +11,34 @@ import time
 
 import pytest
 
-from kafkakv.map import OpFuture
+from kafkakv.map import futures
+from kafkakv.map.futures import OpFuture
 
 
-def test_completed_before_anyone_looks() -> None:
-    f = OpFuture()
+@pytest.fixture(params=["lazy", "eager"])
+def make(request: pytest.FixtureRequest) -> type[OpFuture]:
+    """The future class: the lazy one, or the plain fallback (futures._EagerOpFuture)."""
+    return OpFuture if request.param == "lazy" else futures._EagerOpFuture
+
+
+def test_this_python_keeps_the_internals_the_lazy_future_takes_over() -> None:
+    """CPython 3.11-3.13 do: the fast path must not silently fall back there. On a Python
+    where this fails, OpFuture is the plain fallback (correct, slower) until the lazy class
+    learns the new internals."""
+    probe: concurrent.futures.Future[object] = concurrent.futures.Future()
+    assert set(vars(probe)) == futures._INTERNALS
+    assert futures.LAZY and OpFuture is not futures._EagerOpFuture
+    lazy = OpFuture()
+    assert lazy._cond is None  # nothing built until something waits
+    lazy.result(timeout=0) if lazy.done() else lazy.add_done_callback(lambda _: None)
+    assert lazy._cond is not None
+
+
+def test_completed_before_anyone_looks(make: type[OpFuture]) -> None:
+    f = make()
     f.set_result(3)
     assert f.done() and f.result(timeout=0) == 3 and f.exception() is None
-    g = OpFuture()
+    g = make()
     g.set_exception(KeyError("k"))
     with pytest.raises(KeyError):
         g.result(timeout=0)
@@ -25,18 +46,18 @@ def test_completed_before_anyone_looks() -> None:
         f.set_result(4)
 
 
-def test_a_waiting_thread_is_woken() -> None:
-    f = OpFuture()
+def test_a_waiting_thread_is_woken(make: type[OpFuture]) -> None:
+    f = make()
     threading.Timer(0.05, f.set_result, args=("late",)).start()
     start = time.monotonic()
     assert f.result(timeout=5) == "late" and time.monotonic() - start < 4
-    g = OpFuture()
+    g = make()
     with pytest.raises(concurrent.futures.TimeoutError):
         g.result(timeout=0.05)
 
 
-def test_callbacks_wait_and_as_completed() -> None:
-    futures = [OpFuture() for _ in range(5)]
+def test_callbacks_wait_and_as_completed(make: type[OpFuture]) -> None:
+    futures = [make() for _ in range(5)]
     seen: list[object] = []
     futures[0].add_done_callback(lambda f: seen.append(f.result()))
     for i, f in enumerate(futures):
@@ -47,11 +68,11 @@ def test_callbacks_wait_and_as_completed() -> None:
     assert seen == [0]
 
 
-def test_resolve_ignores_a_cancelled_future_and_asyncio_awaits() -> None:
-    f = OpFuture()
+def test_resolve_ignores_a_cancelled_future_and_asyncio_awaits(make: type[OpFuture]) -> None:
+    f = make()
     assert f.cancel() and f.cancelled()
     f.resolve("ignored")  # no error: the owner gave up on it
-    g = OpFuture()
+    g = make()
 
     async def main() -> object:
         asyncio.get_running_loop().call_later(0.01, g.resolve, "awaited")
@@ -60,9 +81,9 @@ def test_resolve_ignores_a_cancelled_future_and_asyncio_awaits() -> None:
     assert asyncio.run(main()) == "awaited"
 
 
-def test_many_threads_race_completion_and_waiting() -> None:
+def test_many_threads_race_completion_and_waiting(make: type[OpFuture]) -> None:
     for _ in range(200):
-        f = OpFuture()
+        f = make()
         got: list[object] = []
         waiter = threading.Thread(target=lambda f=f, got=got: got.append(f.result(timeout=5)))
         waiter.start()

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import kafkakv
-from kafkakv.errors import ConfigError, PipelineError, PostgresError, TopicMismatchError
+from kafkakv.errors import ConfigError, PipelineError, TopicMismatchError
 from kafkakv.pipeline import (
     IngestJob,
     PostgresConnection,
@@ -240,7 +240,7 @@ def test_clear_errors_for_a_missing_table_column_or_server(
     with kafkakv.connect(opts.target) as db:
         assert db.log.topics() == []  # nothing was created for a job that could not start
     nowhere = PostgresConnection(port=1)
-    with pytest.raises(PostgresError, match=re.escape("127.0.0.1:1")):
+    with pytest.raises(PipelineError, match=re.escape("127.0.0.1:1")):
         _job(spark, nowhere, table, opts).run()
 
 

@@ -1,10 +1,12 @@
 """``kafkakv dev-cluster start|status|stop``: a local Apache Kafka cluster for development.
 
-Every command parses its options and calls :class:`kafkakv.devcluster.DevCluster`: ``start``
-runs it with ``die_with_parent`` off, so the brokers outlive the command, and returns once all
-are ready; ``status`` and ``stop`` find the brokers through the state file of ``--dir``
-(:meth:`DevCluster.attach`). Progress goes to stderr; ``start`` prints only the bootstrap
-servers on stdout, so ``export KAFKA=$(kafkakv dev-cluster start)`` works.
+Every command parses its options and calls :class:`kafkakv.dev.DevCluster`, imported only
+when a command runs (``kafkakv --help`` and the database's commands never load
+:mod:`kafkakv.dev`): ``start`` runs it with ``die_with_parent`` off, so the brokers outlive
+the command, and returns once all are ready; ``status`` and ``stop`` find the brokers
+through the state file of ``--dir`` (:meth:`DevCluster.attach`). Progress goes to stderr;
+``start`` prints only the bootstrap servers on stdout, so
+``export KAFKA=$(kafkakv dev-cluster start)`` works.
 
 Exit codes: 0 success (``stop`` also when nothing runs); 1 ``status`` of a cluster that is not
 running and ready; 2 a usage error or an error kafkakv raised (``error: <message>``: a cluster
@@ -15,11 +17,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from kafkakv.devcluster import DEFAULT_KAFKA_VERSION, DevCluster, default_state_dir
-from kafkakv.devcluster.state import ClusterState
+if TYPE_CHECKING:
+    from kafkakv.dev import DevCluster
 
 __all__ = ["dev_cluster_group"]
 
@@ -54,7 +57,12 @@ def dev_cluster_group() -> None:
     help="Node i serves clients on BASE_PORT + (i-1)*10000, its controller one port above.",
 )
 @_dir_option
-@click.option("--kafka-version", default=DEFAULT_KAFKA_VERSION, show_default=True)
+@click.option(
+    "--kafka-version",
+    default=None,
+    show_default="the release kafkakv.dev pins",
+    help="Apache Kafka release whose jars to run.",
+)
 @click.option(
     "--timeout", type=click.FloatRange(min=1), default=90.0, show_default=True, help="Seconds."
 )
@@ -74,7 +82,7 @@ def start_command(
     brokers: int,
     base_port: int,
     state_dir: Path | None,
-    kafka_version: str,
+    kafka_version: str | None,
     timeout: float,
     sasl_users: tuple[str, ...],
     tls: bool,
@@ -84,6 +92,8 @@ def start_command(
     Only the plaintext listeners' addresses go to stdout; those of the SASL and TLS
     listeners, with the client settings they need, go to stderr.
     """
+    from kafkakv.dev import DEFAULT_KAFKA_VERSION, DevCluster
+
     users: dict[str, str] = {}
     for pair in sasl_users:
         user, colon, password = pair.partition(":")
@@ -93,8 +103,8 @@ def start_command(
     cluster = DevCluster(
         brokers,
         base_port,
-        state_dir or default_state_dir(),
-        kafka_version=kafka_version,
+        _where(state_dir),
+        kafka_version=kafka_version or DEFAULT_KAFKA_VERSION,
         die_with_parent=False,
         progress=_progress,
         sasl_users=users,
@@ -124,11 +134,11 @@ def start_command(
 @_dir_option
 def status_command(state_dir: Path | None) -> None:
     """Show every node: pid, port, running or stopped, ready (answers and is registered)."""
-    where = state_dir or default_state_dir()
-    if ClusterState.load(where) is None:
+    where = _where(state_dir)
+    cluster = _attach(where)
+    if cluster is None:
         click.echo(f"no dev cluster in {where}")
         raise click.exceptions.Exit(EXIT_NOT_READY)
-    cluster = DevCluster.attach(where)
     click.echo(
         f"dev cluster in {where}: {cluster.layout.brokers} broker(s), Kafka "
         f"{cluster.kafka_version}, cluster id {cluster.cluster_id}"
@@ -148,14 +158,28 @@ def status_command(state_dir: Path | None) -> None:
 @_dir_option
 def stop_command(state_dir: Path | None) -> None:
     """Stop every broker of the cluster (SIGTERM, SIGKILL after a few seconds)."""
-    where = state_dir or default_state_dir()
-    if ClusterState.load(where) is None:
+    where = _where(state_dir)
+    cluster = _attach(where)
+    if cluster is None:
         click.echo(f"no dev cluster running from {where}")
         return
-    cluster = DevCluster.attach(where)
     pids = [pid for pid in map(cluster.pid, cluster.node_ids) if pid is not None]
     if not pids:
         click.echo(f"no dev cluster running from {where}")
         return
     cluster.stop()
     click.echo(f"stopped {len(pids)} broker(s) (pids {', '.join(map(str, pids))})")
+
+
+def _where(state_dir: Path | None) -> Path:
+    from kafkakv.dev import default_state_dir
+
+    return state_dir or default_state_dir()
+
+
+def _attach(where: Path) -> DevCluster | None:
+    """The cluster whose state file is in ``where``, or ``None`` when there is none."""
+    from kafkakv.dev import DevCluster
+    from kafkakv.dev.state import ClusterState
+
+    return None if ClusterState.load(where) is None else DevCluster.attach(where)

@@ -31,8 +31,14 @@ from typing import Any, TypeVar
 import click
 
 from kafkakv import Database, Directory, connect
-from kafkakv.cli.map_commands import CODEC_NAMES, MapCommandError, to_json_ready
-from kafkakv.cli.options import log_path_option, request_timeout_option
+from kafkakv.cli.errors import CommandError
+from kafkakv.cli.map_commands import to_json_ready
+from kafkakv.cli.options import (
+    codec_options,
+    log_option,
+    request_timeout_option,
+    require_log,
+)
 from kafkakv.metrics import serve
 
 __all__ = ["directory_group", "parse_partitions", "ready_line"]
@@ -87,7 +93,7 @@ def _json_line(doc: dict[str, object]) -> str:
 
 
 @click.group("directory")
-@log_path_option
+@log_option()
 @request_timeout_option
 @click.pass_context
 def directory_group(ctx: click.Context, path: str | None, request_timeout: float | None) -> None:
@@ -98,20 +104,7 @@ def directory_group(ctx: click.Context, path: str | None, request_timeout: float
 def _options(fn: _F) -> _F:
     for decorator in reversed(
         (
-            click.option(
-                "--key-codec",
-                type=click.Choice(CODEC_NAMES),
-                default="str",
-                show_default=True,
-                help="Codec of the records' keys.",
-            ),
-            click.option(
-                "--value-codec",
-                type=click.Choice(CODEC_NAMES),
-                default="json",
-                show_default=True,
-                help="Codec of the records' values.",
-            ),
+            codec_options(),
             click.option(
                 "--partitions",
                 default=None,
@@ -149,19 +142,14 @@ def _options(fn: _F) -> _F:
 def _database(target: _Target, timeout: float) -> Iterator[Database]:
     """The database on ``target``; a Kafka log waits for its brokers at most ``timeout`` (or
     ``--request-timeout``, if shorter) per request, its connect included."""
-    path = target.path
-    if path is None:
-        raise click.UsageError(
-            "no log: pass --path/-p (a directory or kafka://host:port) or set KAFKAKV_LOG",
-            ctx=click.get_current_context(silent=True),
-        )
+    path = require_log(target.path)
     if path.startswith("kafka://"):
         requests = target.request_timeout or _DEFAULT_REQUEST_TIMEOUT_S
         with connect(path, timeout=min(requests, timeout)) as db:
             yield db
         return
     if not os.path.isdir(path):
-        raise MapCommandError(f"no log at {path}: the directory does not exist")
+        raise CommandError(f"no log at {path}: the directory does not exist")
     with connect(path, background_cleaner=False) as db:
         yield db
 

@@ -32,42 +32,31 @@ import json
 import os
 import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any, TypeVar
+from typing import Any
 
 import click
 
 from kafkakv import ReplicaMap, connect
-from kafkakv.cli.options import log_path_option, request_timeout_option
+from kafkakv.cli.errors import CommandError
+from kafkakv.cli.options import (
+    codec_options,
+    log_option,
+    request_timeout_option,
+    require_log,
+)
 from kafkakv.codecs import JsonCodec
 from kafkakv.db import check_target
 from kafkakv.errors import DecodeError, ResultDecodeError
 
-__all__ = ["MapCommandError", "map_group", "parse_arg", "to_json", "to_json_ready"]
+__all__ = ["map_group", "parse_arg", "to_json", "to_json_ready"]
 
 EXIT_ABSENT = 1
-EXIT_ERROR = 2
 
 _WAIT_SLICE_S = 0.5
 """``watch`` wakes up this often to check its deadline (and Ctrl-C)."""
-
-CODEC_NAMES = ("str", "bytes", "int", "json", "msgpack")
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class MapCommandError(click.ClickException):
-    """A map command failed; shown as ``error: <message>`` on stderr, exit code 2.
-
-    The twin of :class:`kafkakv.cli.main.CommandError`, which this module cannot import
-    (``main`` imports it to register the group)."""
-
-    exit_code = EXIT_ERROR
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"error: {self.format_message()}", file=file, err=file is None)
 
 
 # -- pure conversions ---------------------------------------------------------------------
@@ -102,7 +91,7 @@ def _parse(text: str, codec: str, what: str) -> Any:
     try:
         return parse_arg(text, codec, what)
     except ValueError as exc:
-        raise MapCommandError(str(exc)) from exc
+        raise CommandError(str(exc)) from exc
 
 
 def to_json(obj: object) -> str:
@@ -153,21 +142,17 @@ class MapTarget:
 
         Only with ``create`` are a missing log directory and missing topics created; without
         it they are errors (:class:`~kafkakv.errors.UnknownMapError` for the topics)."""
-        if self.path is None:
-            raise click.UsageError(
-                "no log directory: pass --path/-p or set KAFKAKV_LOG",
-                ctx=click.get_current_context(silent=True),
-            )
-        check_target(self.path)  # host:port without kafka:// is refused, not made a directory
+        path = require_log(self.path)
+        check_target(path)  # host:port without kafka:// is refused, not made a directory
         waits: dict[str, Any] = {} if self.timeout is None else {"timeout": self.timeout}
         options = {"key_codec": key_codec, "value_codec": value_codec, "create": create, **waits}
-        if self.path.startswith("kafka://"):
-            with connect(self.path, **waits) as db:
+        if path.startswith("kafka://"):
+            with connect(path, **waits) as db:
                 yield db.map(name, **options)
             return
-        if not create and not os.path.isdir(self.path):
-            raise MapCommandError(f"no log at {self.path}: the directory does not exist")
-        with connect(self.path, background_cleaner=False) as db:
+        if not create and not os.path.isdir(path):
+            raise CommandError(f"no log at {path}: the directory does not exist")
+        with connect(path, background_cleaner=False) as db:
             yield db.map(name, **options)
 
 
@@ -175,34 +160,17 @@ pass_target = click.make_pass_decorator(MapTarget)
 
 
 @click.group("map")
-@log_path_option
+@log_option()
 @request_timeout_option
 @click.pass_context
 def map_group(ctx: click.Context, path: str | None, request_timeout: float | None) -> None:
     """Read, write and watch a replicated map.
 
     Only put creates the map NAME (and the log directory) when missing; get, del, dump and
-    watch on a map that does not exist fail with exit code 2 and create nothing.
+    watch on a map that does not exist fail with exit code 2 and create nothing. KEY and
+    VALUE are given as JSON under the json and msgpack codecs.
     """
     ctx.obj = MapTarget(path, request_timeout)
-
-
-def _codec_options(fn: _F) -> _F:
-    fn = click.option(
-        "--value-codec",
-        type=click.Choice(CODEC_NAMES),
-        default="json",
-        show_default=True,
-        help="Codec of the map's values; json and msgpack values are given as JSON.",
-    )(fn)
-    fn = click.option(
-        "--key-codec",
-        type=click.Choice(CODEC_NAMES),
-        default="str",
-        show_default=True,
-        help="Codec of the map's keys; json and msgpack keys are given as JSON.",
-    )(fn)
-    return fn
 
 
 _force_option = click.option(
@@ -218,7 +186,7 @@ def _check_current(m: ReplicaMap[Any, Any], name: str, key: object, codec: str) 
     try:
         m.get(key)
     except DecodeError as exc:
-        raise MapCommandError(
+        raise CommandError(
             f"the value of key {key!r} in map {name!r} does not decode with the {codec} "
             f"codec ({exc}); was the map written with another --value-codec? Nothing was "
             "written; --force writes anyway"
@@ -237,7 +205,7 @@ def _absent(name: str, key: object) -> click.exceptions.Exit:
 @map_group.command("get")
 @click.argument("name")
 @click.argument("key")
-@_codec_options
+@codec_options()
 @click.option(
     "--linearizable",
     is_flag=True,
@@ -265,7 +233,7 @@ def get_command(
 @click.argument("name")
 @click.argument("key")
 @click.argument("value")
-@_codec_options
+@codec_options()
 @click.option(
     "--if-absent",
     is_flag=True,
@@ -306,7 +274,7 @@ def put_command(
 @map_group.command("del")
 @click.argument("name")
 @click.argument("key")
-@_codec_options
+@codec_options()
 @_force_option
 @pass_target
 def del_command(
@@ -339,7 +307,7 @@ def _key_order(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
 
 @map_group.command("dump")
 @click.argument("name")
-@_codec_options
+@codec_options()
 @click.option("--count", is_flag=True, help="Print only the number of keys.")
 @pass_target
 def dump_command(
@@ -370,7 +338,7 @@ def dump_command(
 
 @map_group.command("watch")
 @click.argument("name")
-@_codec_options
+@codec_options()
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after N changes.")
 @click.option(
     "--timeout",

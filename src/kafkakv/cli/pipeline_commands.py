@@ -30,19 +30,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import asdict
-from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from kafkakv.cli.map_commands import MapCommandError
-from kafkakv.cli.options import log_path_option
-from kafkakv.errors import KafkaKVError
+from kafkakv.cli.errors import CommandError
+from kafkakv.cli.options import codec_options, log_option, require_log
 from kafkakv.pipeline import (
     IngestJob,
     IngestResult,
@@ -53,6 +49,7 @@ from kafkakv.pipeline import (
     SourceOptions,
     TableMapping,
     TableSource,
+    cancel_on_interrupt,
     postgres_from_env,
     reconcile,
     snapshot,
@@ -86,9 +83,6 @@ _KINDS = (
 )
 
 _MODES = ("error", "overwrite", "append")
-
-_CANCEL_EVERY_S = 0.05
-"""After Ctrl-C, Spark's jobs are cancelled this often until the command ends."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -191,34 +185,6 @@ def _apply(fn: _F, decorators: Sequence[Callable[[Any], Any]]) -> _F:
 def _target_options(*, any_codec: bool) -> Callable[[_F], _F]:
     """``--map``/``--topic``/``--topics`` and the codecs: every codec the data source carries
     when ``any_codec`` (snapshot), else str or int keys and JSON values (jobs that map rows)."""
-    codec_options = (
-        [
-            click.option(
-                "--key-codec",
-                type=click.Choice(SPARK_CODECS),
-                default="str",
-                show_default=True,
-                help="Codec of the keys.",
-            ),
-            click.option(
-                "--value-codec",
-                type=click.Choice(SPARK_CODECS),
-                default="json",
-                show_default=True,
-                help="Codec of the values.",
-            ),
-        ]
-        if any_codec
-        else [
-            click.option(
-                "--key-codec",
-                type=click.Choice(KEY_CODECS),
-                default="str",
-                show_default=True,
-                help="Codec of the keys (values are JSON objects).",
-            )
-        ]
-    )
     options = [
         click.option("--map", "map_name", metavar="NAME", help="A replicated map."),
         click.option(
@@ -229,7 +195,9 @@ def _target_options(*, any_codec: bool) -> Callable[[_F], _F]:
             metavar="BASE",
             help="The topic set the map shares with other maps (default: the map's own).",
         ),
-        *codec_options,
+        codec_options(keys=SPARK_CODECS, values=SPARK_CODECS)
+        if any_codec
+        else codec_options(keys=KEY_CODECS, values=None),
     ]
 
     def decorate(fn: _F) -> _F:
@@ -339,17 +307,14 @@ def _target(
     must_exist: bool,
 ) -> SourceOptions:
     ctx = click.get_current_context(silent=True)
-    if path is None:
-        raise click.UsageError(
-            "no log: pass --path/-p (a directory or kafka://host:port) or set KAFKAKV_LOG", ctx=ctx
-        )
+    path = require_log(path)
     if (map_name is None) == (topic is None):
         raise click.UsageError("give exactly one of --map NAME and --topic NAME", ctx=ctx)
     if topics is not None and map_name is None:
         raise click.UsageError("--topics (a shared topic set) applies to --map only", ctx=ctx)
     if "://" not in path:
         if must_exist and not os.path.isdir(path):
-            raise MapCommandError(f"no log at {path}: the directory does not exist")
+            raise CommandError(f"no log at {path}: the directory does not exist")
         path = os.path.abspath(path)  # Spark's Python workers open it too
     return SourceOptions(
         target=path,
@@ -391,59 +356,6 @@ def _active_session() -> SparkSession | None:
     return SparkSession.getActiveSession()
 
 
-class _JobCanceller:
-    """Ctrl-C while a command's Spark jobs run.
-
-    PySpark's own SIGINT handler cancels the jobs from the interrupted thread, whose Py4J
-    connection is in the middle of a call (the cancel fails, Py4J logs tracebacks). This one
-    only notes the request; a thread of its own then cancels every job, now and every
-    ``_CANCEL_EVERY_S`` until the command ends, so the running action fails and the command
-    exits with code 130. A second Ctrl-C raises KeyboardInterrupt at once.
-    """
-
-    def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
-        self.requested = threading.Event()
-        self.done = threading.Event()
-        self.thread: threading.Thread | None = None
-
-    @contextmanager
-    def installed(self) -> Iterator[None]:
-        """This handler for SIGINT inside the block (in the main thread only; elsewhere
-        signals cannot be handled), the previous one after it."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, self._on_sigint)
-        try:
-            yield
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-            self.done.set()
-            if self.thread is not None:
-                self.thread.join()
-
-    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested.is_set():
-            raise KeyboardInterrupt
-        self.requested.set()
-        self.thread = threading.Thread(target=self._cancel, name="kafkakv-cancel", daemon=True)
-        self.thread.start()
-
-    def _cancel(self) -> None:
-        click.echo(
-            "interrupted: cancelling the Spark jobs (Ctrl-C again to stop at once)", err=True
-        )
-        context = self.spark.sparkContext
-        with suppress(Exception):  # a JVM that is gone has no job left to cancel
-            while True:
-                context.cancelAllJobs()
-                if self.done.wait(_CANCEL_EVERY_S):
-                    return
-
-
 def _interrupted() -> click.exceptions.Exit:
     click.echo("interrupted", err=True)
     return click.exceptions.Exit(EXIT_INTERRUPTED)
@@ -456,8 +368,9 @@ def _spark(master: str, jars: Sequence[str], *, jdbc: bool) -> Iterator[SparkSes
     path when no ``--jar`` is given.
 
     Ctrl-C (before or while the jobs run) ends the command with exit code 130, whether the
-    job then fails (cancelled) or had already finished."""
-    from kafkakv.devcluster.jars import postgres_jdbc_jar
+    job then fails (cancelled: :func:`~kafkakv.pipeline.cancel_on_interrupt`) or had already
+    finished."""
+    from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 
     try:
         running = _active_session()
@@ -471,28 +384,21 @@ def _spark(master: str, jars: Sequence[str], *, jdbc: bool) -> Iterator[SparkSes
         )
     except KeyboardInterrupt:
         raise _interrupted() from None
-    canceller = _JobCanceller(spark)
     try:
-        with canceller.installed():
+        with cancel_on_interrupt(spark, progress=_progress):
             yield spark
     except KeyboardInterrupt:
         raise _interrupted() from None
-    except KafkaKVError:
-        if canceller.requested.is_set():  # the cancelled job's error says nothing new
-            raise _interrupted() from None
-        raise
     finally:
         if running is None:
             spark.stop()
-    if canceller.requested.is_set():
-        raise _interrupted()
 
 
 # -- the commands ----------------------------------------------------------------------------
 
 
 @click.group("pipeline")
-@log_path_option
+@log_option()
 @click.pass_context
 def pipeline_group(ctx: click.Context, path: str | None) -> None:
     """Spark jobs between PostgreSQL tables and maps or topics: ingest, snapshot, reconcile.

@@ -1,6 +1,7 @@
 """``kafkakv topics create|verify`` and ``kafkakv init-existing``: a map's topics from the shell.
 
-TARGET (``--target/-t`` or ``KAFKAKV_TARGET``) is an embedded log directory or
+The log (``-p/--path`` or ``KAFKAKV_LOG``, as in every group; ``-t/--target`` and
+``KAFKAKV_TARGET`` are aliases) is an embedded log directory or
 ``kafka://host:port[,host:port...]``; ``--request-timeout`` bounds each request to its
 brokers. NAME is a map's name: its topics are NAME, NAME_ops and NAME_flush, created with the
 settings the map's protocol needs (``docs/maps.md``).
@@ -28,7 +29,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kafkakv.cli.options import request_timeout_option
+from kafkakv.cli.options import log_option, request_timeout_option, require_log
 from kafkakv.db import Database, connect
 from kafkakv.errors import TopicMismatchError
 from kafkakv.map.topics import MapTopics, adopt_existing, check_topics, ensure_topics
@@ -36,15 +37,6 @@ from kafkakv.map.topics import MapTopics, adopt_existing, check_topics, ensure_t
 __all__ = ["init_existing_command", "topics_group"]
 
 EXIT_MISMATCH = 1
-
-target_option = click.option(
-    "--target",
-    "-t",
-    envvar="KAFKAKV_TARGET",
-    show_envvar=True,
-    required=True,
-    help="An embedded log directory, or kafka://host:port[,host:port...].",
-)
 
 # The settings worth showing: what the protocol requires of each topic.
 _SHOWN = (
@@ -58,7 +50,8 @@ _SHOWN = (
 
 
 @contextmanager
-def _database(target: str, timeout: float | None) -> Iterator[Database]:
+def _database(path: str | None, timeout: float | None) -> Iterator[Database]:
+    target = require_log(path)
     options: dict[str, Any]
     if "://" not in target:
         options = {"background_cleaner": False}
@@ -86,7 +79,7 @@ def topics_group() -> None:
 
 
 @topics_group.command("create")
-@target_option
+@log_option()
 @request_timeout_option
 @click.argument("name")
 @click.option(
@@ -97,25 +90,25 @@ def topics_group() -> None:
     help="Partition count (default: that of existing topics, else 1).",
 )
 def create_command(
-    target: str, name: str, partitions: int | None, request_timeout: float | None
+    path: str | None, name: str, partitions: int | None, request_timeout: float | None
 ) -> None:
     """Check the existing topics of map NAME, then create those missing of NAME, NAME_ops and
     NAME_flush; a refusal (exit code 2) creates nothing."""
     topics = MapTopics.for_name(name)
-    with _database(target, request_timeout) as db:
+    with _database(path, request_timeout) as db:
         ensure_topics(db.log, topics, partitions)
         _describe(db, topics)
 
 
 @topics_group.command("verify")
-@target_option
+@log_option()
 @request_timeout_option
 @click.argument("name")
-def verify_command(target: str, name: str, request_timeout: float | None) -> None:
+def verify_command(path: str | None, name: str, request_timeout: float | None) -> None:
     """Check that NAME's topics exist with the settings a map needs (min.insync.replicas
     included); exit 1 when not. Creates nothing."""
     topics = MapTopics.for_name(name)
-    with _database(target, request_timeout) as db:
+    with _database(path, request_timeout) as db:
         missing = [t for t in (topics.data, topics.ops, topics.flush) if t not in db.log.topics()]
         if missing:
             click.echo(f"missing: {', '.join(missing)}", err=True)
@@ -130,10 +123,10 @@ def verify_command(target: str, name: str, request_timeout: float | None) -> Non
 
 
 @click.command("init-existing")
-@target_option
+@log_option()
 @request_timeout_option
 @click.argument("topic")
-def init_existing_command(target: str, topic: str, request_timeout: float | None) -> None:
+def init_existing_command(path: str | None, topic: str, request_timeout: float | None) -> None:
     """Adopt the compacted TOPIC (written by another program) as the data topic of map TOPIC.
 
     Refuses when the ops topic has records, when partition counts differ, when records are
@@ -144,7 +137,7 @@ def init_existing_command(target: str, topic: str, request_timeout: float | None
     """
     topics = MapTopics.for_name(topic)
     with (
-        _database(target, request_timeout) as db,
+        _database(path, request_timeout) as db,
         Progress(
             SpinnerColumn(),
             TextColumn("checking {task.fields[topic]}: {task.completed:,} records"),

@@ -39,7 +39,7 @@ import orjson
 from kafkakv.codecs import Codec, JsonCodec, StrCodec
 from kafkakv.directory.base import Change, DirectoryRecord, RecordError, Transform
 from kafkakv.log.base import Entry, Record
-from kafkakv.map.engine import FLUSH_POINT_KEY
+from kafkakv.map.keyspace import FLUSH_POINT_KEY
 
 __all__ = ["RecordDecoder", "fast_decoder"]
 

@@ -25,7 +25,15 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, ValuesView
+from collections.abc import (
+    Callable,
+    ItemsView,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+    ValuesView,
+)
 from typing import Any, Generic, TypeVar, cast
 
 from prometheus_client import CollectorRegistry
@@ -44,6 +52,7 @@ from kafkakv.errors import (
 from kafkakv.gcpause import gc_paused
 from kafkakv.lifecycle import Closeable
 from kafkakv.log.base import Log
+from kafkakv.log.follow import Follower
 from kafkakv.store import Store, open_store
 
 __all__ = ["Directory"]
@@ -329,8 +338,15 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
                     self._begin()
                 if self._ready_at is None:
                     self._load()
-                else:
-                    self._follow_once()
+                    continue
+                follower = Follower(
+                    self.log,
+                    f"directory {self.name}",
+                    wait_slice=_WAIT_SLICE,
+                    retry_pause=_RETRY_PAUSE,
+                )
+                follower.run(self._follow_positions, self._follow_ready, self._closing.is_set)
+                return
             except ClosedError:
                 if self._closing.is_set():
                     return
@@ -430,19 +446,24 @@ class Directory(Mapping[K, V], Closeable, Generic[K, V]):
                 self._state = DirectoryState.READY
             self._cond.notify_all()
 
-    def _follow_once(self) -> None:
-        waiting = {(self.topic, p): self._positions[p] for p in self.partitions}
-        ready = self.log.wait_any(waiting, _WAIT_SLICE)
-        for _, p in sorted(ready):
-            for _ in range(_BATCHES_PER_TURN):  # a busy partition does not starve the others
-                if not self._read(p):
-                    break
-                self._check_open()
-        self._metrics.entries.set(len(self._table))
+    def _follow_positions(self) -> dict[tuple[str, int], int]:
+        """Where the follower waits; refreshes the end offsets of the metrics now and then."""
         if time.monotonic() - self._last_refresh >= _END_REFRESH:
             self._last_refresh = time.monotonic()
             for p in self.partitions:
                 self._metrics.set_end(p, self.log.end_offset(self.topic, p))
+        return {(self.topic, p): self._positions[p] for p in self.partitions}
+
+    def _follow_ready(self, ready: Sequence[tuple[str, int]]) -> bool:
+        found = False
+        for _, p in sorted(ready):
+            for _ in range(_BATCHES_PER_TURN):  # a busy partition does not starve the others
+                if not self._read(p):
+                    break
+                found = True
+                self._check_open()
+        self._metrics.entries.set(len(self._table))
+        return found
 
     _last_refresh = 0.0
 

@@ -1,6 +1,8 @@
 """The replicated map: a dict shared by every process that opens it, through a log."""
 
-from kafkakv.map.engine import FLUSH_POINT_KEY, ApplyError, OpFuture
+from kafkakv.map.futures import OpFuture
+from kafkakv.map.keyspace import FLUSH_POINT_KEY
+from kafkakv.map.machine import ApplyError
 from kafkakv.map.replica import ReplicaMap, SortedReplicaMap
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics

@@ -32,7 +32,8 @@ from __future__ import annotations
 import time
 
 from kafkakv.errors import DecodeError, PartitionStalledError
-from kafkakv.map.engine import MapState, ReplicaEngine
+from kafkakv.map.engine import ReplicaEngine
+from kafkakv.map.machine import MapState
 from kafkakv.store.base import Store
 from kafkakv.store.memory import DictStore
 

@@ -1,24 +1,28 @@
-"""The replica engine: the threads and I/O around :mod:`kafkakv.map.ops`.
+"""The replica engine: the threads and I/O around :mod:`kafkakv.map.machine`.
 
 One engine follows one set of map topics for the partitions it holds, on behalf of one or more
-maps that share those topics. It
+maps that share those topics. The protocol's decisions are made by one
+:class:`~kafkakv.map.machine.PartitionMachine` per partition; the engine is the shell that
+reads records, hands them to the machine, and carries its steps out. It
 
 * **bootstraps** each partition: the data topic up to its end (taking the flush point recorded
   there), then the ops after that point; a persistent store resumes at its own offset instead;
-* **applies** ops in log order under one lock. Any thread may do it: a writer waiting for its
-  own record applies up to it itself (no hand-off to another thread on the hot path), and a
-  background thread follows the partitions for updates made elsewhere;
+* **applies** ops in log order under one lock: read a batch, ``apply_batch``, write the step's
+  changes with its positions in one store write, publish the position, resolve futures and
+  tell listeners. Any thread may do it: a writer waiting for its own record applies up to it
+  itself (no hand-off to another thread on the hot path), and a background thread follows the
+  partitions for updates made elsewhere;
 * **sends** async updates in batches from a sender thread, with at most ``max_in_flight``
   unapplied;
 * **shares barriers**: a reader joins the next barrier of a partition; one reader per group
   appends it and applies up to it, the others wait on the same group;
-* **flushes**: every ``flush_period`` ops of a partition, the replica whose op crossed the mark
-  writes the latest value of each changed key, a flush point for the data topic and a
-  ``FLUSHED`` mark for the ops topic, in one fenced atomic batch.
+* **flushes** when a step says one is due: the latest value of each changed key, a flush point
+  for the data topic and a ``FLUSHED`` mark for the ops topic, in one fenced atomic batch.
 
-Locks: ``_lock`` (re-entrant) guards the stores, positions and dirty sets, and is held while
-listeners and future callbacks run, so they see changes in log order; ``_barrier_cond`` guards
-the barrier groups. Nothing blocks on I/O while holding ``_barrier_cond``.
+Locks: ``_lock`` (re-entrant) guards the stores and the machines, and is held while listeners
+and future callbacks run, so they see changes in log order. The barrier groups
+(:mod:`kafkakv.map.barriers`) and the sender (:mod:`kafkakv.map.sender`) have locks of their
+own, never held during I/O.
 """
 
 from __future__ import annotations
@@ -31,49 +35,54 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import msgpack
-import msgspec
 
 from kafkakv import functions
-from kafkakv.codecs import Codec
 from kafkakv.errors import (
     ClosedError,
-    DataLossError,
     DecodeError,
     FencedError,
     KafkaKVError,
     LogError,
     LogUnavailableError,
-    OperationFailedError,
     OperationTimeoutError,
     PartitionStalledError,
     RecordTooLargeError,
-    ResultDecodeError,
     UnknownFunctionError,
 )
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import Log, LogWriter, Record, records_of
-from kafkakv.log.partitioner import partition_for
+from kafkakv.log.base import Log, LogWriter, Record
+from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
-from kafkakv.map.ops import KEEP, Keep, OpCode, decide, decode_op, encode_op
+from kafkakv.map.barriers import SharedBarriers
+from kafkakv.map.futures import OpFuture, complete, fail
+from kafkakv.map.keyspace import KeySpace, check_update_key
+from kafkakv.map.machine import (
+    CHANGE,
+    RESULT,
+    ApplyError,
+    ErrorLog,
+    MapState,
+    MapTable,
+    PartitionMachine,
+    Step,
+    flush_records,
+    load_batch,
+    start_point,
+)
+from kafkakv.map.ops import OpCode, decode_op, encode_op
+from kafkakv.map.sender import Sender, Slots
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics
-from kafkakv.store.base import Positions, Store
+from kafkakv.store.base import Positions
 
-__all__ = ["FLUSH_POINT_KEY", "ApplyError", "MapState", "OpFuture", "ReplicaEngine"]
+__all__ = ["ReplicaEngine"]
 
 log = logging.getLogger("kafkakv.map")
 
-#: Key of the record that each flush adds to the data topic: its value is msgpack ``[X]``, the
-#: last ops offset the flush covers. Compaction keeps the newest one per partition.
-FLUSH_POINT_KEY = b"\x00kafkakv:flush-point"
-
-_BULK_MIN = 16  # batches at least this long try the bulk path of _apply_records
 _READ_BATCH = 5000  # at least _SEND_BATCH: a read never splits a batch the sender wrote
 _SEND_BATCH = 5000  # async updates appended in one batch at most
 _LOAD_BYTES = 32 << 20  # bytes of data records read at once while bootstrapping
@@ -83,208 +92,9 @@ _FOLLOW_PAUSE = 0.0002  # what the follower waits after a wake-up before taking 
 _LOCAL_GRACE = 0.005  # the follower idles this long after a local writer applied
 _RETRY_PAUSE = 1.0  # the follower waits this long after the log could not answer
 _STALL_RETRY = 0.05  # a stalled partition looks for its missing function this often
-
-
-_FUTURE_GUARD = threading.Lock()
-
-
-class OpFuture(Future[Any]):
-    """A :class:`concurrent.futures.Future` that asyncio code can also ``await``.
-
-    Most update futures are completed before anyone waits on them, and the condition variable
-    a Future creates up front is most of its cost (an async put makes one per update). Here it
-    is created when first needed: a waiter, a callback, ``concurrent.futures.wait``. Creating
-    it and completing without it share one lock, so a waiter that arrives during completion
-    finds the future finished.
-    """
-
-    def __init__(
-        self, state: MapState | None = None, slot: bool = False, partition: int = -1
-    ) -> None:
-        # No Future.__init__: that would build the Condition now.
-        self._cond: threading.Condition | None = None
-        self._state = "PENDING"
-        self._result = None
-        self._exception = None
-        # _waiters and _done_callbacks, the lists Future keeps, are made with the condition:
-        # every use of them holds it. Fewer objects per future is less work for the cyclic
-        # garbage collector, which otherwise dominates when 100,000 futures are alive. For
-        # the same reason the engine's bookkeeping of an update lives here, not in an object
-        # of its own: the map whose codec decodes the result, and whether the update holds
-        # one of the max_in_flight slots.
-        self.map_state = state
-        self.slot = slot
-        self.partition = partition
-
-    @property
-    def _condition(self) -> threading.Condition:
-        cond = self._cond
-        if cond is None:
-            with _FUTURE_GUARD:
-                cond = self._cond
-                if cond is None:
-                    self._waiters: list[Any] = []
-                    self._done_callbacks: list[Callable[[Future[Any]], object]] = []
-                    cond = self._cond = threading.Condition()
-        return cond
-
-    @_condition.setter
-    def _condition(self, cond: threading.Condition) -> None:
-        self._cond = cond
-
-    def _complete_unobserved(self, result: Any, exception: BaseException | None) -> bool:
-        """Finish without a Condition when nothing could be waiting; False otherwise."""
-        with _FUTURE_GUARD:
-            if self._cond is not None:
-                return False
-            if self._state != "PENDING":
-                raise InvalidStateError(f"this future is {self._state.lower()} already")
-            self._result, self._exception, self._state = result, exception, "FINISHED"
-            return True
-
-    def set_result(self, result: Any) -> None:
-        if not self._complete_unobserved(result, None):
-            super().set_result(result)
-
-    def set_exception(self, exception: BaseException | None) -> None:
-        if not self._complete_unobserved(None, exception):
-            super().set_exception(exception)
-
-    def resolve(self, result: Any = None, exception: BaseException | None = None) -> None:
-        """Complete with ``result`` or ``exception`` unless the owner cancelled it already.
-        (The applier's path: the unobserved case inline, one lock, no nested calls.)"""
-        with _FUTURE_GUARD:
-            if self._cond is None:
-                if self._state == "PENDING":
-                    self._result, self._exception, self._state = result, exception, "FINISHED"
-                return
-        try:
-            if exception is None:
-                super().set_result(result)
-            else:
-                super().set_exception(exception)
-        except InvalidStateError:
-            pass  # cancelled: the owner stopped caring
-
-    # Once FINISHED a future never changes: answer without building the condition.
-    def done(self) -> bool:
-        return self._state == "FINISHED" or super().done()
-
-    def result(self, timeout: float | None = None) -> Any:
-        if self._state == "FINISHED":
-            if self._exception is not None:
-                raise self._exception
-            return self._result
-        return super().result(timeout)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if self._state == "FINISHED":
-            return self._exception
-        return super().exception(timeout)
-
-    def __await__(self) -> Any:
-        import asyncio
-
-        return asyncio.wrap_future(self).__await__()
-
-
-Listener = Callable[[Any, Any, Any, bool], None]
-
-
-@dataclass
-class MapState:
-    """One map held by an engine: how its keys look in records, its codecs, store, listeners."""
-
-    name: str
-    prefix: bytes
-    keys: Codec[Any]
-    values: Codec[Any]
-    store: Store
-    listeners: list[Listener] = field(default_factory=list)
-    #: Store keys whose key or value this replica's codecs cannot read (a record another
-    #: program wrote, a replica with other codecs): kept as written, so that every replica
-    #: holds the same bytes, and left out of iteration and len() here.
-    unreadable: dict[bytes, ApplyError] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ApplyError:
-    """A record that every replica refused the same way, or that stopped this one: an op that
-    failed when applied, an ops record that did not decode, a data record whose key or value
-    does not decode (``topic`` says which topic the offset is in). ``key`` is the record key
-    (the map's prefix included), when it has one."""
-
-    partition: int
-    offset: int
-    error: str
-    key: bytes | None = None
-    topic: str = ""
-
-
-def _reset_after_fork() -> None:
-    """A thread of the parent may have held the guard while forking: a fresh one."""
-    global _FUTURE_GUARD
-    _FUTURE_GUARD = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
-
+_NO_CHANGES: dict[bytes, bytes | None] = {}
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
-
-
-class _ErrorLog(collections.deque[ApplyError]):
-    """The latest 1000 records noted as errors, and how many were noted in all."""
-
-    def __init__(self) -> None:
-        super().__init__(maxlen=1000)
-        self.total = 0
-
-    def append(self, error: ApplyError) -> None:
-        self.total += 1
-        super().append(error)
-
-
-class _Slots:
-    """At most ``limit`` async updates unapplied. Taking and giving are counters (``next`` on
-    an itertools.count is atomic under the GIL); only a caller over the limit takes a lock and
-    sleeps, and givers wake it."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._taken = itertools.count(1)
-        self._given = 0  # written by appliers only, under the replica lock or _cond
-        self._cond = threading.Condition(threading.Lock())
-        self._sleepers = 0
-
-    def take(self, timeout: float) -> bool:
-        ticket = next(self._taken)
-        if ticket - self._given <= self.limit:
-            return True
-        with self._cond:
-            self._sleepers += 1
-            try:
-                if self._cond.wait_for(lambda: ticket - self._given <= self.limit, timeout):
-                    return True
-                self._given += 1  # give the unused ticket back
-                return False
-            finally:
-                self._sleepers -= 1
-
-    def give(self, n: int) -> None:
-        if n:
-            with self._cond:
-                self._given += n
-                if self._sleepers:
-                    self._cond.notify_all()
-
-
-class _BarrierGroup:
-    __slots__ = ("done", "error")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.error: BaseException | None = None
 
 
 class ReplicaEngine:
@@ -308,35 +118,29 @@ class ReplicaEngine:
         self.settings = settings
         self.max_record_bytes = max_record_bytes
         self.maps = list(maps)
-        self._plain = len(maps) == 1 and maps[0].prefix == b""
-        self._by_prefix = {m.prefix: m for m in maps}
+        self.keyspace = KeySpace(partition_count)
+        self.table = MapTable(maps)
         self.origin = os.urandom(8)
         self._seq = itertools.count()
         self._lock = threading.RLock()
-        self._applied = dict.fromkeys(self.held, 0)  # next ops offset to apply
-        self._flushed = dict.fromkeys(self.held, -1)  # last ops offset a flush covered
-        self._dirty: dict[int, dict[bytes, int]] = {p: {} for p in self.held}
-        self._flush_asked: set[int] = set()
-        # Per partition, the last own op that crossed a flush mark while a flush was running:
-        # the flusher takes it up when that flush ends, so no mark goes unflushed.
-        self._flush_missed: dict[int, int] = {}
-        self._next_flush = dict.fromkeys(self.held, settings.flush_period - 1)
+        #: The protocol state of each held partition (see kafkakv.map.machine).
+        self.machines = {
+            p: PartitionMachine(p, self.table, self.origin, settings.flush_period, topics.ops)
+            for p in self.held
+        }
         self._pending: dict[int, OpFuture] = {}
-        self._events: collections.deque[tuple[Callable[[Any, Any], None], Any, Any]] = (
-            collections.deque()
+        # Step events not run yet, shared by every apply: a listener that updates the map
+        # applies a step of its own, whose events run after the ones before them.
+        self._events: collections.deque[tuple[int, Any, Any]] = collections.deque()
+        self.errors = ErrorLog()
+        self._slots = Slots(settings.max_in_flight)
+        self._sender = Sender(
+            self._send_batch, batch=_SEND_BATCH, linger=_LINGER, wait_slice=_WAIT_SLICE
         )
-        self.errors = _ErrorLog()
-        self._slots = _Slots(settings.max_in_flight)
-        self._sender_idle = False
-        # Async updates waiting for the sender: (partition, ops record).
-        self._outbox: collections.deque[tuple[int, Record]] = collections.deque()
-        self._outbox_ready = threading.Condition()
         self._flush_queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._writers: dict[int, LogWriter] = {}
         self._flush_locks = {p: threading.Lock() for p in self.held}
-        self._barrier_cond = threading.Condition()
-        self._barrier_next: dict[int, _BarrierGroup | None] = dict.fromkeys(self.held)
-        self._barrier_busy: dict[int, bool] = dict.fromkeys(self.held, False)
+        self._barriers = SharedBarriers(self.held)
         self._last_local = 0.0  # monotonic time a local writer last started or finished
         self._closed = False  # close() began: no new updates; what is in flight drains
         self._stopped = False  # the threads stop, nothing more is applied
@@ -358,7 +162,7 @@ class ReplicaEngine:
         metrics.track(self)
         for target, name in (
             (self._follow, "follower"),
-            (self._send_loop, "sender"),
+            (self._sender.run, "sender"),
             (self._flush_loop, "flusher"),
         ):
             thread = threading.Thread(
@@ -388,8 +192,7 @@ class ReplicaEngine:
         if self._failure is None and self._threads:
             self._drain(deadline)
         self._stopped = True
-        with self._outbox_ready:
-            self._outbox_ready.notify_all()
+        unsent_updates = self._sender.stop()
         self._flush_queue.put(None)
         # The follower needs no join: it checks _stopped under the lock before applying.
         for thread in self._threads[1:]:
@@ -406,8 +209,7 @@ class ReplicaEngine:
         )
         failed = 0
         with self._lock:
-            outbox, self._outbox = list(self._outbox), collections.deque()
-            for _, record in outbox:
+            for _, record in unsent_updates:
                 future = self._pending.pop(decode_op(record.value).seq, None)
                 if future is not None:
                     future.resolve(exception=unsent)
@@ -421,8 +223,7 @@ class ReplicaEngine:
                 writer.close()
             for state in self.maps:
                 state.store.close()
-        with self._barrier_cond:
-            self._barrier_cond.notify_all()
+        self._barriers.wake_all()
         return failed + self.undelivered - undelivered
 
     def disown(self, message: str) -> None:
@@ -436,15 +237,9 @@ class ReplicaEngine:
     def _drain(self, deadline: float) -> None:
         """close(): hand every queued update to the log, then apply until every future of
         this replica is resolved, or ``deadline``. The threads still run meanwhile."""
-        ready, outbox = self._outbox_ready, self._outbox
-        with ready:  # the sender is idle with an empty outbox: every update was handed over
-            ready.notify_all()
-            sender = self._threads[1]  # follower, sender, flusher
-            while (outbox or not self._sender_idle) and sender.is_alive():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                ready.wait(min(remaining, _WAIT_SLICE))
+        sender = self._threads[1]  # follower, sender, flusher
+        if not self._sender.drain(deadline, sender.is_alive) and sender.is_alive():
+            return  # out of time
         ops = self.topics.ops
         while self._pending and self._failure is None:
             live = {f.partition for f in list(self._pending.values())} - set(self.stalled)
@@ -464,7 +259,8 @@ class ReplicaEngine:
                 finally:
                     self._lock.release()
             if self._pending and not progressed:
-                waiting = {(ops, p): self._applied[p] for p in live if p in self._applied}
+                machines = self.machines
+                waiting = {(ops, p): machines[p].applied for p in live if p in machines}
                 self.log.wait_any(waiting, min(max(0.0, remaining), _STALL_RETRY))
 
     def check_usable(self) -> None:
@@ -526,7 +322,7 @@ class ReplicaEngine:
         and return the ops offset that the data covers (-1: none); the ops after it are
         left to :meth:`replay`. Raises DataLossError as bootstrap does."""
         self._load(p, self.log.start_offset(self.topics.ops, p))
-        return self._flushed[p]
+        return self.machines[p].flushed
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -538,9 +334,7 @@ class ReplicaEngine:
 
     # -- keys and partitions ------------------------------------------------------------
     def partition_of(self, record_key: bytes) -> int:
-        if self.partition_count == 1:
-            return 0
-        return partition_for(record_key, self.partition_count)
+        return self.keyspace.partition_of(record_key)
 
     def pending_updates(self) -> list[OpFuture]:
         """This replica's updates not resolved yet (a snapshot)."""
@@ -548,7 +342,7 @@ class ReplicaEngine:
 
     def positions(self) -> dict[int, Positions]:
         with self._lock:
-            return {p: Positions(self._applied[p], self._flushed[p]) for p in self.held}
+            return {p: Positions(m.applied, m.flushed) for p, m in self.machines.items()}
 
     # -- updates ------------------------------------------------------------------------
     def submit(
@@ -569,6 +363,7 @@ class ReplicaEngine:
             self.check_usable()
         if self.stalled and p in self.stalled:  # refused before appending: nothing in flight
             self._resume_or_raise(p)
+        check_update_key(record_key)
         seq = next(self._seq)
         value = encode_op(code, self.origin, seq, args)
         if len(record_key) + len(value) > self.max_record_bytes:
@@ -584,12 +379,10 @@ class ReplicaEngine:
                     f"{self.settings.timeout} s"
                 )
             self._pending[seq] = future  # one dict store: atomic under the GIL, no lock
-            self._outbox.append((p, _new_tuple(Record, (record_key, value, (), None, None, None))))
-            if self._sender_idle:
-                with self._outbox_ready:
-                    if self._sender_idle:  # one wake-up, not one per update until it runs
-                        self._sender_idle = False
-                        self._outbox_ready.notify()
+            sender = self._sender
+            sender.outbox.append((p, _new_tuple(Record, (record_key, value, (), None, None, None))))
+            if sender.idle:
+                sender.wake()  # one wake-up, not one per update until it runs
             return future
         self._pending[seq] = future
         timeout = self.settings.timeout
@@ -617,24 +410,6 @@ class ReplicaEngine:
                     future.resolve(exception=exc)
         self._slots.give(freed)
         self.undelivered += freed  # async updates the log did not take
-
-    def _send_loop(self) -> None:
-        outbox, ready = self._outbox, self._outbox_ready
-        while True:
-            with ready:
-                self._sender_idle = True  # set before looking, so no append goes unnoticed
-                if self._closed:
-                    ready.notify_all()  # close() waits for an idle sender and an empty outbox
-                while not outbox and not self._stopped:
-                    ready.wait(_WAIT_SLICE)
-                self._sender_idle = False
-            if self._stopped:
-                return
-            if len(outbox) < _SEND_BATCH // 4:
-                time.sleep(_LINGER)  # let a batch gather: one append per batch, not per update
-            with gc_paused():  # the batch is freed on return, inside the pause: see gcpause
-                popleft = outbox.popleft
-                self._send_batch([popleft() for _ in range(min(len(outbox), _SEND_BATCH))])
 
     def _send_batch(self, items: list[tuple[int, Record]]) -> None:
         """Send ``(partition, ops record)`` pairs, one pipelined send per partition."""
@@ -667,7 +442,8 @@ class ReplicaEngine:
 
         Raises OperationTimeoutError at ``deadline``; the update may still apply later.
         """
-        while self._applied[p] <= offset:
+        machine = self.machines[p]
+        while machine.applied <= offset:
             self._check_applying(p)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._lock.acquire(timeout=remaining):
@@ -679,28 +455,27 @@ class ReplicaEngine:
                 progressed = self._apply_available(p, until=offset)
             finally:
                 self._lock.release()
-            if not progressed and self._applied[p] <= offset:
-                self.log.wait(self.topics.ops, p, self._applied[p], max(0.0, remaining))
+            if not progressed and machine.applied <= offset:
+                self.log.wait(self.topics.ops, p, machine.applied, max(0.0, remaining))
 
     def _apply_available(self, p: int, limit: int = 50_000, until: int | None = None) -> bool:
         """Read and apply what partition ``p`` has: up to ``limit`` records, or only until
         offset ``until`` is applied. Lock held."""
+        machine, ops = self.machines[p], self.topics.ops
         applied = 0
         while applied < limit and p not in self.stalled:
             with gc_paused():  # thousands of short-lived objects per batch: see gcpause
                 records, after = self.log.read_batch(
-                    self.topics.ops, p, self._applied[p], max_records=_READ_BATCH
+                    ops, p, machine.applied, max_records=_READ_BATCH
                 )
                 if not records:
                     # Offsets with nothing to apply (Kafka's transaction markers): step over.
-                    if after > self._applied[p]:
-                        self._applied[p] = after
-                        applied += 1
+                    applied += machine.step_over(after)
                     break
-                self._apply_records(p, records, after)
+                self._carry_out(p, machine.apply_batch(records, after))
                 applied += len(records)
                 del records  # before collection resumes: see gcpause
-            if p in self.stalled or (until is not None and self._applied[p] > until):
+            if p in self.stalled or (until is not None and machine.applied > until):
                 break
         return applied > 0
 
@@ -710,11 +485,11 @@ class ReplicaEngine:
         where the log ends (then ``positions()[p].applied < stop``); a read that finds nothing
         below the log's end offset is retried for up to the map's timeout. One read per 5000
         ops. For an engine of one's own (see :meth:`reference`), or with :meth:`paused`."""
-        ops = self.topics.ops
+        machine, ops = self.machines[p], self.topics.ops
         touched: set[bytes] = set()
         deadline = time.monotonic() + self.settings.timeout
-        while self._applied[p] < stop and p not in self.stalled:
-            position = self._applied[p]
+        while machine.applied < stop and p not in self.stalled:
+            position = machine.applied
             with gc_paused():  # as _apply_available
                 records, after = self.log.read_batch(ops, p, position, max_records=_READ_BATCH)
                 if records and (records[-1].offset or 0) >= stop:
@@ -722,12 +497,12 @@ class ReplicaEngine:
                     after = stop
                 after = min(after, stop)
                 if records:
-                    self._apply_records(p, records, after)
+                    self._carry_out(p, machine.apply_batch(records, after))
                     touched.update(r.key for r in records if r.key is not None)
-                elif after > position:
-                    self._applied[p] = after  # offsets with nothing to apply: step over
+                else:
+                    machine.step_over(after)  # offsets with nothing to apply
                 del records
-            if self._applied[p] > position or p in self.stalled:
+            if machine.applied > position or p in self.stalled:
                 continue
             # Nothing read: the end of the log, or a reader not caught up with it yet.
             if self.log.end_offset(ops, p) <= position or time.monotonic() > deadline:
@@ -735,174 +510,38 @@ class ReplicaEngine:
             time.sleep(_STALL_RETRY)
         return touched
 
-    def _apply_records(self, p: int, records: Sequence[Record], after: int) -> None:
-        """The state machine step for a batch of ops records of partition ``p``, read up to
-        ``after`` (exclusive). Lock held.
-
-        A record this replica cannot apply as the others do (a function not registered here)
-        stalls the partition: the records before it are applied, it and those after are not
-        (``after`` becomes its offset), and applying resumes there later."""
-        if (
-            len(records) >= _BULK_MIN
-            and self._plain
-            and not self.maps[0].listeners
-            and self._apply_puts(p, records, after)
-        ):
-            return
-        changes: dict[int, dict[bytes, bytes | None]] = {}
-        dirty = self._dirty[p]
-        events = self._events
-        pending_ops = self._pending
-        origin = self.origin
-        last = self._applied[p] - 1
-        freed = 0
-        stall = False  # True: stopped at the record at offset ``last``
-        plain = self.maps[0] if self._plain else None
-        if plain is not None:  # one map, record key = store key: resolved once per batch
-            plain_overlay: dict[bytes, bytes | None] = {}
-            changes[id(plain)] = plain_overlay
-        next_flush = self._next_flush[p]
-        ops = self.topics.ops
-        for key, value, _, _, _, offset in records:
-            assert offset is not None
-            last = offset
-            try:
-                code, op_origin, seq, args = decode_op(value)
-            except DecodeError as exc:
-                self.errors.append(ApplyError(p, offset, str(exc), key, ops))
-                continue
-            if code >= OpCode.BARRIER:  # control records
-                if code is OpCode.FLUSHED:
-                    self._mark_flushed(p, args[0])
-                    next_flush = self._next_flush[p]
-                continue
-            mine = op_origin == origin
-            pending = pending_ops.pop(seq, None) if mine else None
-            if key is None:
-                continue
-            if plain is not None:
-                state, user_key, overlay = plain, key, plain_overlay
-            else:
-                found = self._state_for(key)
-                if found is None:
-                    dirty[key] = offset  # another map's key: this replica cannot flush it
-                    continue
-                state = found
-                user_key = key[len(state.prefix) :] if state.prefix else key
-                overlay = changes.setdefault(id(state), {})
-            current = overlay[user_key] if user_key in overlay else state.store.get(user_key)
-            new: bytes | Keep | None
-            try:
-                if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
-                    result, new = current, args[0]
-                else:
-                    result, new = decide(code, args, current, user_key, state.keys, state.values)
-            except UnknownFunctionError as exc:
-                # The other replicas may well know it: stop here rather than skip the record.
-                if pending is not None:
-                    pending_ops[seq] = pending  # still pending: decided when applying resumes
-                self._stall(p, offset, key, exc)
-                stall = True
-                break
-            except OperationFailedError as exc:
-                self.errors.append(ApplyError(p, offset, str(exc), key, ops))
-                if pending is not None:
-                    freed += pending.slot
-                    events.append((_fail, pending, exc))
-                continue
-            if new is not KEEP and new != current:
-                overlay[user_key] = new
-                dirty[key] = offset
-                unreadable = state.unreadable
-                if new is not None:
-                    check_key = current is None or user_key in unreadable
-                    problem = (
-                        _unreadable(state, user_key, new, check_key)
-                        if check_key or not state.values.reads_any_bytes
-                        else None
-                    )
-                    if problem is not None:
-                        unreadable[user_key] = error = ApplyError(p, offset, problem, key, ops)
-                        self.errors.append(error)
-                    elif unreadable:
-                        unreadable.pop(user_key, None)
-                elif unreadable:
-                    unreadable.pop(user_key, None)
-                if state.listeners:
-                    events.append((_notify, state, (user_key, current, new, mine)))
-            if pending is not None:
-                freed += pending.slot
-                events.append((_complete, pending, result))
-            if mine and offset >= next_flush:
-                if p in self._flush_asked:
-                    self._flush_missed[p] = offset
-                else:
-                    self._ask_flush(p, offset)
-                    next_flush = self._next_flush[p]
-        after = last if stall else max(after, last + 1)  # a stall: from its record on
-        position = {p: Positions(after, self._flushed[p])}
+    def _carry_out(self, p: int, step: Step) -> None:
+        """Do what a step of partition ``p``'s machine decided: note its errors and stall,
+        write its changes with its positions to every store (one write each), publish the
+        position, queue a flush, then resolve futures and tell listeners. Lock held."""
+        if step.errors:
+            self.errors.extend(step.errors)
+        if step.stall is not None:
+            self._stall(p, *step.stall)
+        position = {p: step.positions}
+        changes = step.changes
         for state in self.maps:
-            state.store.write(changes.get(id(state), {}), position)
-        # Only now: threads that check _applied without the lock must find the data there.
-        self._applied[p] = after
-        while events:  # shared deque: a listener that updates the map keeps the order
-            fn, target, arg = events.popleft()
-            fn(target, arg)
-        self._slots.give(freed)
-
-    def _apply_puts(self, p: int, records: Sequence[Record], after: int) -> bool:
-        """:meth:`_apply_records` for the common bulk batch, a pass of C-level operations per
-        step instead of a Python loop per record: one map without listeners, every record a
-        well-formed ``PUT`` of a bytes value, no key twice. Returns False, having changed
-        nothing, for any other batch. Lock held.
-
-        Every key is marked dirty, changed or not (a flush writes an unchanged value again)."""
-        try:
-            ops = list(map(_decode_put, cast(list[bytes], [r[1] for r in records])))
-        except (msgspec.DecodeError, TypeError):  # another op, a malformed one, a null value
-            return False
-        keys = cast(list[bytes], [r[0] for r in records])
-        if None in keys or len(set(keys)) != len(keys):  # a key twice: decided in order
-            return False
-        state = self.maps[0]
-        values = [op[3] for op in ops]
-        if state.values.undecodable(values) or state.keys.undecodable(keys):
-            return False  # the record loop notes them one by one
-        if state.unreadable:  # readable values replace unreadable ones
-            for key in keys:
-                state.unreadable.pop(key, None)
-        offsets = cast(list[int], [r[5] for r in records])
-        origin = self.origin
-        pop = self._pending.pop
-        futures = [pop(seq, None) if o == origin else None for _, o, seq, _ in ops]
-        previous = state.store.get_many(keys)
-        self._dirty[p].update(zip(keys, offsets, strict=True))
-        last = offsets[-1]
-        if last >= self._next_flush[p]:  # rare: decided as the record loop does
-            for (_, o, _, _), offset in zip(ops, offsets, strict=True):
-                if o == origin and offset >= self._next_flush[p]:
-                    if p in self._flush_asked:
-                        self._flush_missed[p] = offset
-                    else:
-                        self._ask_flush(p, offset)
-        after = max(after, last + 1)
-        changes = dict(zip(keys, values, strict=True))
-        state.store.write(changes, {p: Positions(after, self._flushed[p])})
-        self._applied[p] = after  # only now: see _apply_records
-        done = [(f, old) for f, old in zip(futures, previous, strict=True) if f is not None]
-        events = self._events
-        events.extend([(_complete, f, old) for f, old in done])
+            state.store.write(changes.get(id(state), _NO_CHANGES), position)
+        # Only now: threads that check the position without the lock find the data there.
+        self.machines[p].advance(step)
+        if step.flush_due:
+            self._flush_queue.put(p)
+        events, pending = self._events, self._pending
+        events.extend(step.events)
+        freed = 0
         while events:
-            fn, target, arg = events.popleft()
-            fn(target, arg)
-        self._slots.give(sum(f.slot for f, _ in done))
-        return True
-
-    def _ask_flush(self, p: int, offset: int) -> None:
-        """Queue a flush of ``p`` for the op at ``offset``: at most one per period. Lock held."""
-        self._flush_asked.add(p)
-        self._next_flush[p] = offset + self.settings.flush_period
-        self._flush_queue.put(p)
+            kind, target, arg = events.popleft()
+            if kind == CHANGE:
+                _notify(target, arg)
+                continue
+            future = pending.pop(target, None)
+            if future is not None:
+                freed += future.slot
+                if kind == RESULT:
+                    complete(future, arg)
+                else:
+                    fail(future, arg)
+        self._slots.give(freed)
 
     def _stall(self, p: int, offset: int, key: bytes | None, exc: UnknownFunctionError) -> None:
         """Stop applying ``p`` at the record at ``offset`` (see PartitionStalledError). Lock
@@ -921,77 +560,54 @@ class ReplicaEngine:
             self.errors.append(ApplyError(p, offset, str(stall), key, self.topics.ops))
         self.stalled[p] = stall
 
-    def _state_for(self, key: bytes | None) -> MapState | None:
-        if key is None:
-            return None
-        if self._plain:
-            return self.maps[0]
-        n = key[0] if key else 0
-        return self._by_prefix.get(key[: n + 1])
-
-    def _mark_flushed(self, p: int, covered: Any) -> None:
-        if not isinstance(covered, int) or covered <= self._flushed[p]:
-            return
-        self._flushed[p] = covered
-        self._next_flush[p] = max(self._next_flush[p], covered + self.settings.flush_period)
-        # In place (an apply loop may hold the dict), and without a del per covered key:
-        # this runs under the lock, and most keys are covered.
-        dirty = self._dirty[p]
-        if max(dirty.values(), default=-1) <= covered:
-            dirty.clear()
-        else:
-            newer = {k: o for k, o in dirty.items() if o > covered}
-            dirty.clear()
-            dirty.update(newer)
-
     def _follow(self) -> None:
         """Background: apply what other processes append, for every held partition."""
-        ops = self.topics.ops
-        while not self._stopped:
-            try:
-                quiet = time.monotonic() - self._last_local
-                if quiet < _LOCAL_GRACE:
-                    # Threads of this process are appending and applying up to their own
-                    # records, which takes in every other process's record before them. Stay
-                    # out of their way (no inotify wait, so no wake-up per append); whatever
-                    # arrives after the last of them is applied once they have been quiet for
-                    # _LOCAL_GRACE.
-                    time.sleep(_LOCAL_GRACE - quiet)
-                    continue
-                resumed = self._resume_stalled()
-                waiting = {(ops, p): self._applied[p] for p in self.held if p not in self.stalled}
-                if waiting:
-                    pause = _STALL_RETRY if self.stalled else _WAIT_SLICE
-                    ready = [*self.log.wait_any(waiting, pause), *resumed]
-                else:
-                    time.sleep(_STALL_RETRY)
-                    ready = resumed
-                if not ready:
-                    continue
-                # A wake-up may come from a local writer that just started: give it the
-                # moment it needs to apply its own record rather than compete for the lock.
-                time.sleep(_FOLLOW_PAUSE)
-                for _, p in ready:
-                    with self._lock:
-                        if not self._stopped:
-                            self._apply_available(p)
-            except ClosedError:
+        follower = Follower(
+            self.log,
+            f"replica of {self.topics.data}",
+            wait_slice=_WAIT_SLICE,
+            retry_pause=_RETRY_PAUSE,
+        )
+        try:
+            follower.run(
+                lambda: self._follow_positions(follower),
+                self._follow_apply,
+                lambda: self._stopped,
+                also_ready=self._resume_stalled,
+            )
+        except ClosedError:
+            return
+        except Exception as exc:  # the log failed under us: say so to every caller
+            if self._stopped:
                 return
-            except (LogUnavailableError, OperationTimeoutError) as exc:
-                # Brokers down or a leader moving: reads from the store go on, and following
-                # resumes when the log answers again.
-                if self._stopped:
-                    return
-                log.warning("replica of %s cannot follow for now: %s", self.topics.data, exc)
-                time.sleep(_RETRY_PAUSE)
-            except Exception as exc:  # the log failed under us: say so to every caller
-                if self._stopped:
-                    return
-                log.error("replica of %s stopped following: %s", self.topics.data, exc)
-                self._failure = exc
-                with self._lock:
-                    self._fail_pending(list(self._pending), exc)
-                return
+            log.error("replica of %s stopped following: %s", self.topics.data, exc)
+            self._failure = exc
+            with self._lock:
+                self._fail_pending(list(self._pending), exc)
+
+    def _follow_positions(self, follower: Follower) -> dict[tuple[str, int], int] | None:
+        """Where the follower waits: every held partition that is not stalled."""
+        quiet = time.monotonic() - self._last_local
+        if quiet < _LOCAL_GRACE:
+            # Threads of this process are appending and applying up to their own records,
+            # which takes in every other process's record before them. Stay out of their way
+            # (no wait on the log, so no wake-up per append); whatever arrives after the last
+            # of them is applied once they have been quiet for _LOCAL_GRACE.
+            time.sleep(_LOCAL_GRACE - quiet)
+            return None
+        follower.wait_slice = _STALL_RETRY if self.stalled else _WAIT_SLICE
+        ops, stalled = self.topics.ops, self.stalled
+        return {(ops, p): m.applied for p, m in self.machines.items() if p not in stalled}
+
+    def _follow_apply(self, ready: Sequence[tuple[str, int]]) -> bool:
+        # A wake-up may come from a local writer that just started: give it the moment it
+        # needs to apply its own record rather than compete for the lock.
+        time.sleep(_FOLLOW_PAUSE)
+        for _, p in ready:
+            with self._lock:
+                if not self._stopped:
+                    self._apply_available(p)
+        return True
 
     def _resume_stalled(self) -> list[tuple[str, int]]:
         """The stalled partitions whose missing function is registered now, un-stalled."""
@@ -1015,7 +631,7 @@ class ReplicaEngine:
         for p in partitions:
             if mode == "offset":  # no record at all: the end offset is authoritative
                 target = self.log.end_offset(self.topics.ops, p) - 1
-                if target >= self._applied[p]:
+                if target >= self.machines[p].applied:
                     self.apply_until(p, target, deadline)
             elif mode == "shared":
                 self._shared_barrier(p, deadline)
@@ -1028,36 +644,14 @@ class ReplicaEngine:
         self.apply_until(p, offset, deadline)
 
     def _shared_barrier(self, p: int, deadline: float) -> None:
-        """Join the next barrier group of ``p``; the first member free to lead runs it."""
-        cond = self._barrier_cond
-        with cond:
-            group = self._barrier_next[p]
-            if group is None:
-                group = self._barrier_next[p] = _BarrierGroup()
-            while not group.done:
-                self.check_usable()
-                if not self._barrier_busy[p] and self._barrier_next[p] is group:
-                    self._barrier_busy[p] = True
-                    self._barrier_next[p] = None
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise OperationTimeoutError(f"no barrier of {self.topics.ops}[{p}] in time")
-                cond.wait(remaining)
-            else:
-                if group.error is not None:
-                    raise group.error
-                return
-        try:  # this thread leads the group
-            self._barrier(p, deadline)
-        except BaseException as exc:
-            group.error = exc
-            raise
-        finally:
-            with cond:
-                group.done = True
-                self._barrier_busy[p] = False
-                cond.notify_all()
+        """Join the next barrier group of ``p`` (see kafkakv.map.barriers)."""
+        self._barriers.join(
+            p,
+            deadline,
+            lambda: self._barrier(p, deadline),
+            self.check_usable,
+            f"{self.topics.ops}[{p}]",
+        )
 
     # -- flushing -----------------------------------------------------------------------
     def _flush_loop(self) -> None:
@@ -1075,10 +669,8 @@ class ReplicaEngine:
                 log.warning("flush of %s[%d] failed: %s", self.topics.data, p, exc)
             finally:
                 with self._lock:
-                    self._flush_asked.discard(p)
-                    missed = self._flush_missed.pop(p, -1)
-                    if missed > self._flushed[p] and not self._stopped:
-                        self._ask_flush(p, missed)
+                    if self.machines[p].flush_ended() and not self._stopped:
+                        self._flush_queue.put(p)
 
     def flush(self, p: int) -> int | None:
         """Flush partition ``p`` now; return the ops offset covered, or None when there was
@@ -1093,7 +685,7 @@ class ReplicaEngine:
         e.g. :class:`~kafkakv.errors.FencedError` (nothing was written, nothing is lost).
         """
         self.check_usable()
-        request = msgpack.packb([self.origin, self._applied[p]])  # who asked, and how far
+        request = msgpack.packb([self.origin, self.machines[p].applied])  # who asked, and how far
         self.log.append(
             self.topics.flush, p, [Record(None, request)], timeout=self.settings.timeout
         )
@@ -1128,39 +720,23 @@ class ReplicaEngine:
             )
         end = self.log.end_offset(ops, p)
         self.apply_until(p, end - 1, time.monotonic() + self.settings.timeout)
+        machine = self.machines[p]
         with gc_paused():  # a record per dirty key: see gcpause
             with self._lock:
-                covered = self._applied[p] - 1
-                if covered <= self._flushed[p]:
-                    return None  # stale: someone flushed this far already
-                latest = self._flush_values(p)
-                if latest is None or not latest[0]:
+                plan = machine.flush_plan()
+                if plan is None:  # stale, nothing dirty, or keys of a map not open here
                     return None
-            records = records_of(*latest)  # outside the lock, which appliers are waiting for
-            del latest
-            records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
-            mark = Record(None, encode_op(OpCode.FLUSHED, self.origin, -1, [covered]))
+                covered, keys = plan
+                values = machine.flush_values(keys)
+            # Outside the lock, which appliers are waiting for:
+            records, mark = flush_records(keys, values, covered, self.origin)
+            del keys, values
             # The mark last: replicas reading the ops wait the least (LogWriter.append).
             writer.append({(data, p): records, (ops, p): [mark]}, timeout=self.settings.timeout)
             count = len(records)
             del records  # before collection resumes: see gcpause
         log.debug("flushed %d keys of %s[%d] up to ops offset %d", count, data, p, covered)
         return covered
-
-    def _flush_values(self, p: int) -> tuple[list[bytes], list[bytes | None]] | None:
-        """Each dirty key of ``p`` (as a record key) and its latest value; None when keys of a
-        map not open here are dirty (this replica cannot flush them). Lock held."""
-        keys = list(self._dirty[p])
-        if self._plain:  # one map, record key = store key
-            return keys, self.maps[0].store.get_many(keys)
-        values: list[bytes | None] = []
-        for key in keys:
-            state = self._state_for(key)
-            if state is None:
-                log.debug("not flushing %s[%d]: keys of another map", self.topics.data, p)
-                return None
-            values.append(state.store.get(key[len(state.prefix) :]))
-        return keys, values
 
     # -- bootstrap ----------------------------------------------------------------------
     def _bootstrap(self, p: int, deadline: float) -> None:
@@ -1169,11 +745,10 @@ class ReplicaEngine:
         start = self.log.start_offset(ops, p)
         resumed = self._resume_point(p)
         if resumed is not None and resumed.applied >= start:
-            self._applied[p], self._flushed[p] = resumed.applied, resumed.flushed
+            self.machines[p].start_at(start_point(start, resumed))
             self._collect_dirty(p, max(resumed.flushed + 1, start), resumed.applied)
         else:
             self._load(p, start)
-        self._next_flush[p] = self._flushed[p] + self.settings.flush_period
         with self._lock:
             self._applied_to_end(p, deadline)
 
@@ -1181,23 +756,20 @@ class ReplicaEngine:
         """Load partition ``p`` from the data topic and take its flush point as the position
         (ops from there on are still to apply). Raises DataLossError when the ops topic,
         starting at ``start``, no longer holds the ops after that point."""
-        flushed = self._load_data(p)
-        if start > flushed + 1:
-            raise DataLossError(
-                f"{self.topics.ops}[{p}] starts at offset {start} but the data topic covers "
-                f"ops only up to {flushed}: retention removed unflushed updates"
-            )
-        self._applied[p], self._flushed[p] = flushed + 1, flushed
+        loaded = self._load_data(p)
+        where = f"{self.topics.ops}[{p}]"
+        self.machines[p].start_at(start_point(start, None, loaded, where))
 
     def _applied_to_end(self, p: int, deadline: float) -> None:
+        machine = self.machines[p]
         end = self.log.end_offset(self.topics.ops, p)
-        if end > self._applied[p]:
+        if end > machine.applied:
             # A stall does not fail the open: reads of p raise it, and errors() shows it.
             with contextlib.suppress(PartitionStalledError):
                 self.apply_until(p, end - 1, deadline)
         else:  # persist the positions even when there is nothing to apply
             for state in self.maps:
-                state.store.write({}, {p: Positions(self._applied[p], self._flushed[p])})
+                state.store.write({}, {p: Positions(machine.applied, machine.flushed)})
 
     def _resume_point(self, p: int) -> Positions | None:
         if not all(state.store.persistent for state in self.maps):
@@ -1209,19 +781,12 @@ class ReplicaEngine:
         return first
 
     def _collect_dirty(self, p: int, start: int, stop: int) -> None:
-        """A resumed replica does not know which keys changed since the last flush: every key
-        of an op in ``[start, stop)`` is treated as changed (a superset is safe to flush)."""
-        dirty, position = self._dirty[p], start
+        """Mark every key of an op in ``[start, stop)`` dirty (see note_resumed)."""
+        machine, position = self.machines[p], start
         while position < stop:
             records = self.log.read(self.topics.ops, p, position, max_records=_READ_BATCH)
-            if not records:
+            if not records or machine.note_resumed(records, stop):
                 break
-            for record in records:
-                assert record.offset is not None
-                if record.offset >= stop:
-                    return
-                if record.key is not None:
-                    dirty[record.key] = record.offset
             position = (records[-1].offset or 0) + 1
 
     def _load_data(self, p: int) -> int:
@@ -1239,113 +804,22 @@ class ReplicaEngine:
                 )
                 if not records:  # stop on an empty read, not at an offset: gaps cannot stall it
                     return flushed
-                if self._plain:  # record key = store key; a dict built at C speed
-                    batch = {r[0]: r[1] for r in records}
-                    batch.pop(None, None)
-                    if FLUSH_POINT_KEY in batch:
-                        del batch[FLUSH_POINT_KEY]
-                        flushed = max(flushed, _last_flush_point(records))
-                    loaded = cast(dict[bytes, bytes | None], batch)
-                    self._note_loaded(self.maps[0], p, records, loaded)
-                    self.maps[0].store.write(loaded, {})
-                else:
-                    flushed = max(flushed, self._load_shared(p, records))
+                loaded = load_batch(self.table, p, records, data)
+                if loaded.errors:
+                    self.errors.extend(loaded.errors)
+                for state in self.maps:
+                    if id(state) in loaded.changes:
+                        state.store.write(loaded.changes[id(state)], {})
+                flushed = max(flushed, loaded.flush_point)
                 position = (records[-1].offset or 0) + 1
-                del records  # before collection resumes: see gcpause
-
-    def _note_loaded(
-        self, state: MapState, p: int, records: Sequence[Record], batch: dict[bytes, bytes | None]
-    ) -> None:
-        """Bootstrap's check of a batch of data records (``batch``: the last value per key):
-        the keys and values this replica's codecs cannot read go to ``state.unreadable`` and
-        :attr:`errors`, with their offsets. One pass at C speed when all are readable."""
-        if state.values.reads_any_bytes:
-            values: list[bytes] = []
-        else:
-            values = cast(list[bytes], list(batch.values()))
-            if None in values:  # tombstones: nothing to read
-                values = [v for v in values if v is not None]
-        unreadable = state.unreadable
-        if not state.values.undecodable(values) and not state.keys.undecodable(list(batch)):
-            if unreadable:
-                for key in batch:
-                    unreadable.pop(key, None)
-            return
-        latest = {r[0]: r for r in records if r[0] in batch}
-        for key, record in latest.items():
-            self._note_value(state, p, record, key)
-
-    def _note_value(self, state: MapState, p: int, record: Record, user_key: bytes) -> None:
-        """Note whether the data record's key and value are readable here (bootstrap)."""
-        value, unreadable = record.value, state.unreadable
-        problem = None if value is None else _unreadable(state, user_key, value, True)
-        if problem is None:
-            unreadable.pop(user_key, None)
-        else:
-            assert record.offset is not None
-            error = ApplyError(p, record.offset, problem, record.key, self.topics.data)
-            unreadable[user_key] = error
-            self.errors.append(error)
-
-    def _load_shared(self, p: int, records: Sequence[Record]) -> int:
-        """Write data records of several maps to their stores; return the flush point seen."""
-        flushed = -1
-        changes: dict[int, dict[bytes, bytes | None]] = {}
-        for record in records:
-            key = record.key
-            if key == FLUSH_POINT_KEY:
-                flushed = max(flushed, _flush_point(record.value))
-                continue
-            owner = self._state_for(key)
-            if owner is None or key is None:
-                continue
-            user_key = key[len(owner.prefix) :]
-            self._note_value(owner, p, record, user_key)
-            changes.setdefault(id(owner), {})[user_key] = record.value
-        for state in self.maps:
-            if id(state) in changes:
-                state.store.write(changes[id(state)], {})
-        return flushed
+                del records, loaded  # before collection resumes: see gcpause
 
     def _keys_of(self, state: MapState, p: int) -> Iterable[bytes]:
-        prefix = state.prefix
-        return [k for k in state.store if self.partition_of(prefix + k) == p]
+        prefix, partition_of = state.prefix, self.keyspace.partition_of
+        return [k for k in state.store if partition_of(prefix + k) == p]
 
 
 _BARRIER = encode_op(OpCode.BARRIER, b"", 0)
-
-#: Decodes the value of a PUT of bytes (``[code, origin, seq, value]``) and refuses any other.
-_decode_put = msgspec.msgpack.Decoder(tuple[Literal[1], bytes, int, bytes]).decode
-assert OpCode.PUT.value == 1
-
-
-def _last_flush_point(records: Sequence[Record]) -> int:
-    return max(_flush_point(r.value) for r in records if r.key == FLUSH_POINT_KEY)
-
-
-def _flush_point(value: bytes | None) -> int:
-    try:
-        (covered,) = msgpack.unpackb(value or b"", raw=False)
-        return int(covered)
-    except Exception as exc:
-        raise DecodeError(f"a flush point record that does not decode: {exc}") from exc
-
-
-def _fail(future: OpFuture, exc: BaseException) -> None:
-    future.resolve(exception=exc)
-
-
-def _complete(future: OpFuture, result: Any) -> None:
-    if type(result) is bytes and future.map_state is not None:
-        try:
-            value = future.map_state.values.decode(result)
-        except KafkaKVError as exc:
-            message = f"the update was applied, but the value it returns does not decode: {exc}"
-            future.resolve(exception=ResultDecodeError(message, result))
-            return
-        future.resolve(value)
-    else:
-        future.resolve(result)
 
 
 def _notify(state: MapState, change: tuple[bytes, bytes | None, bytes | None, bool]) -> None:
@@ -1370,15 +844,3 @@ def _registered(name: str) -> bool:
     except UnknownFunctionError:
         return False
     return True
-
-
-def _unreadable(state: MapState, key: bytes, value: bytes, check_key: bool) -> str | None:
-    """Why this replica's codecs cannot read ``value`` (or ``key``), or None when they can."""
-    try:
-        if not state.values.reads_any_bytes:
-            state.values.check(value)
-        if check_key:
-            state.keys.check(key)
-    except DecodeError as exc:
-        return f"stored as written, but this replica's codecs cannot read it: {exc}"
-    return None

@@ -35,7 +35,9 @@ from kafkakv.errors import (
 )
 from kafkakv.lifecycle import Closeable
 from kafkakv.map.deepcheck import deep_check
-from kafkakv.map.engine import ApplyError, Listener, MapState, OpFuture, ReplicaEngine
+from kafkakv.map.engine import ReplicaEngine
+from kafkakv.map.futures import OpFuture
+from kafkakv.map.machine import ApplyError, Listener, MapState
 from kafkakv.map.ops import OpCode
 from kafkakv.store.base import OrderedStore
 

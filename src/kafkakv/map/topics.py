@@ -27,6 +27,7 @@ from kafkakv.errors import ConfigError, TopicExistsError, TopicMismatchError, Un
 from kafkakv.log.base import Log
 from kafkakv.log.config import validate_topic_name
 from kafkakv.log.partitioner import partition_for
+from kafkakv.map.keyspace import FLUSH_POINT_KEY
 
 __all__ = [
     "AdoptReport",
@@ -363,8 +364,6 @@ class AdoptReport:
 def _check_partitioning(
     log: Log, topic: str, count: int, progress: Callable[[int], None] | None
 ) -> AdoptReport:
-    from kafkakv.map.engine import FLUSH_POINT_KEY  # here: the engine imports this module
-
     report = AdoptReport({}, [])
     seen = 0
     for p in range(count):

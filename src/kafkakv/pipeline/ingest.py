@@ -130,10 +130,10 @@ class IngestJob:
     def run(self) -> IngestResult:
         """Read the new rows and append them; return what was done.
 
-        Raises :class:`~kafkakv.errors.PostgresError` when PostgreSQL cannot be reached,
-        :class:`~kafkakv.errors.ConfigError` for a missing table or column,
-        :class:`~kafkakv.errors.PipelineError` when Spark fails (a missing JDBC driver among
-        others) and the log's errors for the target.
+        Raises :class:`~kafkakv.errors.PipelineError` when PostgreSQL cannot be reached or
+        refuses a query, or Spark fails (a missing JDBC driver among others);
+        :class:`~kafkakv.errors.ConfigError` for a missing table or column; and the log's
+        errors for the target.
         """
         started = time.monotonic()
         source, mapping = self.source, self.mapping

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafkakv.errors import ConfigError, PostgresError
+from kafkakv.errors import ConfigError, PipelineError
 from kafkakv.pipeline.postgres import PostgresConnection
 from kafkakv.pipeline.session import spark_action
 
@@ -62,7 +62,7 @@ class TableSource:
         self, sql: str, params: tuple[Any, ...] = ()
     ) -> tuple[list[tuple[Any, ...]], list[str]]:
         """One statement: its rows and column names. A missing table is a ConfigError; any
-        other refusal (no privilege, a bad column) a PostgresError."""
+        other refusal (no privilege, a bad column) a PipelineError."""
         import psycopg
 
         with self.connection.connect() as conn, conn.cursor() as cur:
@@ -74,7 +74,7 @@ class TableSource:
                     f"{self.connection.database!r} on {self.connection.address}"
                 ) from exc
             except psycopg.Error as exc:
-                raise PostgresError(f"PostgreSQL refused a query on {self.table}: {exc}") from exc
+                raise PipelineError(f"PostgreSQL refused a query on {self.table}: {exc}") from exc
             if cur.description is None:
                 return [], []
             return list(cur.fetchall()), [d.name for d in cur.description]

@@ -20,6 +20,7 @@ from typing import Any
 
 from kafkakv.db import Database, check_target, connect
 from kafkakv.errors import ConfigError
+from kafkakv.map.keyspace import map_prefix
 from kafkakv.map.topics import MapTopics
 
 __all__ = ["SPARK_CODECS", "SourceOptions"]
@@ -127,8 +128,7 @@ class SourceOptions:
         its topics, else nothing."""
         if self.map is None or self.topics is None:
             return b""
-        name = self.map.encode()
-        return bytes([len(name)]) + name
+        return map_prefix(self.map)
 
     def connect(self) -> Database:
         """Open a database on the target (each task calls this once)."""

@@ -41,8 +41,8 @@ def spark_session(
     data source on it).
 
     ``jars``: jar files for the driver and executors (the JDBC driver:
-    :func:`kafkakv.devcluster.jars.postgres_jdbc_jar`). ``config``: more Spark settings, which
-    win over these defaults. Raises :class:`~kafkakv.errors.ConfigError` when PySpark is not
+    :func:`kafkakv.pipeline.jdbc_driver.postgres_jdbc_jar`). ``config``: more Spark settings,
+    which win over these defaults. Raises :class:`~kafkakv.errors.ConfigError` when PySpark is not
     installed or a jar is missing.
     """
     try:

@@ -55,6 +55,7 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log.base import Log, Record
+from kafkakv.map.keyspace import check_update_key
 from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
 from kafkakv.pipeline.options import SourceOptions
@@ -316,6 +317,7 @@ class _MapRecords:
         record_keys = [prefix + k for k in keys] if prefix else keys
         partitions = partitions_for(record_keys, count)
         for record_key, value, p in zip(record_keys, values, partitions, strict=True):
+            check_update_key(record_key)
             if value is None:
                 op = encode_op(remove, origin, next(seq))
             else:

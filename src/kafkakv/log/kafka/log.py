@@ -17,6 +17,12 @@ Where Kafka behaves differently from the embedded log:
   reports how far a reader may step over them.
 - ``end_offset`` may come from a leader that was just deposed, so it is no read barrier
   (``end_offset_is_linearizable`` is False): maps append barrier records instead.
+
+Errors: what librdkafka raises is translated where it is called, in a ``with
+translated(...)`` block, and what a delivery report or a consumer event says, by
+:func:`~kafkakv.log.kafka.errors.translate`: one table (:mod:`kafkakv.log.kafka.errors`)
+decides the class, the error keeps librdkafka's code (``code``, ``code_name``) and, when
+there was an exception, has it as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -47,12 +53,12 @@ from kafkakv.errors import (
     ConfigError,
     FencedError,
     InvalidRecordError,
+    KafkaKVError,
     LogAuthenticationError,
     LogError,
     LogUnavailableError,
     OperationTimeoutError,
     RecordTooLargeError,
-    TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
     UnsupportedOperationError,
@@ -60,6 +66,7 @@ from kafkakv.errors import (
 from kafkakv.log.base import Batch, CleanResult, FailureCallback, Log, LogWriter, Problem, Record
 from kafkakv.log.base import TopicPartition as TP
 from kafkakv.log.config import parse_topic_config, validate_topic_name
+from kafkakv.log.kafka.errors import error_class, error_of, translate, translated
 from kafkakv.log.kafka.reader import Reader
 from kafkakv.log.kafka.refusals import Refusals, slices, speaks_tls
 from kafkakv.log.kafka.settings import ClientSettings, open_client
@@ -89,15 +96,11 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 8_000
 Kafka's default is 10 s), plus the abort markers' write: at most 10 s on the dev cluster (see
 docs/kafka.md for what production brokers need)."""
 
-_FENCED = {
-    KafkaError.PRODUCER_FENCED,
-    KafkaError._FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    KafkaError.INVALID_PRODUCER_ID_MAPPING,
-}
-_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
+# Which error a code raises is .errors.TABLE's; the sets here decide what the log does.
 # A transaction's error with one of these codes was a record not stored: its typed error.
-_RECORD_FAILURES = _TOO_LARGE | {
+_RECORD_FAILURES = {
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.RECORD_LIST_TOO_LARGE,
     KafkaError._MSG_TIMED_OUT,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._UNKNOWN_TOPIC,
@@ -122,15 +125,6 @@ _IN_PASSING = {
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError._ALL_BROKERS_DOWN,
-}
-_UNAVAILABLE = {
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._TRANSPORT,
-    KafkaError.NOT_ENOUGH_REPLICAS,
-    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.BROKER_NOT_AVAILABLE,
 }
 
 
@@ -204,13 +198,15 @@ _meta = itemgetter(2, 3)  # a checked row's (headers, timestamp)
 
 def _unreachable(
     bootstrap: str, timeout: float, exc: KafkaException, last_transport: str | None
-) -> LogUnavailableError:
+) -> KafkaKVError:
     """The error for brokers that did not answer a first request within ``timeout``, with the
-    last reason librdkafka gave for a failed connection."""
-    message = f"no Kafka broker answered at {bootstrap} within {timeout} s: {_text(exc)}"
+    last reason librdkafka gave for a failed connection: a
+    :class:`~kafkakv.errors.LogUnavailableError` whatever the code (a timeout, a transport
+    error: the brokers are not there)."""
+    what = f"no Kafka broker answered at {bootstrap} within {timeout} s"
     if last_transport is not None:
-        message += f" (last connection error: {last_transport})"
-    return LogUnavailableError(message)
+        what += f" (last connection error: {last_transport})"
+    return translate(what, exc, LogUnavailableError)
 
 
 def _call_again(err: KafkaError | None, ran_out: bool, again: bool, resumable: bool) -> bool:
@@ -309,8 +305,8 @@ def _produce(
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.01)
             except KafkaException as exc:
-                err = _error_of(exc)
-                if err is None:
+                err = error_of(exc)
+                if err is None:  # no code to refuse the row with: the caller translates it
                     raise
                 refused.append((row, err))
                 break
@@ -405,7 +401,7 @@ class KafkaLog(Log):
             self._refusals.check(0)
             raise _unreachable(
                 self.settings.bootstrap, self.timeout, exc, self._refusals.last_transport
-            ) from None
+            ) from exc
         except LogError:
             self._close_clients()
             raise
@@ -442,14 +438,14 @@ class KafkaLog(Log):
             wait = max(remaining, 0.001) if final else length
             try:
                 return call(wait)
-            except concurrent.futures.TimeoutError:
+            except concurrent.futures.TimeoutError as exc:
                 if final:
                     raise OperationTimeoutError(
                         f"{what}: no answer within {self.timeout} s"
-                    ) from None
+                    ) from exc
             except KafkaException as exc:
                 ran_out = time.monotonic() - started >= 0.9 * wait
-                if final or not _call_again(_error_of(exc), ran_out, again, resumable):
+                if final or not _call_again(error_of(exc), ran_out, again, resumable):
                     raise
                 if not ran_out:  # a quick retriable failure: do not spin
                     time.sleep(min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
@@ -506,30 +502,16 @@ class KafkaLog(Log):
         futures = self._admin.create_topics(
             [topic], operation_timeout=self.timeout, request_timeout=self.timeout
         )
-        try:
+        # TopicExistsError, or ConfigError for settings the brokers refuse (see .errors.TABLE)
+        with translated(f"creating topic {name!r}"):
             self._patiently(f"creating topic {name!r}", futures[name].result)
-        except KafkaException as exc:
-            err = _error_of(exc)
-            code = err.code() if err is not None else None
-            if code == KafkaError.TOPIC_ALREADY_EXISTS:
-                raise TopicExistsError(f"topic {name!r} exists already") from None
-            if code in (
-                KafkaError.INVALID_REPLICATION_FACTOR,
-                KafkaError.INVALID_CONFIG,
-                KafkaError.POLICY_VIOLATION,
-                KafkaError.INVALID_PARTITIONS,
-            ):
-                raise ConfigError(f"the cluster refused topic {name!r}: {_text(exc)}") from None
-            raise self._failure(f"creating topic {name!r}", exc) from None
         self._await_leaders(name, partitions)
 
     def _await_leaders(self, name: str, partitions: int) -> None:
         deadline = time.monotonic() + self.timeout
         while True:
-            try:
+            with translated(f"looking up topic {name!r}"):
                 meta = self._metadata(name)
-            except KafkaException as exc:
-                raise self._failure(f"looking up topic {name!r}", exc) from None
             topic = meta.topics.get(name)
             if (
                 topic is not None
@@ -547,15 +529,16 @@ class KafkaLog(Log):
         if self._replication > 0:
             return self._replication
         self._check_open()
-        try:
+        what = "reading the brokers' defaults"
+        with translated(what):
             meta = self._metadata()
+            if not meta.brokers:
+                raise LogUnavailableError(f"{what}: the cluster's metadata names no broker")
             broker = ConfigResource(ResourceType.BROKER, str(next(iter(meta.brokers))))
             entries = self._patiently(
-                "reading the brokers' defaults",
+                what,
                 self._admin.describe_configs([broker], request_timeout=self.timeout)[broker].result,
             )
-        except (KafkaException, StopIteration) as exc:
-            raise LogUnavailableError(f"cannot read the brokers' defaults: {exc}") from None
         entry = entries.get("default.replication.factor")
         self._replication = int(entry.value) if entry is not None and entry.value else 1
         return self._replication
@@ -563,10 +546,8 @@ class KafkaLog(Log):
     def topics(self) -> list[str]:
         """Every topic except Kafka's internal ones (``__consumer_offsets``...), sorted."""
         self._check_open()
-        try:
+        with translated("listing topics"):
             meta = self._metadata()
-        except KafkaException as exc:
-            raise self._failure("listing topics", exc) from None
         return sorted(t for t in meta.topics if not t.startswith("__"))
 
     def partitions(self, topic: str) -> int:
@@ -589,10 +570,8 @@ class KafkaLog(Log):
             raise UnknownTopicError(f"no topic {topic!r}")
         deadline = time.monotonic() + _PROPAGATION_S
         while True:
-            try:
+            with translated(f"looking up topic {topic!r}"):
                 meta = self._metadata(topic)
-            except KafkaException as exc:
-                raise self._failure(f"looking up topic {topic!r}", exc) from None
             found = meta.topics.get(topic)
             if found is not None and found.error is None:
                 break
@@ -613,20 +592,19 @@ class KafkaLog(Log):
         deadline = time.monotonic() + _PROPAGATION_S
         while True:
             try:
-                entries = self._patiently(
-                    f"describing topic {topic!r}",
-                    self._admin.describe_configs([resource], request_timeout=self.timeout)[
-                        resource
-                    ].result,
-                )
+                with translated(f"describing topic {topic!r}"):
+                    entries = self._patiently(
+                        f"describing topic {topic!r}",
+                        self._admin.describe_configs([resource], request_timeout=self.timeout)[
+                            resource
+                        ].result,
+                    )
                 return {
                     name: "" if e.value is None else str(e.value) for name, e in entries.items()
                 }
-            except KafkaException as exc:
-                err = _error_of(exc)
-                unknown = err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-                if not unknown or time.monotonic() > deadline:
-                    raise self._failure(f"describing topic {topic!r}", exc) from None
+            except UnknownTopicError:  # see _PROPAGATION_S
+                if time.monotonic() > deadline:
+                    raise
                 time.sleep(0.05)
 
     def _metadata(self, topic: str | None = None) -> Any:
@@ -698,9 +676,9 @@ class KafkaLog(Log):
             self._deliver(topic, partition, rows, timeout)
             return
         failures = _Failures(self, on_failure)
-        for (key, value, _, _), err in _produce(
-            self._bulk_producer(), topic, partition, rows, failures
-        ):
+        with translated(f"append to {topic}[{partition}]"):
+            refused = _produce(self._bulk_producer(), topic, partition, rows, failures)
+        for (key, value, _, _), err in refused:
             failures.report(topic, partition, key, value, err)
 
     def _bulk_producer(self) -> Producer:
@@ -723,7 +701,8 @@ class KafkaLog(Log):
         self, topic: str, partition: int, rows: list[CheckedRecord], timeout: float | None = None
     ) -> int:
         delivery = _Delivery(len(rows))
-        refused = _produce(self._producer, topic, partition, rows, delivery)
+        with translated(f"append to {topic}[{partition}]"):
+            refused = _produce(self._producer, topic, partition, rows, delivery)
         if refused:
             raise self._append_failure(topic, partition, refused[0][1])
         # librdkafka gives up at message.timeout.ms (= timeout); the margin is for the report.
@@ -756,35 +735,23 @@ class KafkaLog(Log):
         if self._written.get(key, -1) < end:  # racing writers: a lower end is harmless
             self._written[key] = end
 
-    def _append_failure(self, topic: str, partition: int, err: KafkaError) -> Exception:
+    def _append_failure(self, topic: str, partition: int, err: KafkaError) -> KafkaKVError:
         return self._record_failure(f"append to {topic}[{partition}]", err, topic)
 
-    def _record_failure(self, where: str, err: KafkaError, topic: str | None = None) -> Exception:
-        """The error for records the brokers or librdkafka did not store. Without ``topic``
-        (a transaction's failure), every topic's looked-up settings are forgotten."""
-        code = err.code()
-        if code in _TOO_LARGE or code in (
-            KafkaError.UNKNOWN_TOPIC_OR_PART,
-            KafkaError._UNKNOWN_TOPIC,
-        ):
+    def _record_failure(
+        self, where: str, err: KafkaError, topic: str | None = None
+    ) -> KafkaKVError:
+        """The error for records the brokers or librdkafka did not store (translated; no
+        exception to chain: a delivery report or a refusal gives a bare ``KafkaError``).
+        A record too large or a topic unknown forgets ``topic``'s looked-up settings, or
+        every topic's without one (a transaction's failure)."""
+        error = translate(where, err)
+        if isinstance(error, RecordTooLargeError | UnknownTopicError):
             if topic is None:  # its max.message.bytes may have changed, or it is gone
                 self._topics.clear()
             else:
                 self._topics.pop(topic, None)
-        if code in _TOO_LARGE:
-            return RecordTooLargeError(f"{where}: {err.str()} (see max.message.bytes)")
-        if code == KafkaError._MSG_TIMED_OUT:
-            return OperationTimeoutError(
-                f"{where} not acknowledged within {self.timeout} s ({err.str()}); are enough "
-                "brokers up for the topic's min.insync.replicas?"
-            )
-        if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-            return UnknownTopicError(f"{where}: {err.str()}")
-        if code == KafkaError.INVALID_RECORD:
-            return InvalidRecordError(f"{where}: {err.str()}")
-        if code in _UNAVAILABLE:
-            return LogUnavailableError(f"{where}: {err.str()}")
-        return LogError(f"{where}: {err.str()}")
+        return error
 
     def _writer_for_batches(self) -> KafkaLogWriter:
         with self._batch_lock:
@@ -831,19 +798,18 @@ class KafkaLog(Log):
         max_bytes: int = 1 << 20,
     ) -> Batch:
         self._partition(topic, partition)
-        return self._reader().read(topic, partition, offset, max_records, max_bytes)
+        with translated(f"reading {topic}[{partition}] at offset {offset}"):
+            return self._reader().read(topic, partition, offset, max_records, max_bytes)
 
     def _bounds(self, topic: str, partition: int) -> tuple[int, int]:
         tp = TopicPartition(topic, partition)
-        with self._meta_lock:
-            try:
-                low, high = self._patiently(
-                    f"asking the offsets of {topic}[{partition}]",
-                    lambda t: self._meta.get_watermark_offsets(tp, timeout=t, cached=False),
-                    lambda: self._meta.poll(0),  # the poll thread cannot while this holds it
-                )
-            except KafkaException as exc:
-                raise self._failure(f"asking the offsets of {topic}[{partition}]", exc) from None
+        what = f"asking the offsets of {topic}[{partition}]"
+        with self._meta_lock, translated(what):
+            low, high = self._patiently(
+                what,
+                lambda t: self._meta.get_watermark_offsets(tp, timeout=t, cached=False),
+                lambda: self._meta.poll(0),  # the poll thread cannot while this holds it
+            )
         return int(low), int(high)
 
     def start_offset(self, topic: str, partition: int) -> int:
@@ -862,7 +828,8 @@ class KafkaLog(Log):
     def wait_any(self, positions: Mapping[TP, int], timeout: float | None) -> set[TP]:
         for topic, partition in positions:
             self._partition(topic, partition)
-        ready = self._reader().wait_any(dict(positions), timeout)
+        with translated(f"waiting for records of {len(positions)} partition(s)"):
+            ready = self._reader().wait_any(dict(positions), timeout)
         self._check_open()
         return ready
 
@@ -884,10 +851,8 @@ class KafkaLog(Log):
     def check(self) -> list[Problem]:
         """Partitions without a leader, or with fewer in-sync replicas than replicas."""
         self._check_open()
-        try:
+        with translated("listing topics"):
             meta = self._metadata()
-        except KafkaException as exc:
-            raise self._failure("listing topics", exc) from None
         problems = []
         for name, topic in sorted(meta.topics.items()):
             if topic.error is not None:
@@ -907,15 +872,7 @@ class KafkaLog(Log):
                     )
         return problems
 
-    # -- errors and lifecycle -------------------------------------------------------------
-    def _failure(self, what: str, exc: KafkaException) -> Exception:
-        err = _error_of(exc)
-        if err is not None and err.code() in (KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE):
-            return OperationTimeoutError(f"{what}: no answer within {self.timeout} s")
-        if err is not None and err.code() in _UNAVAILABLE:
-            return LogUnavailableError(f"{what}: {_text(exc)}")
-        return LogError(f"{what}: {_text(exc)}")
-
+    # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
         """Close every client: readers, writers kafkakv made, the producer (after up to
         ``timeout`` for records in flight) and the admin client. Idempotent."""
@@ -949,7 +906,7 @@ class KafkaLogWriter(LogWriter):
         self._log = owner
         self._id = transactional_id
         self._lock = threading.Lock()
-        self._fenced: str | None = None
+        self._fenced: FencedError | None = None
         self._closed = False
         self._producer = self._open()
 
@@ -958,16 +915,12 @@ class KafkaLogWriter(LogWriter):
         producer = open_client(
             Producer, owner.settings.transactional(self._id, owner.transaction_timeout_ms)
         )
-        try:  # fences every earlier producer with this id; aborts its open transaction
-            # (called again after a slice that timed out: librdkafka goes on where it was)
+        what = f"opening transactional writer {self._id!r}"
+        with translated(what):  # fences every earlier producer with this id; aborts its open
+            # transaction (called again after a slice that timed out: librdkafka goes on)
             owner._patiently(
-                f"opening transactional writer {self._id!r}",
-                producer.init_transactions,
-                lambda: producer.poll(0),
-                resumable=True,
+                what, producer.init_transactions, lambda: producer.poll(0), resumable=True
             )
-        except KafkaException as exc:
-            raise owner._failure(f"opening transactional writer {self._id!r}", exc) from None
         return producer
 
     @property
@@ -992,17 +945,22 @@ class KafkaLogWriter(LogWriter):
             if self._closed:
                 raise ClosedError(f"writer {self._id!r} is closed")
             if self._fenced is not None:
-                raise FencedError(f"writer {self._id!r} was fenced: {self._fenced}")
+                first = self._fenced
+                raise FencedError(
+                    f"writer {self._id!r} was fenced: {first}",
+                    code=first.code,
+                    code_name=first.code_name,
+                ) from first
             try:
                 return self._transaction(batches)
             except KafkaException as exc:
-                raise self._transaction_failure(exc) from None
+                raise self._transaction_failure(exc) from exc
             except SystemError as exc:
                 # confluent-kafka runs the delivery callbacks of a fenced producer with its
                 # fatal error still set, and Python reports that as a SystemError whose cause
-                # is the real error.
+                # is the real error: translate that one (the SystemError stays __context__).
                 if isinstance(exc.__cause__, KafkaException):
-                    raise self._transaction_failure(exc.__cause__) from None
+                    raise self._transaction_failure(exc.__cause__) from exc.__cause__
                 raise
 
     def _transaction(self, batches: Mapping[TP, list[CheckedRecord]]) -> dict[TP, int]:
@@ -1024,7 +982,7 @@ class KafkaLogWriter(LogWriter):
                 refused = _produce(producer, topic, p, rows, None, first=firsts)
                 if refused:
                     err = refused[0][1]
-                    if err.fatal() or err.code() in _FENCED:
+                    if err.fatal() or error_class(err.code()) is FencedError:
                         raise KafkaException(err)  # for _transaction_failure: fenced or broken
                     self._abort()
                     raise self._log._append_failure(topic, p, err)
@@ -1040,10 +998,10 @@ class KafkaLogWriter(LogWriter):
                 resumable=True,
             )
         except KafkaException as exc:  # the first record's fate, should the commit's hide it
-            raise self._transaction_failure(exc, firsts.error) from None
+            raise self._transaction_failure(exc, firsts.error) from exc
         if firsts.error is not None:  # librdkafka committed after a failed record: cannot be
-            raise LogError(
-                f"writer {self._id!r} committed although a record failed: {firsts.error}"
+            raise translate(
+                f"writer {self._id!r} committed although a record failed", firsts.error, LogError
             )
         offsets = {tp: firsts.firsts[tp] for tp in batches}
         for (topic, p), rows in batches.items():
@@ -1083,14 +1041,18 @@ class KafkaLogWriter(LogWriter):
 
     def _transaction_failure(
         self, exc: KafkaException, cause: KafkaError | None = None
-    ) -> Exception:
-        """The error to raise for a failed transaction (aborted here when it must be).
-        ``cause``: what a record's delivery report said, when the commit's error may hide it."""
-        err = _error_of(exc)
-        if err is not None and (err.code() in _FENCED or err.fatal()):
-            self._fenced = err.str()
-            return FencedError(f"writer {self._id!r} was fenced by a newer one: {err.str()}")
+    ) -> KafkaKVError:
+        """The error to raise (``from exc``) for a failed transaction, aborted here when it
+        must be. A fatal error is a :class:`~kafkakv.errors.FencedError` whatever its code:
+        the producer cannot go on, and this writer fails every later append. ``cause``: what
+        a record's delivery report said, when the commit's error may hide it."""
         where = f"transaction of writer {self._id!r}"
+        err = error_of(exc)
+        fatal = err is not None and err.fatal()
+        error = translate(where, exc, FencedError if fatal else None)
+        if isinstance(error, FencedError):
+            self._fenced = error
+            return error
         if err is not None and err.txn_requires_abort():
             self._abort()
             if err.code() not in _RECORD_FAILURES and cause is not None:
@@ -1098,7 +1060,7 @@ class KafkaLogWriter(LogWriter):
             if err.code() in _RECORD_FAILURES:  # a record was refused or never acknowledged
                 self._renew()
                 return self._log._record_failure(where, err)
-        return self._log._failure(where, exc)
+        return error
 
     def _renew(self) -> None:
         """Replace the producer after a transaction lost a record. Its abort is not always
@@ -1132,11 +1094,6 @@ class KafkaLogWriter(LogWriter):
                 log.debug("closing writer %s: %s", self._id, _text(exc))
 
 
-def _error_of(exc: KafkaException) -> KafkaError | None:
-    err = exc.args[0] if exc.args else None
-    return err if isinstance(err, KafkaError) else None
-
-
 def _text(exc: KafkaException) -> str:
-    err = _error_of(exc)
+    err = error_of(exc)
     return err.str() if err is not None else str(exc)

@@ -22,8 +22,9 @@ from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from kafkakv.errors import LogError, OffsetOutOfRangeError, OperationTimeoutError
+from kafkakv.errors import KafkaKVError, OffsetOutOfRangeError, OperationTimeoutError
 from kafkakv.log.base import Batch, Record
+from kafkakv.log.kafka.errors import error_class, translate
 from kafkakv.log.kafka.refusals import Refusals
 from kafkakv.log.kafka.settings import ClientConfig, open_client
 
@@ -42,7 +43,6 @@ _IDLE_RECORDS = 100_000
 _IDLE_BYTES = 64 << 20
 
 _EOF = KafkaError._PARTITION_EOF
-_OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
 _new_record = tuple.__new__
 
 
@@ -63,7 +63,7 @@ class _Part:
         self.lo = offset  # records below this are not wanted (dropped as they arrive)
         self.next = offset  # one past the last offset the consumer delivered or reported
         self.eof = False  # the consumer reported the end at `next`, nothing arrived since
-        self.failure: LogError | None = None
+        self.failure: KafkaKVError | None = None
         self.known_end = -1  # the end offset asked of the broker when positioned here
         self.used = 0  # the reader's call count when this partition was last read
 
@@ -213,13 +213,9 @@ class Reader:
             if end is not None and end >= part.next:
                 part.next = end
                 part.eof = True
-        elif code in _OUT_OF_RANGE:
-            part.failure = OffsetOutOfRangeError(
-                f"{m.topic()}[{m.partition()}]: offset out of range ({err.str()}); "
-                "retention removed the records asked for"
-            )
-        elif err.fatal():
-            part.failure = LogError(f"{m.topic()}[{m.partition()}]: {err.str()}")
+        elif err.fatal() or error_class(code) is OffsetOutOfRangeError:
+            # the next read raises it (no exception to chain: the consumer reports an event)
+            part.failure = translate(f"reading {m.topic()}[{m.partition()}]", err)
         else:  # a broker restarting, a leader moving: librdkafka retries by itself
             log.debug("consumer: %s", err.str())
 

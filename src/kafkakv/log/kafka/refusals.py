@@ -21,28 +21,29 @@ from collections.abc import Iterator
 from confluent_kafka import KafkaError
 
 from kafkakv.errors import LogAuthenticationError
+from kafkakv.log.kafka.errors import error_class, translate
 
 __all__ = ["Refusals", "is_refusal", "slices", "speaks_tls"]
 
 FIRST_SLICE_S = 0.25
 """The first slice of a wait; each next one is twice as long (see :func:`slices`)."""
 
-_REFUSED = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
-
 
 def is_refusal(code: int, text: str) -> bool:
     """Whether a client error reported by librdkafka means the brokers refuse this client, which
-    retrying cannot mend: SASL authentication failed (``_AUTHENTICATION``), a certificate not
-    trusted (``_SSL``), or a connection lost during the TLS handshake (``_TRANSPORT`` saying
-    ``SSL handshake`` or naming the ``SSL_HANDSHAKE`` state: TLS spoken to a plaintext
-    listener). A connection lost once up (a broker restarting) is no refusal.
+    retrying cannot mend: a code :data:`.errors.TABLE` makes a
+    :class:`~kafkakv.errors.LogAuthenticationError` (SASL authentication failed:
+    ``_AUTHENTICATION``; a certificate not trusted: ``_SSL``), or a connection lost during
+    the TLS handshake (``_TRANSPORT`` saying ``SSL handshake`` or naming the
+    ``SSL_HANDSHAKE`` state: TLS spoken to a plaintext listener). A connection lost once up
+    (a broker restarting) is no refusal.
 
     >>> is_refusal(KafkaError._SSL, "SSL handshake failed: certificate verify failed")
     True
     >>> is_refusal(KafkaError._TRANSPORT, "ssl://h:1/1: Disconnected (after 9ms in state UP)")
     False
     """
-    if code in _REFUSED:
+    if error_class(code) is LogAuthenticationError:
         return True
     return code == KafkaError._TRANSPORT and ("SSL handshake" in text or "SSL_HANDSHAKE" in text)
 
@@ -102,10 +103,11 @@ class Refusals:
         if self._count > mark:
             with self._lock:
                 last = self._last
-            text = last.str() if last is not None else "no reason given"
-            raise LogAuthenticationError(
-                f"the Kafka brokers at {self.bootstrap} refused this client: {text}"
-            )
+            what = f"the Kafka brokers at {self.bootstrap} refused this client"
+            if last is None:
+                raise LogAuthenticationError(f"{what}: no reason given")
+            # a report to error_cb, not an exception: nothing to chain; the code is kept
+            raise translate(what, last, LogAuthenticationError)
 
 
 def speaks_tls(address: str, timeout: float) -> bool:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException
 
 from kafkakv.errors import ConfigError
+from kafkakv.log.kafka.errors import error_of, translate
 
 _LIBRDKAFKA_LOG = logging.getLogger("kafkakv.librdkafka")
 # librdkafka reports every refused connection while a broker restarts; kafkakv raises what
@@ -169,15 +170,17 @@ def open_client(kind: Callable[[ClientConfig], _Client], config: ClientConfig) -
 
     Creating one connects to nothing, but librdkafka checks every setting: an unknown name, a
     value it cannot parse or a file it cannot read (``ssl.ca.location``) raises
-    :class:`~kafkakv.errors.ConfigError` with librdkafka's words, which name the setting.
+    :class:`~kafkakv.errors.ConfigError` with librdkafka's words, which name the setting
+    (``_INVALID_ARG``, which only here surely means a setting). Any other failure is
+    translated as :mod:`.errors` says.
     """
     try:
         return kind(config)
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() == KafkaError._INVALID_ARG:
-            raise ConfigError(f"librdkafka refused the Kafka settings: {err.str()}") from exc
-        raise
+        err = error_of(exc)
+        if err is not None and err.code() == KafkaError._INVALID_ARG:
+            raise translate("librdkafka refused the Kafka settings", err, ConfigError) from exc
+        raise translate(f"opening a Kafka {getattr(kind, '__name__', 'client')}", exc) from exc
 
 
 def _as_text(name: str, value: Any) -> str:

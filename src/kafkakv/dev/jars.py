@@ -1,4 +1,4 @@
-"""The Apache Kafka broker jars and the PostgreSQL JDBC driver, fetched once with Maven.
+"""The Apache Kafka broker jars, fetched once with Maven.
 
 The cache is ``${KAFKAKV_CACHE:-~/.cache/kafkakv}/kafka-<version>/``::
 
@@ -6,13 +6,13 @@ The cache is ``${KAFKAKV_CACHE:-~/.cache/kafkakv}/kafka-<version>/``::
     maven.log      Maven's output from the fetch
     libs/          every runtime jar of kafka_2.13 (broker, storage tool, kafka-clients)
                    plus the log4j2 binding
-    jdbc/          postgresql-<42.x>.jar alone
     complete.json  written last: the file names above; without it the cache is incomplete
 
 :func:`fetch_kafka` returns at once when ``complete.json`` lists files that all exist; else it
 takes an exclusive lock on ``kafka-<version>/.lock`` (so two processes fetching at once run
 Maven once), runs ``mvn validate`` into a staging directory and moves the result in place.
 Maven keeps its own cache in ``~/.m2``, so a second fetch of the same version downloads nothing.
+The PostgreSQL JDBC driver is the pipeline's business: :mod:`kafkakv.pipeline.jdbc_driver`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kafkakv.devcluster.lock import exclusive_lock
-from kafkakv.devcluster.process import log_tail
-from kafkakv.errors import ClusterError, JarFetchError
+from kafkakv.dev.errors import ClusterError, JarFetchError
+from kafkakv.dev.lock import exclusive_lock
+from kafkakv.dev.process import log_tail
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
@@ -37,7 +37,6 @@ __all__ = [
     "default_cache_root",
     "fetch_kafka",
     "find_java",
-    "postgres_jdbc_jar",
 ]
 
 DEFAULT_KAFKA_VERSION = "4.3.1"
@@ -61,8 +60,6 @@ class KafkaJars:
     """``<cache root>/kafka-<version>``."""
     libs: Path
     """The directory of the broker's runtime jars."""
-    jdbc_jar: Path
-    """The PostgreSQL JDBC driver jar."""
 
     @property
     def classpath(self) -> str:
@@ -79,7 +76,7 @@ def default_cache_root() -> Path:
 def find_java() -> str:
     """The ``java`` to run brokers with: ``$JAVA_HOME/bin/java``, else the one on ``PATH``.
 
-    Raises :class:`~kafkakv.errors.ClusterError` when there is none.
+    Raises :class:`~kafkakv.dev.errors.ClusterError` when there is none.
     """
     home = os.environ.get("JAVA_HOME")
     if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
@@ -100,15 +97,13 @@ def cached_jars(
     home = (cache_root or default_cache_root()) / f"kafka-{version}"
     try:
         manifest = json.loads((home / _MANIFEST).read_text(encoding="utf-8"))
-        names, jdbc = list(manifest["libs"]), str(manifest["jdbc"])
+        names = list(manifest["libs"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     libs = home / "libs"
     if not names or not all((libs / name).is_file() for name in names):
         return None
-    if not (home / "jdbc" / jdbc).is_file():
-        return None
-    return KafkaJars(version, home, libs, home / "jdbc" / jdbc)
+    return KafkaJars(version, home, libs)
 
 
 def fetch_kafka(
@@ -120,7 +115,7 @@ def fetch_kafka(
     """The jars of Apache Kafka ``version``, fetched with Maven unless already cached.
 
     Costs one small file read when cached; otherwise one Maven run (tens of seconds with an
-    empty ``~/.m2``) under an exclusive lock. Raises :class:`~kafkakv.errors.JarFetchError`
+    empty ``~/.m2``) under an exclusive lock. Raises :class:`~kafkakv.dev.errors.JarFetchError`
     when ``mvn`` or ``java`` is missing or Maven fails (the message ends with its output).
     """
     jars = cached_jars(version, cache_root)
@@ -145,19 +140,6 @@ def fetch_kafka(
         return _publish(home, version)
 
 
-def postgres_jdbc_jar(
-    kafka_version: str = DEFAULT_KAFKA_VERSION,
-    cache_root: Path | None = None,
-    *,
-    progress: Progress | None = None,
-) -> Path:
-    """The PostgreSQL JDBC driver jar, fetched with (and cached beside) the Kafka jars.
-
-    Same costs and errors as :func:`fetch_kafka`.
-    """
-    return fetch_kafka(kafka_version, cache_root, progress=progress).jdbc_jar
-
-
 def _maven_command(mvn: str, pom: Path, staging: Path, version: str) -> list[str]:
     return [
         mvn,
@@ -170,7 +152,6 @@ def _maven_command(mvn: str, pom: Path, staging: Path, version: str) -> list[str
         "validate",
         f"-Dkafka.version={version}",
         f"-Dlibs.dir={staging / 'libs'}",
-        f"-Djdbc.dir={staging / 'jdbc'}",
     ]
 
 
@@ -215,18 +196,15 @@ def _publish(home: Path, version: str) -> KafkaJars:
     """Move the staged jars in place and write the manifest last."""
     staging = home / "staging"
     names = sorted(p.name for p in (staging / "libs").glob("*.jar"))
-    drivers = sorted(p.name for p in (staging / "jdbc").glob("postgresql-*.jar"))
-    if f"kafka_2.13-{version}.jar" not in names or len(drivers) != 1:
+    if f"kafka_2.13-{version}.jar" not in names:
         raise JarFetchError(
-            f"Maven finished but {staging} lacks kafka_2.13-{version}.jar or a single "
-            f"postgresql jar (found {len(names)} libs, drivers {drivers})"
+            f"Maven finished but {staging} lacks kafka_2.13-{version}.jar (found {len(names)} libs)"
         )
-    for part in ("libs", "jdbc"):
-        shutil.rmtree(home / part, ignore_errors=True)
-        os.replace(staging / part, home / part)
+    shutil.rmtree(home / "libs", ignore_errors=True)
+    os.replace(staging / "libs", home / "libs")
     shutil.rmtree(staging, ignore_errors=True)
-    manifest = {"version": version, "libs": names, "jdbc": drivers[0]}
+    manifest = {"version": version, "libs": names}
     temporary = home / f"{_MANIFEST}.tmp"
     temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     os.replace(temporary, home / _MANIFEST)
-    return KafkaJars(version, home, home / "libs", home / "jdbc" / drivers[0])
+    return KafkaJars(version, home, home / "libs")

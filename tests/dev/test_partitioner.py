@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from kafkakv.devcluster import Cluster, fetch_kafka, find_java
+from kafkakv.dev import Cluster, fetch_kafka, find_java
 from kafkakv.log.partitioner import partition_for
 from tests.kafka_cluster import create_topic, unique_topic
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from kafkakv.devcluster import Cluster, DevCluster
-from kafkakv.devcluster.probe import port_is_free
-from kafkakv.errors import ClusterError
+from kafkakv.dev import Cluster, DevCluster
+from kafkakv.dev.errors import ClusterError
+from kafkakv.dev.probe import port_is_free
 from tests.kafka_cluster import create_topic, unique_topic
 
 pytestmark = pytest.mark.kafka

@@ -14,7 +14,7 @@ import pytest
 _STARTER = """
 import sys, time
 from pathlib import Path
-from kafkakv.devcluster.process import spawn
+from kafkakv.dev.process import spawn
 child = spawn(["sleep", "120"], Path(sys.argv[1]), die_with_parent=sys.argv[2] == "die")
 print(child.pid, flush=True)
 time.sleep(120)

@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kafkakv.errors import ClusterError
+from kafkakv.dev.errors import ClusterError
 
 __all__ = ["STATE_FILE", "ClusterState"]
 
@@ -34,7 +34,7 @@ class ClusterState:
     def load(cls, state_dir: Path) -> ClusterState | None:
         """The state recorded in ``state_dir``; ``None`` when there is none.
 
-        Raises :class:`~kafkakv.errors.ClusterError` when the file exists but cannot be read.
+        Raises :class:`~kafkakv.dev.errors.ClusterError` when the file exists but cannot be read.
         """
         path = state_dir / STATE_FILE
         try:

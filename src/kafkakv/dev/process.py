@@ -1,4 +1,5 @@
-"""Starting, finding and stopping broker processes (Linux).
+"""Starting, finding and stopping broker processes (Linux), and :func:`parent_death_hook`,
+which the brokers and the PostgreSQL server of :mod:`kafkakv.dev.postgres` share.
 
 Every broker runs in a session (and process group) of its own, so a Ctrl-C in the terminal
 that started it does not reach it. A broker started with ``die_with_parent`` also gets
@@ -9,30 +10,56 @@ however that ends (even ``kill -9`` of pytest).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kafkakv.errors import ClusterError
-from kafkakv.lifecycle import die_with_parent_hook
+from kafkakv.dev.errors import ClusterError
 
-__all__ = ["BrokerProcess", "log_tail", "spawn"]
+__all__ = ["BrokerProcess", "log_tail", "parent_death_hook", "spawn"]
 
+_PR_SET_PDEATHSIG = 1
 _POLL_S = 0.05
 _TAIL_LINES = 30
 _TAIL_BYTES = 64 * 1024
 
 
+def parent_death_hook(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A ``preexec_fn`` for :class:`subprocess.Popen` that asks the kernel (Linux
+    ``PR_SET_PDEATHSIG``) to send ``sig`` to the child when the thread that started it exits:
+    also when this process is killed with SIGKILL, which no ``atexit`` or ``finally`` sees.
+
+    ``libc`` is loaded here, in the parent: the hook runs between fork and exec, where only
+    async-signal-safe work belongs. A parent that died before the hook ran is caught by
+    comparing ``getppid()`` with the pid it had. Raises ``OSError`` where ``prctl`` is not
+    available (not Linux).
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except AttributeError as exc:
+        raise OSError(f"prctl(PR_SET_PDEATHSIG) is not available here: {exc}") from exc
+    parent = os.getpid()
+
+    def hook() -> None:
+        if prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            os._exit(126)
+        if os.getppid() != parent:
+            os._exit(126)
+
+    return hook
+
+
 def spawn(argv: Sequence[str], output: Path, *, die_with_parent: bool) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session with stdout and stderr appended to ``output``.
 
-    Raises :class:`~kafkakv.errors.ClusterError` when the program cannot be started.
+    Raises :class:`~kafkakv.dev.errors.ClusterError` when the program cannot be started.
     """
     try:
-        hook = die_with_parent_hook() if die_with_parent else None
+        hook = parent_death_hook() if die_with_parent else None
     except OSError as exc:
         raise ClusterError(str(exc)) from exc
     try:
@@ -126,15 +153,16 @@ def _runs_broker(pid: int, config_path: Path) -> bool:
     return state != b"Z" and b"kafka.Kafka" in args and os.fsencode(config_path) in args
 
 
-def log_tail(path: Path, lines: int = _TAIL_LINES) -> str:
-    """The last ``lines`` lines of the text file at ``path`` ('' when it cannot be read).
+def log_tail(path: Path, lines: int = _TAIL_LINES, *, offset: int = 0) -> str:
+    """The last ``lines`` lines of the text file at ``path`` written after byte ``offset``
+    ('' when it cannot be read).
 
     Reads at most the last 64 KiB.
     """
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - _TAIL_BYTES))
+            handle.seek(max(offset, handle.tell() - _TAIL_BYTES))
             data = handle.read()
     except OSError:
         return ""

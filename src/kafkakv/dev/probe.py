@@ -2,7 +2,7 @@
 
 Thin shells over a socket and ``confluent_kafka.admin.AdminClient.list_topics`` (one Metadata
 request each; confluent-kafka is imported on first use, so the package imports without it).
-librdkafka's own log lines go to the ``kafkakv.devcluster.client`` logger, which
+librdkafka's own log lines go to the ``kafkakv.dev.client`` logger, which
 has a ``NullHandler``: connection-refused noise while brokers start is not printed.
 """
 
@@ -13,8 +13,8 @@ import logging
 import socket
 from typing import TYPE_CHECKING
 
-from kafkakv.devcluster.layout import HOST
-from kafkakv.errors import ClusterError
+from kafkakv.dev.errors import ClusterError
+from kafkakv.dev.layout import HOST
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -31,12 +31,12 @@ __all__ = [
     "topic_partitions",
 ]
 
-_CLIENT_LOG = logging.getLogger("kafkakv.devcluster.client")
+_CLIENT_LOG = logging.getLogger("kafkakv.dev.client")
 _CLIENT_LOG.addHandler(logging.NullHandler())
 
 
 def admin_client(bootstrap: str) -> AdminClient:
-    """An admin client for ``bootstrap`` that logs to ``kafkakv.devcluster.client``.
+    """An admin client for ``bootstrap`` that logs to ``kafkakv.dev.client``.
 
     Creating one starts librdkafka's threads but sends nothing.
     """
@@ -77,7 +77,7 @@ def port_is_free(port: int) -> bool:
 def metadata(client: AdminClient, timeout: float, topic: str | None = None) -> ClusterMetadata:
     """Fresh cluster metadata (one request), for one topic or for all.
 
-    Raises :class:`~kafkakv.errors.ClusterError` when no broker answers within ``timeout``.
+    Raises :class:`~kafkakv.dev.errors.ClusterError` when no broker answers within ``timeout``.
     """
     from confluent_kafka import KafkaException  # present: the client exists
 
@@ -108,7 +108,7 @@ def topic_partitions(
 ) -> dict[int, PartitionMetadata]:
     """Partition number → metadata (leader, replicas, ISR) of ``topic``.
 
-    Raises :class:`~kafkakv.errors.ClusterError` when the topic is unknown or the cluster does
+    Raises :class:`~kafkakv.dev.errors.ClusterError` when the topic is unknown or the cluster does
     not answer.
     """
     found = metadata(client, timeout, topic).topics.get(topic)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kafkakv.errors import ClusterError
+from kafkakv.dev.errors import ClusterError
 
 __all__ = ["exclusive_lock"]
 
@@ -20,7 +20,7 @@ def exclusive_lock(path: Path, timeout: float, busy: ClusterError) -> Iterator[N
     """Hold an exclusive lock on ``path`` (created if missing) for the ``with`` block.
 
     Waits up to ``timeout`` seconds for another holder (``0``: tries once) and then raises
-    ``busy``. Raises :class:`~kafkakv.errors.ClusterError` when the file cannot be opened.
+    ``busy``. Raises :class:`~kafkakv.dev.errors.ClusterError` when the file cannot be opened.
     """
     try:
         handle = open(path, "a+b")  # noqa: SIM115 - closed in the finally below

@@ -16,16 +16,16 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from kafkakv.devcluster.jars import KafkaJars
-from kafkakv.devcluster.layout import (
+from kafkakv.dev.errors import ClusterError
+from kafkakv.dev.jars import KafkaJars
+from kafkakv.dev.layout import (
     ClusterLayout,
     format_command,
     new_cluster_id,
     render_properties,
 )
-from kafkakv.devcluster.process import BrokerProcess, log_tail, spawn
-from kafkakv.devcluster.state import ClusterState
-from kafkakv.errors import ClusterError
+from kafkakv.dev.process import BrokerProcess, log_tail, spawn
+from kafkakv.dev.state import ClusterState
 
 __all__ = ["StateDir"]
 
@@ -81,7 +81,7 @@ class StateDir:
     def claim(self, kafka_version: str) -> ClusterState:
         """The directory's state, made fresh (new cluster id) when there is none.
 
-        Raises :class:`~kafkakv.errors.ClusterError` when brokers recorded there still run,
+        Raises :class:`~kafkakv.dev.errors.ClusterError` when brokers recorded there still run,
         when it was formatted for another broker count, base port or Kafka version, or when
         it holds formatted storage without a state file.
         """
@@ -143,7 +143,7 @@ class StateDir:
     ) -> None:
         """Format the storage of every node not formatted yet, all at once (a JVM each).
 
-        Raises :class:`~kafkakv.errors.ClusterError` with the tool's output when one fails or
+        Raises :class:`~kafkakv.dev.errors.ClusterError` with the tool's output when one fails or
         takes longer than two minutes.
         """
         pending = [i for i in self.layout.node_ids if not self.formatted(i)]

@@ -1,7 +1,7 @@
 """A real Apache Kafka cluster (KRaft, combined broker+controller nodes) on 127.0.0.1.
 
 :class:`DevCluster` owns the broker processes; the files they use live in a state directory
-laid out by :class:`~kafkakv.devcluster.storage.StateDir`.
+laid out by :class:`~kafkakv.dev.storage.StateDir`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from kafkakv.devcluster.base import Cluster
-from kafkakv.devcluster.jars import (
+from kafkakv.dev.base import Cluster
+from kafkakv.dev.errors import ClusterError
+from kafkakv.dev.jars import (
     DEFAULT_KAFKA_VERSION,
     KafkaJars,
     Progress,
@@ -25,14 +26,14 @@ from kafkakv.devcluster.jars import (
     fetch_kafka,
     find_java,
 )
-from kafkakv.devcluster.layout import DEFAULT_JVM_OPTIONS, ClusterLayout, broker_command
-from kafkakv.devcluster.lock import exclusive_lock
-from kafkakv.devcluster.probe import brokers_seen_by, port_is_free
-from kafkakv.devcluster.process import BrokerProcess, log_tail
-from kafkakv.devcluster.state import ClusterState
-from kafkakv.devcluster.storage import StateDir
-from kafkakv.devcluster.tls import make_certificate, tls_files
-from kafkakv.errors import ClusterError, ConfigError
+from kafkakv.dev.layout import DEFAULT_JVM_OPTIONS, ClusterLayout, broker_command
+from kafkakv.dev.lock import exclusive_lock
+from kafkakv.dev.probe import brokers_seen_by, port_is_free
+from kafkakv.dev.process import BrokerProcess, log_tail
+from kafkakv.dev.state import ClusterState
+from kafkakv.dev.storage import StateDir
+from kafkakv.dev.tls import make_certificate, tls_files
+from kafkakv.errors import ConfigError
 
 __all__ = ["ClusterStatus", "DevCluster", "NodeStatus", "default_state_dir"]
 
@@ -187,7 +188,7 @@ class DevCluster(Cluster):
         Ready means every broker answers on its port and all ``brokers`` node ids are in the
         metadata it returns (a broker is listed only once the controller quorum has a leader
         and has registered it). Takes 5-10 s with cached jars on 2 cores, plus the Maven run
-        the first time. Raises :class:`~kafkakv.errors.ClusterError` when a cluster from
+        the first time. Raises :class:`~kafkakv.dev.errors.ClusterError` when a cluster from
         the same state directory runs, a port is in use, a broker exits (naming the node and
         showing its log's tail) or ``timeout`` (default ``start_timeout``) passes; every broker
         this call started is stopped before it raises.
@@ -247,7 +248,7 @@ class DevCluster(Cluster):
 
         Lets another process (``kafkakv dev-cluster status``/``stop``) inspect and stop a
         cluster. Reads the state file and ``/proc``; no network. Its status is RUNNING when a
-        broker runs, else STOPPED. Raises :class:`~kafkakv.errors.ClusterError` when the
+        broker runs, else STOPPED. Raises :class:`~kafkakv.dev.errors.ClusterError` when the
         directory holds no cluster.
         """
         path = Path(state_dir)
@@ -276,7 +277,7 @@ class DevCluster(Cluster):
         """Send ``sig`` to broker ``node_id`` (default SIGKILL: a crash, no clean shutdown).
 
         With SIGKILL, returns once the process is gone. Raises
-        :class:`~kafkakv.errors.ClusterError` when the broker is not running.
+        :class:`~kafkakv.dev.errors.ClusterError` when the broker is not running.
         """
         process = self._running(node_id)
         process.signal(sig)
@@ -297,7 +298,7 @@ class DevCluster(Cluster):
         """Start broker ``node_id`` again on its existing data and wait until it answers and is
         in the metadata again (default timeout ``start_timeout``).
 
-        Raises :class:`~kafkakv.errors.ClusterError` when the cluster is not started, the node
+        Raises :class:`~kafkakv.dev.errors.ClusterError` when the cluster is not started, the node
         already runs, or it does not come back (its log's tail in the message).
         """
         if self._status is not ClusterStatus.RUNNING:

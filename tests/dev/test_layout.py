@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkakv.devcluster.layout import (
+from kafkakv.dev.layout import (
     TLS_STORE_PASSWORD,
     ClusterLayout,
     broker_command,

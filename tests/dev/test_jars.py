@@ -9,18 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from kafkakv.devcluster import cached_jars, fetch_kafka
-from kafkakv.errors import ClusterError, JarFetchError
+from kafkakv.dev import DEFAULT_KAFKA_VERSION, cached_jars, fetch_kafka
+from kafkakv.dev.errors import ClusterError, JarFetchError
 
 
-def _fake_cache(root: Path, version: str, libs: list[str], jdbc: str) -> Path:
+def _fake_cache(root: Path, version: str, libs: list[str], **more: str) -> Path:
     home = root / f"kafka-{version}"
     (home / "libs").mkdir(parents=True)
-    (home / "jdbc").mkdir()
     for name in libs:
         (home / "libs" / name).write_bytes(b"jar")
-    (home / "jdbc" / jdbc).write_bytes(b"jar")
-    manifest = {"version": version, "libs": libs, "jdbc": jdbc}
+    manifest = {"version": version, "libs": libs, **more}
     (home / "complete.json").write_text(json.dumps(manifest))
     return home
 
@@ -28,18 +26,22 @@ def _fake_cache(root: Path, version: str, libs: list[str], jdbc: str) -> Path:
 def test_a_complete_cache_is_used_without_maven(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = _fake_cache(
-        tmp_path, "9.9.9", ["kafka_2.13-9.9.9.jar", "a.jar"], "postgresql-42.7.1.jar"
-    )
+    home = _fake_cache(tmp_path, "9.9.9", ["kafka_2.13-9.9.9.jar", "a.jar"])
     monkeypatch.setenv("PATH", "")  # no mvn, no java: any Maven run would fail
     jars = fetch_kafka("9.9.9", tmp_path)
     assert jars.libs == home / "libs"
-    assert jars.jdbc_jar == home / "jdbc" / "postgresql-42.7.1.jar"
     assert jars.classpath == f"{home / 'libs'}/*"
 
 
+def test_a_cache_written_with_the_jdbc_driver_is_still_complete(tmp_path: Path) -> None:
+    """Caches from before the pipeline fetched its driver itself list it too: still used."""
+    home = _fake_cache(tmp_path, "9.9.9", ["kafka_2.13-9.9.9.jar"], jdbc="postgresql-42.7.1.jar")
+    jars = cached_jars("9.9.9", tmp_path)
+    assert jars is not None and jars.libs == home / "libs"
+
+
 def test_a_cache_missing_a_listed_jar_is_incomplete(tmp_path: Path) -> None:
-    home = _fake_cache(tmp_path, "9.9.9", ["kafka_2.13-9.9.9.jar"], "postgresql-42.7.1.jar")
+    home = _fake_cache(tmp_path, "9.9.9", ["kafka_2.13-9.9.9.jar"])
     assert cached_jars("9.9.9", tmp_path) is not None
     (home / "libs" / "kafka_2.13-9.9.9.jar").unlink()
     assert cached_jars("9.9.9", tmp_path) is None
@@ -67,9 +69,9 @@ def test_maven_failure_shows_the_tail_of_its_output(tmp_path: Path) -> None:
 _FETCH = """
 import sys
 from pathlib import Path
-from kafkakv.devcluster import fetch_kafka
+from kafkakv.dev import fetch_kafka
 jars = fetch_kafka(cache_root=Path(sys.argv[1]), progress=lambda line: print("RAN MAVEN"))
-print(jars.jdbc_jar)
+print(jars.home)
 """
 
 
@@ -84,7 +86,7 @@ def test_two_processes_fetching_at_once_run_maven_once(tmp_path: Path) -> None:
     outputs = [run.communicate(timeout=900)[0] for run in runs]
     assert [run.returncode for run in runs] == [0, 0]
     assert sum(out.count("RAN MAVEN") for out in outputs) == 1
-    jdbc = {out.split()[-1] for out in outputs}
-    assert len(jdbc) == 1 and Path(jdbc.pop()).name.startswith("postgresql-42.")
+    homes = {out.split()[-1] for out in outputs}
+    assert homes == {str(tmp_path / f"kafka-{DEFAULT_KAFKA_VERSION}")}
     jars = cached_jars(cache_root=tmp_path)
     assert jars is not None and (jars.libs / f"kafka_2.13-{jars.version}.jar").is_file()

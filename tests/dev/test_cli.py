@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import kafkakv
-from kafkakv.devcluster import DevCluster
-from kafkakv.devcluster.state import ClusterState
+from kafkakv.dev import DevCluster
+from kafkakv.dev.state import ClusterState
 
 pytestmark = pytest.mark.kafka
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkakv.devcluster import Cluster
+from kafkakv.dev import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import signal
 
-from kafkakv.devcluster.base import Cluster
-from kafkakv.errors import ClusterError
+from kafkakv.dev.base import Cluster
+from kafkakv.dev.errors import ClusterError
 
 __all__ = ["ExternalCluster"]
 
@@ -14,8 +14,8 @@ class ExternalCluster(Cluster):
     """The cluster at ``bootstrap`` (for instance ``$KAFKAKV_TEST_BOOTSTRAP``).
 
     :meth:`leader`, :meth:`wait_leader` and :meth:`wait_in_sync` work as on a
-    :class:`~kafkakv.devcluster.DevCluster`; the fault-injection calls raise
-    :class:`~kafkakv.errors.ClusterError`, since this process owns no broker.
+    :class:`~kafkakv.dev.DevCluster`; the fault-injection calls raise
+    :class:`~kafkakv.dev.errors.ClusterError`, since this process owns no broker.
 
     >>> ExternalCluster("127.0.0.1:9092").bootstrap
     '127.0.0.1:9092'
@@ -31,23 +31,23 @@ class ExternalCluster(Cluster):
 
     def _refuse(self, call: str) -> ClusterError:
         return ClusterError(
-            f"{call} needs brokers started by kafkakv.devcluster; the external cluster at "
+            f"{call} needs brokers started by kafkakv.dev; the external cluster at "
             f"{self._bootstrap} offers no fault injection (unset KAFKAKV_TEST_BOOTSTRAP to "
             "run this test on a harness cluster)"
         )
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
-        """Refused: raises :class:`~kafkakv.errors.ClusterError`."""
+        """Refused: raises :class:`~kafkakv.dev.errors.ClusterError`."""
         raise self._refuse(f"kill({node_id})")
 
     def stop_node(self, node_id: int, timeout: float = 30.0) -> None:
-        """Refused: raises :class:`~kafkakv.errors.ClusterError`."""
+        """Refused: raises :class:`~kafkakv.dev.errors.ClusterError`."""
         raise self._refuse(f"stop_node({node_id})")
 
     def start_node(self, node_id: int, timeout: float | None = None) -> None:
-        """Refused: raises :class:`~kafkakv.errors.ClusterError`."""
+        """Refused: raises :class:`~kafkakv.dev.errors.ClusterError`."""
         raise self._refuse(f"start_node({node_id})")
 
     def is_running(self, node_id: int) -> bool:
-        """Refused: raises :class:`~kafkakv.errors.ClusterError` (it cannot see processes)."""
+        """Refused: raises :class:`~kafkakv.dev.errors.ClusterError` (it cannot see processes)."""
         raise self._refuse(f"is_running({node_id})")

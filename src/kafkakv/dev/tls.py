@@ -1,7 +1,7 @@
 """A throwaway TLS certificate for a dev cluster's TLS listener, made with the JDK's keytool.
 
 One self-signed RSA key and certificate for ``127.0.0.1`` (and ``localhost``), in a PKCS12
-keystore the brokers read (password :data:`~kafkakv.devcluster.layout.TLS_STORE_PASSWORD`),
+keystore the brokers read (password :data:`~kafkakv.dev.layout.TLS_STORE_PASSWORD`),
 and the certificate as PEM for clients (``ssl.ca.location``): the certificate is its own CA.
 librdkafka checks that the broker's address is in the certificate, so the address is.
 """
@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafkakv.devcluster.layout import HOST, TLS_STORE_PASSWORD
-from kafkakv.errors import ClusterError
+from kafkakv.dev.errors import ClusterError
+from kafkakv.dev.layout import HOST, TLS_STORE_PASSWORD
 
 __all__ = ["TlsFiles", "make_certificate", "tls_files"]
 
@@ -39,7 +39,7 @@ def tls_files(directory: Path) -> TlsFiles:
 
 def make_certificate(java: str, directory: Path) -> TlsFiles:
     """The keystore and PEM in ``directory``, made with the ``keytool`` beside ``java`` unless
-    both exist already. Raises :class:`~kafkakv.errors.ClusterError` with keytool's output
+    both exist already. Raises :class:`~kafkakv.dev.errors.ClusterError` with keytool's output
     when it is missing or fails."""
     files = tls_files(directory)
     if files.keystore.is_file() and files.ca_location.is_file():

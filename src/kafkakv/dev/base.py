@@ -2,8 +2,8 @@
 
 :class:`Cluster` is the interface. The questions about leaders and ISRs are answered the same
 way for every cluster, from fresh metadata; the fault-injection calls are abstract:
-:class:`~kafkakv.devcluster.DevCluster` performs them on brokers it started,
-:class:`~kafkakv.devcluster.ExternalCluster` refuses them.
+:class:`~kafkakv.dev.DevCluster` performs them on brokers it started,
+:class:`~kafkakv.dev.ExternalCluster` refuses them.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from kafkakv.devcluster.probe import admin_client, topic_partitions
-from kafkakv.errors import ClusterError
+from kafkakv.dev.errors import ClusterError
+from kafkakv.dev.probe import admin_client, topic_partitions
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -79,7 +79,7 @@ class Cluster(ABC):
     def partitions(self, topic: str) -> dict[int, PartitionMetadata]:
         """Partition number → leader, replicas and ISR of ``topic``, from fresh metadata.
 
-        One Metadata request. Raises :class:`~kafkakv.errors.ClusterError` for an unknown
+        One Metadata request. Raises :class:`~kafkakv.dev.errors.ClusterError` for an unknown
         topic or a cluster that does not answer within 5 s.
         """
         return topic_partitions(self.admin(), topic, _REQUEST_TIMEOUT_S)
@@ -89,7 +89,7 @@ class Cluster(ABC):
 
         A leader that just died stays in the metadata until the controller notices (a few
         seconds); :meth:`wait_leader` waits for a new one. Raises
-        :class:`~kafkakv.errors.ClusterError` for an unknown topic or partition, or a
+        :class:`~kafkakv.dev.errors.ClusterError` for an unknown topic or partition, or a
         partition without a leader.
         """
         found = self.partitions(topic).get(partition)
@@ -104,7 +104,7 @@ class Cluster(ABC):
     ) -> int:
         """Wait until ``topic``'s ``partition`` has a leader not in ``exclude``; its node id.
 
-        Polls the metadata every 0.25 s. Raises :class:`~kafkakv.errors.ClusterError` when
+        Polls the metadata every 0.25 s. Raises :class:`~kafkakv.dev.errors.ClusterError` when
         ``timeout`` seconds pass first.
         """
         deadline = time.monotonic() + timeout
@@ -127,7 +127,7 @@ class Cluster(ABC):
     def wait_in_sync(self, topic: str, timeout: float = 60.0) -> None:
         """Wait until every partition of ``topic`` has a leader and its full ISR.
 
-        Polls the metadata every 0.25 s. Raises :class:`~kafkakv.errors.ClusterError`, naming
+        Polls the metadata every 0.25 s. Raises :class:`~kafkakv.dev.errors.ClusterError`, naming
         the partitions still short, when ``timeout`` seconds pass first.
         """
         deadline = time.monotonic() + timeout

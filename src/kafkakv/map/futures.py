@@ -1,0 +1,204 @@
+"""The future of one update: :class:`OpFuture`, and how the engine resolves it.
+
+An async put makes one future per update, and most are completed before anyone looks at them.
+A :class:`concurrent.futures.Future` builds a condition variable up front, which is most of its
+cost; :class:`OpFuture` builds it when something first waits. That relies on how CPython's
+``Future`` keeps its state in private attributes (``_condition``, ``_state``, ``_result``,
+``_exception``, ``_waiters``, ``_done_callbacks``). :data:`LAZY` says whether this Python's
+``Future`` looks as expected; when it does not, :class:`OpFuture` is a plain ``Future`` with the
+same extra methods: slower, never wrong. ``tests/map/test_futures.py`` checks both.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from typing import TYPE_CHECKING, Any
+
+from kafkakv.errors import KafkaKVError, ResultDecodeError
+
+if TYPE_CHECKING:
+    from kafkakv.map.machine import MapState
+
+__all__ = ["LAZY", "OpFuture", "complete", "fail"]
+
+#: The attributes ``Future.__init__`` sets, all of which the lazy future takes over.
+_INTERNALS = frozenset(
+    {"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"}
+)
+
+
+def _internals_match() -> bool:
+    """Whether this Python's ``Future`` keeps exactly the private state OpFuture takes over."""
+    probe: Future[Any] = Future()  # not Future[Any](): that adds __orig_class__
+    return set(vars(probe)) == _INTERNALS and probe._state == "PENDING"
+
+
+#: True when :class:`OpFuture` creates its condition lazily (CPython 3.11 to 3.13 do).
+LAZY = _internals_match()
+
+_GUARD = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    """A thread of the parent may have held the guard while forking: a fresh one."""
+    global _GUARD
+    _GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+class OpFuture(Future[Any]):
+    """A :class:`concurrent.futures.Future` that asyncio code can also ``await``, and whose
+    condition variable is created when first needed: a waiter, a callback,
+    ``concurrent.futures.wait``. Creating it and completing without it share one lock, so a
+    waiter that arrives during completion finds the future finished.
+
+    Besides the result it carries the engine's bookkeeping of its update (fewer objects per
+    update is less work for the cyclic garbage collector, which otherwise dominates when
+    100,000 futures are alive): ``map_state``, the map whose codec decodes the result (None:
+    keep the bytes); ``slot``, whether the update holds one of the ``max_in_flight`` slots;
+    ``partition``, where the update goes.
+    """
+
+    def __init__(
+        self, state: MapState | None = None, slot: bool = False, partition: int = -1
+    ) -> None:
+        # No Future.__init__: that would build the Condition now.
+        self._cond: threading.Condition | None = None
+        self._state = "PENDING"
+        self._result = None
+        self._exception = None
+        # _waiters and _done_callbacks, the lists Future keeps, are made with the condition:
+        # every use of them holds it.
+        self.map_state = state
+        self.slot = slot
+        self.partition = partition
+
+    @property
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _GUARD:
+                cond = self._cond
+                if cond is None:
+                    self._waiters: list[Any] = []
+                    self._done_callbacks: list[Callable[[Future[Any]], object]] = []
+                    cond = self._cond = threading.Condition()
+        return cond
+
+    @_condition.setter
+    def _condition(self, cond: threading.Condition) -> None:
+        self._cond = cond
+
+    def _complete_unobserved(self, result: Any, exception: BaseException | None) -> bool:
+        """Finish without a Condition when nothing could be waiting; False otherwise."""
+        with _GUARD:
+            if self._cond is not None:
+                return False
+            if self._state != "PENDING":
+                raise InvalidStateError(f"this future is {self._state.lower()} already")
+            self._result, self._exception, self._state = result, exception, "FINISHED"
+            return True
+
+    def set_result(self, result: Any) -> None:
+        if not self._complete_unobserved(result, None):
+            super().set_result(result)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        if not self._complete_unobserved(None, exception):
+            super().set_exception(exception)
+
+    def resolve(self, result: Any = None, exception: BaseException | None = None) -> None:
+        """Complete with ``result`` or ``exception`` unless the owner cancelled it already.
+        (The applier's path: the unobserved case inline, one lock, no nested calls.)"""
+        with _GUARD:
+            if self._cond is None:
+                if self._state == "PENDING":
+                    self._result, self._exception, self._state = result, exception, "FINISHED"
+                return
+        try:
+            if exception is None:
+                super().set_result(result)
+            else:
+                super().set_exception(exception)
+        except InvalidStateError:
+            pass  # cancelled: the owner stopped caring
+
+    # Once FINISHED a future never changes: answer without building the condition.
+    def done(self) -> bool:
+        return self._state == "FINISHED" or super().done()
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state == "FINISHED":
+            if self._exception is not None:
+                raise self._exception
+            return self._result
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == "FINISHED":
+            return self._exception
+        return super().exception(timeout)
+
+    def __await__(self) -> Any:
+        import asyncio
+
+        return asyncio.wrap_future(self).__await__()
+
+
+class _EagerOpFuture(OpFuture):
+    """:class:`OpFuture` on a Python whose ``Future`` internals differ: every method is the
+    plain ``Future``'s, the condition variable made up front."""
+
+    def __init__(
+        self, state: MapState | None = None, slot: bool = False, partition: int = -1
+    ) -> None:
+        self._cond = None
+        Future.__init__(self)
+        self.map_state = state
+        self.slot = slot
+        self.partition = partition
+
+    set_result = Future.set_result
+    set_exception = Future.set_exception
+    done = Future.done
+    result = Future.result
+    exception = Future.exception
+
+    def resolve(self, result: Any = None, exception: BaseException | None = None) -> None:
+        try:
+            if exception is None:
+                Future.set_result(self, result)
+            else:
+                Future.set_exception(self, exception)
+        except InvalidStateError:
+            pass  # cancelled: the owner stopped caring
+
+
+if not LAZY:
+    OpFuture = _EagerOpFuture  # type: ignore[misc]
+
+
+def complete(future: OpFuture, result: Any) -> None:
+    """Resolve ``future`` with the result its update was decided with: bytes are decoded
+    with the map's value codec (a value that does not decode fails the future with
+    :class:`~kafkakv.errors.ResultDecodeError`, which keeps the bytes)."""
+    if type(result) is bytes and future.map_state is not None:
+        try:
+            value = future.map_state.values.decode(result)
+        except KafkaKVError as exc:
+            message = f"the update was applied, but the value it returns does not decode: {exc}"
+            future.resolve(exception=ResultDecodeError(message, result))
+            return
+        future.resolve(value)
+    else:
+        future.resolve(result)
+
+
+def fail(future: OpFuture, exc: BaseException) -> None:
+    """Resolve ``future`` with ``exc``."""
+    future.resolve(exception=exc)

@@ -1,0 +1,608 @@
+"""The map protocol of one partition as a state machine: plain state and pure steps.
+
+A :class:`PartitionMachine` holds what a replica knows about one partition of its map topics:
+the next ops offset to apply, the last one a flush covered, the keys changed since, and when
+to flush next. :meth:`~PartitionMachine.apply_batch` takes a batch of ops records in log order
+and returns a :class:`Step`: the changes to write to each map's store, the new positions, what
+this replica's own updates were decided with, the records every replica refuses, a stall, and
+whether a flush is due. It reads the stores and writes nothing; the engine
+(:mod:`kafkakv.map.engine`) carries the step out: it writes the changes with the positions in
+one store write, publishes the position, resolves futures and tells listeners.
+
+The other decisions of the protocol live here too, as plain functions of their inputs: where a
+new replica starts (:func:`start_point`), which keys a flush writes (:meth:`flush_plan`) and
+the records it appends (:func:`flush_records`), what a bootstrap loads from a batch of data
+records (:func:`load_batch`).
+
+No threads, no log, no clock: ``tests/map/test_machine.py`` drives it with Hypothesis.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import msgpack
+import msgspec
+
+from kafkakv.codecs import Codec
+from kafkakv.errors import (
+    DataLossError,
+    DecodeError,
+    OperationFailedError,
+    UnknownFunctionError,
+)
+from kafkakv.log.base import Record, records_of
+from kafkakv.map.keyspace import FLUSH_POINT_KEY, prefix_of
+from kafkakv.map.ops import KEEP, Keep, OpCode, decide, decode_op, encode_op
+from kafkakv.store.base import Positions, Store
+
+__all__ = [
+    "CHANGE",
+    "FAILED",
+    "RESULT",
+    "ApplyError",
+    "ErrorLog",
+    "Listener",
+    "MapState",
+    "MapTable",
+    "PartitionMachine",
+    "Step",
+    "flush_records",
+    "load_batch",
+    "read_flush_point",
+    "start_point",
+]
+
+#: A listener of a map: ``(key, old, new, mine)``.
+Listener = Callable[[Any, Any, Any, bool], None]
+
+
+@dataclass
+class MapState:
+    """One map held by an engine: how its keys look in records, its codecs, store, listeners."""
+
+    name: str
+    prefix: bytes
+    keys: Codec[Any]
+    values: Codec[Any]
+    store: Store
+    listeners: list[Listener] = field(default_factory=list)
+    #: Store keys whose key or value this replica's codecs cannot read (a record another
+    #: program wrote, a replica with other codecs): kept as written, so that every replica
+    #: holds the same bytes, and left out of iteration and len() here.
+    unreadable: dict[bytes, ApplyError] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ApplyError:
+    """A record that every replica refused the same way, or that stopped this one: an op that
+    failed when applied, an ops record that did not decode, a data record whose key or value
+    does not decode (``topic`` says which topic the offset is in). ``key`` is the record key
+    (the map's prefix included), when it has one."""
+
+    partition: int
+    offset: int
+    error: str
+    key: bytes | None = None
+    topic: str = ""
+
+
+class ErrorLog(collections.deque[ApplyError]):
+    """The latest 1000 records noted as errors, and how many were noted in all."""
+
+    def __init__(self) -> None:
+        super().__init__(maxlen=1000)
+        self.total = 0
+
+    def append(self, error: ApplyError) -> None:
+        self.total += 1
+        super().append(error)
+
+    def extend(self, errors: Iterable[ApplyError]) -> None:
+        for error in errors:
+            self.append(error)
+
+
+class MapTable:
+    """The maps that share one set of topics in an engine, found by record key."""
+
+    __slots__ = ("_by_prefix", "maps", "plain")
+
+    def __init__(self, maps: Sequence[MapState]) -> None:
+        self.maps = list(maps)
+        #: One map that has its topics to itself: record key = store key.
+        self.plain = len(maps) == 1 and maps[0].prefix == b""
+        self._by_prefix = {m.prefix: m for m in maps}
+
+    def state_for(self, key: bytes | None) -> MapState | None:
+        """The map whose record key ``key`` is, or None (no key, another map's key)."""
+        if key is None:
+            return None
+        if self.plain:
+            return self.maps[0]
+        return self._by_prefix.get(prefix_of(key))
+
+
+#: Kinds of :attr:`Step.events`, in log order: ``(RESULT, seq, result)`` an own update decided
+#: (result as :func:`~kafkakv.map.ops.decide` returned it), ``(FAILED, seq, error)`` an own
+#: update decided as failed, ``(CHANGE, map_state, (key, old, new, mine))`` a key changed.
+RESULT: Literal[0] = 0
+FAILED: Literal[1] = 1
+CHANGE: Literal[2] = 2
+
+#: Offsets of ``Stall``: the record that stopped the partition, its key, and why.
+Stall = tuple[int, bytes | None, UnknownFunctionError]
+
+
+class Step:
+    """What applying one batch decided, for the engine to carry out in this order: write
+    ``changes`` (per map, keyed by ``id(map_state)``; each value new bytes or None for removed)
+    with ``Positions(applied, flushed)`` to every store, publish ``applied``, note ``errors``
+    and the ``stall``, queue a flush when ``flush_due``, then run ``events``."""
+
+    __slots__ = ("applied", "changes", "errors", "events", "flush_due", "flushed", "stall")
+
+    def __init__(self) -> None:
+        self.applied = 0
+        self.flushed = -1
+        self.changes: dict[int, dict[bytes, bytes | None]] = {}
+        self.events: list[tuple[int, Any, Any]] = []
+        self.errors: list[ApplyError] = []
+        self.stall: Stall | None = None
+        self.flush_due = False
+
+    @property
+    def positions(self) -> Positions:
+        return Positions(self.applied, self.flushed)
+
+
+#: Batches at least this long try the bulk path of :meth:`PartitionMachine.apply_batch`.
+BULK_MIN = 16
+
+#: Decodes the value of a PUT of bytes (``[code, origin, seq, value]``) and refuses any other.
+_decode_put = msgspec.msgpack.Decoder(tuple[Literal[1], bytes, int, bytes]).decode
+assert OpCode.PUT.value == 1
+
+
+class PartitionMachine:
+    """The protocol state of one partition (see the module docstring).
+
+    ``applied`` is the next ops offset to apply, ``flushed`` the last one a flush covered
+    (-1: none), ``dirty`` each record key changed since that flush point with the offset of
+    its last change. ``origin`` identifies this replica's own updates in the ops records;
+    every ``flush_period`` own ops a flush is due. ``topic`` names the ops topic in errors.
+    """
+
+    __slots__ = (
+        "applied",
+        "dirty",
+        "flush_asked",
+        "flush_missed",
+        "flush_period",
+        "flushed",
+        "maps",
+        "next_flush",
+        "origin",
+        "partition",
+        "topic",
+    )
+
+    def __init__(
+        self, partition: int, maps: MapTable, origin: bytes, flush_period: int, topic: str = ""
+    ) -> None:
+        self.partition = partition
+        self.maps = maps
+        self.origin = origin
+        self.flush_period = flush_period
+        self.topic = topic
+        self.applied = 0
+        self.flushed = -1
+        self.dirty: dict[bytes, int] = {}
+        #: The offset from which an own op makes a flush due.
+        self.next_flush = flush_period - 1
+        #: A flush is queued or running.
+        self.flush_asked = False
+        #: The last own op that crossed a flush mark while a flush was running (-1: none):
+        #: :meth:`flush_ended` asks again for it, so no mark goes unflushed.
+        self.flush_missed = -1
+
+    def start_at(self, positions: Positions) -> None:
+        """Take ``positions`` (from a bootstrap or a resumed store) as the state's."""
+        self.applied, self.flushed = positions.applied, positions.flushed
+        self.next_flush = self.flushed + self.flush_period
+
+    # -- applying -------------------------------------------------------------------------
+    def apply_batch(self, records: Sequence[Record], after: int) -> Step:
+        """Decide ``records``, ops records read from ``applied`` on in log order, up to offset
+        ``after`` (exclusive; the next offset to read). Changes ``dirty``, the flush marks and
+        the maps' ``unreadable`` notes; ``applied`` moves only with :meth:`advance`.
+
+        A record this replica cannot apply as the others do (a function not registered here)
+        stalls the partition: the records before it are decided, it and those after are not,
+        and the step's ``applied`` is its offset, so applying resumes there.
+        """
+        if len(records) >= BULK_MIN and self.maps.plain and not self.maps.maps[0].listeners:
+            step = self.apply_puts(records, after)
+            if step is not None:
+                return step
+        return self.apply_records(records, after)
+
+    def advance(self, step: Step) -> None:
+        """The step's position is the state's now (after the engine wrote the step)."""
+        if step.applied < self.applied:
+            raise AssertionError(f"position going back from {self.applied} to {step.applied}")
+        self.applied = step.applied
+
+    def step_over(self, after: int) -> bool:
+        """Offsets below ``after`` hold nothing to apply (Kafka's transaction markers): move
+        on. False when ``after`` is not ahead."""
+        if after <= self.applied:
+            return False
+        self.applied = after
+        return True
+
+    def apply_records(self, records: Sequence[Record], after: int) -> Step:
+        """:meth:`apply_batch` one record at a time: any batch."""
+        p, ops, origin = self.partition, self.topic, self.origin
+        step = Step()
+        changes, events, errors = step.changes, step.events, step.errors
+        dirty = self.dirty
+        last = self.applied - 1
+        stalled = False  # True: stopped at the record at offset ``last``
+        table = self.maps
+        plain = table.maps[0] if table.plain else None
+        if plain is not None:  # one map, record key = store key: resolved once per batch
+            plain_overlay: dict[bytes, bytes | None] = {}
+            changes[id(plain)] = plain_overlay
+        next_flush = self.next_flush
+        for key, value, _, _, _, offset in records:
+            assert offset is not None
+            last = offset
+            try:
+                code, op_origin, seq, args = decode_op(value)
+            except DecodeError as exc:
+                errors.append(ApplyError(p, offset, str(exc), key, ops))
+                continue
+            if code >= OpCode.BARRIER:  # control records
+                if code is OpCode.FLUSHED:
+                    self.mark_flushed(args[0])
+                    next_flush = self.next_flush
+                continue
+            if key is None:
+                continue
+            mine = op_origin == origin
+            if plain is not None:
+                state, user_key, overlay = plain, key, plain_overlay
+            else:
+                found = table.state_for(key)
+                if found is None:
+                    dirty[key] = offset  # another map's key: this replica cannot flush it
+                    continue
+                state = found
+                user_key = key[len(state.prefix) :]
+                overlay = changes.setdefault(id(state), {})
+            current = overlay[user_key] if user_key in overlay else state.store.get(user_key)
+            new: bytes | Keep | None
+            try:
+                if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
+                    result, new = current, args[0]
+                else:
+                    result, new = decide(code, args, current, user_key, state.keys, state.values)
+            except UnknownFunctionError as exc:
+                # The other replicas may well know it: stop here rather than skip the record.
+                step.stall = (offset, key, exc)
+                stalled = True
+                break
+            except OperationFailedError as exc:
+                errors.append(ApplyError(p, offset, str(exc), key, ops))
+                if mine:
+                    events.append((FAILED, seq, exc))
+                continue
+            if new is not KEEP and new != current:
+                overlay[user_key] = new
+                dirty[key] = offset
+                unreadable = state.unreadable
+                if new is not None:
+                    check_key = current is None or user_key in unreadable
+                    problem = (
+                        unreadable_because(state, user_key, new, check_key)
+                        if check_key or not state.values.reads_any_bytes
+                        else None
+                    )
+                    if problem is not None:
+                        unreadable[user_key] = error = ApplyError(p, offset, problem, key, ops)
+                        errors.append(error)
+                    elif unreadable:
+                        unreadable.pop(user_key, None)
+                elif unreadable:
+                    unreadable.pop(user_key, None)
+                if state.listeners:
+                    events.append((CHANGE, state, (user_key, current, new, mine)))
+            if mine:
+                events.append((RESULT, seq, result))
+                if offset >= next_flush:
+                    self._crossed(offset, step)
+                    next_flush = self.next_flush
+        step.applied = last if stalled else max(after, last + 1)
+        step.flushed = self.flushed
+        return step
+
+    def apply_puts(self, records: Sequence[Record], after: int) -> Step | None:
+        """:meth:`apply_batch` for the common bulk batch, a pass of C-level operations per
+        step instead of a Python loop per record: one map without listeners, every record a
+        well-formed ``PUT`` of a bytes value, no key twice. Returns None, having changed
+        nothing, for any other batch."""
+        try:
+            ops = list(map(_decode_put, cast(list[bytes], [r[1] for r in records])))
+        except (msgspec.DecodeError, TypeError):  # another op, a malformed one, a null value
+            return None
+        keys = cast(list[bytes], [r[0] for r in records])
+        if None in keys or len(set(keys)) != len(keys):  # a key twice: decided in order
+            return None
+        state = self.maps.maps[0]
+        values = [op[3] for op in ops]
+        if state.values.undecodable(values) or state.keys.undecodable(keys):
+            return None  # the record loop notes them one by one
+        if state.unreadable:  # readable values replace unreadable ones
+            for key in keys:
+                state.unreadable.pop(key, None)
+        offsets = cast(list[int], [r[5] for r in records])
+        previous = state.store.get_many(keys)
+        changed = zip(keys, offsets, previous, values, strict=True)
+        self.dirty.update([(k, o) for k, o, old, new in changed if old != new])
+        step = Step()
+        origin = self.origin
+        own = [
+            (seq, old, o)
+            for (_, og, seq, _), old, o in zip(ops, previous, offsets, strict=True)
+            if og == origin
+        ]
+        step.events.extend([(RESULT, seq, old) for seq, old, _ in own])
+        if own and own[-1][2] >= self.next_flush:  # rare: decided as the record loop does
+            for _, _, offset in own:
+                if offset >= self.next_flush:
+                    self._crossed(offset, step)
+        step.changes[id(state)] = dict(zip(keys, values, strict=True))
+        step.applied = max(after, offsets[-1] + 1)
+        step.flushed = self.flushed
+        return step
+
+    # -- flushing -------------------------------------------------------------------------
+    def _crossed(self, offset: int, step: Step) -> None:
+        """An own op at ``offset`` crossed the flush mark: a flush is due, unless one is
+        queued or running already (then it is asked again when that one ends)."""
+        if self.flush_asked:
+            self.flush_missed = offset
+        else:
+            self.flush_asked = True
+            self.next_flush = offset + self.flush_period
+            step.flush_due = True
+
+    def flush_ended(self) -> bool:
+        """A flush queued by a step ended (done, stale or failed): True when another is due
+        now, for an own op that crossed a mark meanwhile."""
+        self.flush_asked = False
+        missed, self.flush_missed = self.flush_missed, -1
+        if missed > self.flushed:
+            self.flush_asked = True
+            self.next_flush = missed + self.flush_period
+            return True
+        return False
+
+    def mark_flushed(self, covered: Any) -> None:
+        """A ``FLUSHED`` mark: a flush covered the ops up to ``covered``. Keys changed at or
+        before it are clean; stale and malformed marks change nothing."""
+        if not isinstance(covered, int) or covered <= self.flushed:
+            return
+        self.flushed = covered
+        self.next_flush = max(self.next_flush, covered + self.flush_period)
+        # In place (an apply loop may hold the dict), and without a del per covered key:
+        # most keys are covered.
+        dirty = self.dirty
+        if max(dirty.values(), default=-1) <= covered:
+            dirty.clear()
+        else:
+            newer = {k: o for k, o in dirty.items() if o > covered}
+            dirty.clear()
+            dirty.update(newer)
+
+    def flush_plan(self) -> tuple[int, list[bytes]] | None:
+        """What a flush of the state as it is now writes: the ops offset it covers and the
+        record keys to write; None when there is nothing to do (nothing applied since the
+        last flush point, nothing dirty) or when keys of a map not held here are dirty (this
+        replica cannot flush them)."""
+        covered = self.applied - 1
+        if covered <= self.flushed or not self.dirty:
+            return None
+        keys = list(self.dirty)
+        if not self.maps.plain and any(self.maps.state_for(k) is None for k in keys):
+            return None
+        return covered, keys
+
+    def flush_values(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The latest value of each record key of :meth:`flush_plan` (None: removed)."""
+        if self.maps.plain:  # one map, record key = store key
+            return self.maps.maps[0].store.get_many(keys)
+        values: list[bytes | None] = []
+        for key in keys:
+            state = self.maps.state_for(key)
+            assert state is not None  # flush_plan checked
+            values.append(state.store.get(key[len(state.prefix) :]))
+        return values
+
+    def note_resumed(self, records: Sequence[Record], stop: int) -> bool:
+        """A replica resumed from its own store does not know which keys changed since the
+        last flush: every key of an op below ``stop`` counts as changed (a superset is safe
+        to flush). True once ``stop`` is reached."""
+        dirty = self.dirty
+        for record in records:
+            assert record.offset is not None
+            if record.offset >= stop:
+                return True
+            if record.key is not None:
+                dirty[record.key] = record.offset
+        return False
+
+
+# -- bootstrap ------------------------------------------------------------------------------
+def start_point(
+    start: int, resumed: Positions | None, loaded: int | None = None, where: str = "the ops topic"
+) -> Positions:
+    """Where a replica starts a partition whose ops topic starts at offset ``start``.
+
+    A store that persisted ``resumed`` positions resumes there, when the ops topic still
+    holds the op after them. Otherwise the replica loads the data topic: ``loaded`` is its
+    flush point (-1: none), and the replica starts just after it. ``where`` names the ops
+    partition in the error. Raises
+    :class:`~kafkakv.errors.DataLossError` when retention removed ops that no flush
+    covered, and ``ValueError`` when a load is needed but ``loaded`` is None.
+
+    >>> start_point(0, None, loaded=-1).applied
+    0
+    >>> start_point(10, Positions(12, 11)).applied
+    12
+    >>> start_point(10, Positions(5, 4), loaded=9).applied
+    10
+    """
+    if resumed is not None and resumed.applied >= start:
+        return resumed
+    if loaded is None:
+        raise ValueError("the data topic must be loaded")
+    if start > loaded + 1:
+        raise DataLossError(
+            f"{where} starts at offset {start} but the data topic covers ops only up to "
+            f"{loaded}: retention removed unflushed updates"
+        )
+    return Positions(loaded + 1, loaded)
+
+
+@dataclass
+class Loaded:
+    """What :func:`load_batch` found in a batch of data records."""
+
+    #: The last value of each key, per map (keyed by ``id(map_state)``).
+    changes: dict[int, dict[bytes, bytes | None]]
+    #: The highest flush point among the records (-1: none).
+    flush_point: int
+    errors: list[ApplyError]
+
+
+def load_batch(table: MapTable, p: int, records: Sequence[Record], topic: str = "") -> Loaded:
+    """A bootstrap's decision for a batch of data records of partition ``p``: what each map's
+    store gets, the flush point, and the keys and values this replica's codecs cannot read
+    (noted in the maps' ``unreadable`` and returned as errors). One pass at C speed for a
+    plain map whose records all read."""
+    errors: list[ApplyError] = []
+    if table.plain:
+        state = table.maps[0]
+        batch: dict[bytes | None, bytes | None] = {r[0]: r[1] for r in records}
+        batch.pop(None, None)
+        flushed = -1
+        if FLUSH_POINT_KEY in batch:
+            del batch[FLUSH_POINT_KEY]
+            flushed = max(read_flush_point(r.value) for r in records if r.key == FLUSH_POINT_KEY)
+        loaded = cast(dict[bytes, bytes | None], batch)
+        _note_loaded(state, p, records, loaded, errors, topic)
+        return Loaded({id(state): loaded}, flushed, errors)
+    flushed = -1
+    changes: dict[int, dict[bytes, bytes | None]] = {}
+    for record in records:
+        key = record.key
+        if key == FLUSH_POINT_KEY:
+            flushed = max(flushed, read_flush_point(record.value))
+            continue
+        owner = table.state_for(key)
+        if owner is None or key is None:
+            continue
+        user_key = key[len(owner.prefix) :]
+        _note_value(owner, p, record, user_key, errors, topic)
+        changes.setdefault(id(owner), {})[user_key] = record.value
+    return Loaded(changes, flushed, errors)
+
+
+def _note_loaded(
+    state: MapState,
+    p: int,
+    records: Sequence[Record],
+    batch: dict[bytes, bytes | None],
+    errors: list[ApplyError],
+    topic: str,
+) -> None:
+    """``batch`` (the last value per key) checked with the map's codecs."""
+    if state.values.reads_any_bytes:
+        values: list[bytes] = []
+    else:
+        values = cast(list[bytes], list(batch.values()))
+        if None in values:  # tombstones: nothing to read
+            values = [v for v in values if v is not None]
+    unreadable = state.unreadable
+    if not state.values.undecodable(values) and not state.keys.undecodable(list(batch)):
+        if unreadable:
+            for key in batch:
+                unreadable.pop(key, None)
+        return
+    latest = {r[0]: r for r in records if r[0] in batch}
+    for key, record in latest.items():
+        assert key is not None
+        _note_value(state, p, record, key, errors, topic)
+
+
+def _note_value(
+    state: MapState,
+    p: int,
+    record: Record,
+    user_key: bytes,
+    errors: list[ApplyError],
+    topic: str,
+) -> None:
+    """Note whether the data record's key and value are readable here."""
+    value, unreadable = record.value, state.unreadable
+    problem = None if value is None else unreadable_because(state, user_key, value, True)
+    if problem is None:
+        unreadable.pop(user_key, None)
+    else:
+        assert record.offset is not None
+        error = ApplyError(p, record.offset, problem, record.key, topic)
+        unreadable[user_key] = error
+        errors.append(error)
+
+
+def unreadable_because(state: MapState, key: bytes, value: bytes, check_key: bool) -> str | None:
+    """Why this replica's codecs cannot read ``value`` (or ``key``), or None when they can."""
+    try:
+        if not state.values.reads_any_bytes:
+            state.values.check(value)
+        if check_key:
+            state.keys.check(key)
+    except DecodeError as exc:
+        return f"stored as written, but this replica's codecs cannot read it: {exc}"
+    return None
+
+
+# -- flush records --------------------------------------------------------------------------
+def flush_records(
+    keys: Sequence[bytes], values: Sequence[bytes | None], covered: int, origin: bytes
+) -> tuple[list[Record], Record]:
+    """The records of a flush covering the ops up to ``covered``: for the data topic the
+    latest value of each key, then the flush point; for the ops topic the ``FLUSHED`` mark.
+
+    >>> data, mark = flush_records([b"k"], [b"v"], 7, b"o" * 8)
+    >>> [r.key for r in data], read_flush_point(data[-1].value), decode_op(mark.value).args
+    ([b'k', b'\\x00kafkakv:flush-point'], 7, (7,))
+    """
+    records = records_of(keys, values)
+    records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
+    return records, Record(None, encode_op(OpCode.FLUSHED, origin, -1, [covered]))
+
+
+def read_flush_point(value: bytes | None) -> int:
+    """The ops offset a flush point record says its flush covered. Raises
+    :class:`~kafkakv.errors.DecodeError` for a value that is not one."""
+    try:
+        (covered,) = msgpack.unpackb(value or b"", raw=False)
+        return int(covered)
+    except Exception as exc:
+        raise DecodeError(f"a flush point record that does not decode: {exc}") from exc

@@ -1,0 +1,135 @@
+"""Async updates on their way to the log: the bound on how many are unapplied, and the thread
+that appends them in batches.
+
+``put_async`` must not wait for the log. It takes a slot (:class:`Slots`: at most
+``max_in_flight`` updates unapplied), puts its ops record in the :class:`Sender`'s outbox and
+returns. The sender thread wakes, lets a small batch grow for a moment (Kafka's
+``linger.ms``), and hands up to ``batch`` records at a time to the engine's send function,
+which appends them with one pipelined send per partition. Appliers give the slots back.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from collections.abc import Callable
+
+from kafkakv.gcpause import gc_paused
+from kafkakv.log.base import Record
+
+__all__ = ["Sender", "Slots"]
+
+#: One async update on its way: its partition and its ops record.
+Outgoing = tuple[int, Record]
+
+
+class Slots:
+    """At most ``limit`` async updates unapplied. Taking and giving are counters (``next`` on
+    an itertools.count is atomic under the GIL); only a caller over the limit takes a lock and
+    sleeps, and givers wake it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._taken = itertools.count(1)
+        self._given = 0  # written by appliers only, under the replica lock or _cond
+        self._cond = threading.Condition(threading.Lock())
+        self._sleepers = 0
+
+    def take(self, timeout: float) -> bool:
+        """Take a slot, waiting up to ``timeout`` seconds for one; False when none came."""
+        ticket = next(self._taken)
+        if ticket - self._given <= self.limit:
+            return True
+        with self._cond:
+            self._sleepers += 1
+            try:
+                if self._cond.wait_for(lambda: ticket - self._given <= self.limit, timeout):
+                    return True
+                self._given += 1  # give the unused ticket back
+                return False
+            finally:
+                self._sleepers -= 1
+
+    def give(self, n: int) -> None:
+        """Give ``n`` slots back (their updates were applied or failed)."""
+        if n:
+            with self._cond:
+                self._given += n
+                if self._sleepers:
+                    self._cond.notify_all()
+
+
+class Sender:
+    """The outbox of async updates and the loop of the thread that sends them (:meth:`run`).
+
+    Writers append to :attr:`outbox` and, when :attr:`idle`, call :meth:`wake` (one wake-up
+    per idle period, not one per update). ``send`` gets the batches; it must not raise.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[list[Outgoing]], None],
+        *,
+        batch: int = 5000,
+        linger: float = 0.0005,
+        wait_slice: float = 0.5,
+    ) -> None:
+        self.outbox: collections.deque[Outgoing] = collections.deque()
+        self.ready = threading.Condition()
+        #: The thread waits for work: a writer that appends should wake it.
+        self.idle = False
+        self._send = send
+        self._batch = batch
+        self._linger = linger
+        self._slice = wait_slice
+        self._closing = False  # drain: say when idle with an empty outbox
+        self._stopped = False
+
+    def wake(self) -> None:
+        with self.ready:
+            if self.idle:
+                self.idle = False
+                self.ready.notify()
+
+    def run(self) -> None:
+        """The sender thread: send what the outbox holds, in batches, until :meth:`stop`."""
+        outbox, ready = self.outbox, self.ready
+        while True:
+            with ready:
+                self.idle = True  # set before looking, so no append goes unnoticed
+                if self._closing:
+                    ready.notify_all()  # drain() waits for an idle sender and an empty outbox
+                while not outbox and not self._stopped:
+                    ready.wait(self._slice)
+                self.idle = False
+            if self._stopped:
+                return
+            if len(outbox) < self._batch // 4:
+                time.sleep(self._linger)  # let a batch gather: one append per batch
+            with gc_paused():  # the batch is freed on return, inside the pause: see gcpause
+                popleft = outbox.popleft
+                self._send([popleft() for _ in range(min(len(outbox), self._batch))])
+
+    def drain(self, deadline: float, alive: Callable[[], bool]) -> bool:
+        """Wait until every update in the outbox was handed to the log and the thread is idle
+        (True), or until ``deadline`` or the thread's death (``alive()`` False)."""
+        ready, outbox = self.ready, self.outbox
+        with ready:
+            self._closing = True
+            ready.notify_all()
+            while outbox or not self.idle:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not alive():
+                    return False
+                ready.wait(min(remaining, self._slice))
+        return True
+
+    def stop(self) -> list[Outgoing]:
+        """End the thread's loop; return the updates it never sent."""
+        with self.ready:
+            self._stopped = True
+            self.ready.notify_all()
+        unsent, self.outbox = list(self.outbox), collections.deque()
+        return unsent

@@ -1,0 +1,407 @@
+"""Properties of the partition state machine (kafkakv.map.machine), with no log and no threads.
+
+Hypothesis draws ops logs: updates of every kind from this replica and from others, over a few
+keys, with undecodable records, barriers, functions that fail, and flushes taken at random
+points (their FLUSHED marks land later in the log, as they do in a real one). A small shell
+here does what the engine does with a step: one store write, then ``advance``. The properties:
+
+* the bulk path and the record loop decide the same;
+* positions never go back;
+* the dirty set is exactly the keys changed since the last flush point;
+* this replica's own results are what :func:`~kafkakv.map.ops.decide` says on a plain fold;
+* a replica bootstrapped from any flush point and replaying the ops after it ends equal to
+  the live one.
+
+Seeded: ``derandomize=True`` makes every run draw the same examples (failures print the
+example to replay it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kafkakv import functions
+from kafkakv.codecs import codec_for
+from kafkakv.errors import DataLossError, OperationFailedError
+from kafkakv.log.base import Record
+from kafkakv.map import machine as machine_module
+from kafkakv.map.keyspace import FLUSH_POINT_KEY
+from kafkakv.map.machine import (
+    CHANGE,
+    FAILED,
+    RESULT,
+    MapState,
+    MapTable,
+    PartitionMachine,
+    Step,
+    flush_records,
+    load_batch,
+    read_flush_point,
+    start_point,
+)
+from kafkakv.map.ops import KEEP, OpCode, decide, decode_op, encode_op
+from kafkakv.store.base import Positions
+from kafkakv.store.memory import DictStore
+
+ME, OTHER = b"me------", b"other---"
+KEYS = [b"a", b"b", b"c", b"d", b"e"]
+VALUES = [b"1", b"2", b"3"]
+JSON = codec_for("json")
+STR = codec_for("str")
+PERIOD = 4  # flush_period: small, so that steps make flushes due
+
+
+@functions.register("test_machine.concat")
+def _concat(old: Any, given: Any) -> Any:
+    """A merge function that fails for one value, the same way on every replica."""
+    if given == 3:
+        raise ValueError("three is refused")
+    return old * 10 + given
+
+
+SETTINGS = settings(
+    max_examples=150,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@st.composite
+def ops_records(draw: st.DrawFn) -> tuple[bytes | None, bytes | None, bytes]:
+    """One ops record's (key, value) and its origin: an update of any kind, a barrier, or
+    bytes that are no op at all."""
+    origin = draw(st.sampled_from([ME, OTHER]))
+    seq = draw(st.integers(0, 1 << 30))
+    key = draw(st.sampled_from(KEYS))
+    value = draw(st.sampled_from(VALUES))
+    kind = draw(
+        st.sampled_from(["put"] * 4 + ["absent", "replace", "remove", "cas", "remove_if", "merge"])
+        | st.sampled_from(["barrier", "garbage"])
+    )
+    if kind == "put":
+        return key, encode_op(OpCode.PUT, origin, seq, [value]), origin
+    if kind == "absent":
+        return key, encode_op(OpCode.PUT_IF_ABSENT, origin, seq, [value]), origin
+    if kind == "replace":
+        return key, encode_op(OpCode.REPLACE, origin, seq, [value]), origin
+    if kind == "remove":
+        return key, encode_op(OpCode.REMOVE, origin, seq), origin
+    if kind == "cas":
+        expected = draw(st.sampled_from([None, *VALUES]))
+        return key, encode_op(OpCode.COMPARE_AND_SET, origin, seq, [expected, value]), origin
+    if kind == "remove_if":
+        return key, encode_op(OpCode.REMOVE_IF, origin, seq, [value]), origin
+    if kind == "merge":
+        return key, encode_op(OpCode.MERGE, origin, seq, ["test_machine.concat", value]), origin
+    if kind == "barrier":
+        return None, encode_op(OpCode.BARRIER, origin, seq), origin
+    return key, b"\xc1 not an op", origin
+
+
+def numbered(items: list[tuple[bytes | None, bytes | None]], first: int = 0) -> list[Record]:
+    return [Record(k, v, (), None, 0, first + i) for i, (k, v) in enumerate(items)]
+
+
+def new_state() -> MapState:
+    return MapState("m", b"", STR, JSON, DictStore())
+
+
+def new_machine(state: MapState) -> PartitionMachine:
+    return PartitionMachine(0, MapTable([state]), ME, PERIOD, "ops")
+
+
+def carry_out(machine: PartitionMachine, state: MapState, step: Step) -> None:
+    """What the engine does with a step, minus futures and listeners."""
+    state.store.write(step.changes.get(id(state), {}), {0: step.positions})
+    machine.advance(step)
+
+
+def contents(state: MapState) -> dict[bytes, bytes]:
+    return dict(state.store.items())
+
+
+def own_outcomes(step: Step) -> list[tuple[int, int, Any]]:
+    return [(kind, seq, arg) for kind, seq, arg in step.events if kind != CHANGE]
+
+
+@dataclass
+class Run:
+    """A live replica applying a log in batches, taking flushes as the engine would."""
+
+    state: MapState = field(default_factory=new_state)
+    log: list[Record] = field(default_factory=list)
+    #: Per flush: the ops offset it covered and the data topic (compacted) after it.
+    flushes: list[tuple[int, dict[bytes, bytes | None]]] = field(default_factory=list)
+    data: dict[bytes, bytes | None] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.machine = new_machine(self.state)
+
+    def feed(self, items: list[tuple[bytes | None, bytes | None]], batch: int) -> None:
+        records = numbered(items, len(self.log))
+        self.log.extend(records)
+        for i in range(0, len(records), batch):
+            chunk = records[i : i + batch]
+            before = Positions(self.machine.applied, self.machine.flushed)
+            step = self.machine.apply_batch(chunk, (chunk[-1].offset or 0) + 1)
+            carry_out(self.machine, self.state, step)
+            self.steps.append(step)
+            assert self.machine.applied >= before.applied, "applied went back"
+            assert self.machine.flushed >= before.flushed, "flushed went back"
+            if step.flush_due:
+                self.flush()
+
+    def flush(self) -> None:
+        """A flush of the state as it is now; its mark is appended to the log."""
+        plan = self.machine.flush_plan()
+        if plan is not None:
+            covered, keys = plan
+            data, mark = flush_records(keys, self.machine.flush_values(keys), covered, ME)
+            for record in data:
+                assert record.key is not None
+                self.data[record.key] = record.value
+            self.flushes.append((covered, dict(self.data)))
+            self.log.append(Record(mark.key, mark.value, (), None, 0, len(self.log)))
+        self.machine.flush_ended()
+
+
+def fold(records: list[Record]) -> tuple[dict[bytes, bytes], dict[int, Any]]:
+    """The plain fold of an ops log through ``decide``: final contents and this replica's
+    outcomes by seq ("failed" for a failure)."""
+    state: dict[bytes, bytes] = {}
+    outcomes: dict[int, Any] = {}
+    for record in records:
+        try:
+            op = decode_op(record.value)
+        except Exception:
+            continue
+        if op.code.control or record.key is None:
+            continue
+        try:
+            result, new = decide(op.code, op.args, state.get(record.key), record.key, STR, JSON)
+        except OperationFailedError:
+            result, new = "failed", KEEP
+        if new is None:
+            state.pop(record.key, None)
+        elif new is not KEEP:
+            state[record.key] = new
+        if op.origin == ME:
+            outcomes[op.seq] = result
+    return state, outcomes
+
+
+log_items = st.lists(ops_records(), min_size=1, max_size=120)
+
+
+@SETTINGS
+@given(items=log_items, batch=st.integers(1, 40))
+def test_live_state_and_own_results_match_a_plain_fold(
+    items: list[tuple[bytes | None, bytes | None, bytes]], batch: int
+) -> None:
+    run = Run()
+    run.feed([(k, v) for k, v, _ in items], batch)
+    expected, outcomes = fold(run.log)
+    assert contents(run.state) == expected
+    seen: dict[int, Any] = {}
+    for step in run.steps:
+        for kind, seq, arg in own_outcomes(step):
+            seen[seq] = "failed" if kind == FAILED else arg
+    assert seen == outcomes  # seqs repeat in drawn logs: the last own op of a seq counts
+    assert run.machine.applied == len(items)
+
+
+@SETTINGS
+@given(items=log_items, batch=st.integers(1, 40))
+def test_dirty_is_exactly_the_keys_changed_since_the_flush_point(
+    items: list[tuple[bytes | None, bytes | None, bytes]], batch: int
+) -> None:
+    run = Run()
+    run.feed([(k, v) for k, v, _ in items], batch)
+    # Let the marks of the flushes taken land too.
+    while run.machine.applied < len(run.log):
+        tail = run.log[run.machine.applied :]
+        carry_out(run.machine, run.state, run.machine.apply_batch(tail, len(run.log)))
+    changed: dict[bytes, int] = {}
+    state: dict[bytes, bytes] = {}
+    for record in run.log:
+        try:
+            op = decode_op(record.value)
+        except Exception:
+            continue
+        if op.code.control or record.key is None:
+            continue
+        try:
+            _, new = decide(op.code, op.args, state.get(record.key), record.key, STR, JSON)
+        except OperationFailedError:
+            continue
+        if new is KEEP or new == state.get(record.key):
+            continue
+        if new is None:
+            state.pop(record.key)
+        else:
+            state[record.key] = new
+        assert record.offset is not None
+        changed[record.key] = record.offset
+    flushed = run.machine.flushed
+    assert run.machine.dirty == {k: o for k, o in changed.items() if o > flushed}
+
+
+@SETTINGS
+@given(items=log_items, batch=st.integers(1, 40))
+def test_a_replay_from_any_flush_point_equals_the_live_state(
+    items: list[tuple[bytes | None, bytes | None, bytes]], batch: int
+) -> None:
+    run = Run()
+    run.feed([(k, v) for k, v, _ in items], batch)
+    for covered, data in [(-1, {}), *run.flushes]:
+        state = new_state()
+        records = numbered(list(data.items()))
+        loaded = load_batch(MapTable([state]), 0, records) if records else None
+        if loaded is not None:
+            state.store.write(loaded.changes[id(state)], {})
+            assert loaded.flush_point == covered
+        machine = new_machine(state)
+        machine.start_at(start_point(0, None, covered if loaded is not None else -1))
+        assert machine.applied == covered + 1
+        tail = run.log[machine.applied :]
+        if tail:
+            carry_out(machine, state, machine.apply_batch(tail, len(run.log)))
+        assert contents(state) == contents(run.state), f"replay from {covered}"
+
+
+@SETTINGS
+@given(
+    puts=st.lists(
+        st.tuples(st.sampled_from(VALUES), st.sampled_from([ME, OTHER])), min_size=1, max_size=5
+    ),
+    before=st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES)),
+    first=st.integers(0, 30),
+)
+def test_the_bulk_path_and_the_record_loop_decide_the_same(
+    puts: list[tuple[bytes, bytes]], before: dict[bytes, bytes], first: int
+) -> None:
+    """Distinct keys, plain puts: the batch the bulk path takes, applied both ways."""
+    items = [
+        (key, encode_op(OpCode.PUT, origin, seq, [value]))
+        for seq, (key, (value, origin)) in enumerate(zip(KEYS, puts, strict=False))
+    ]
+    records = numbered(list(items), first)
+    outcomes = []
+    for path in ("bulk", "loop"):
+        state = new_state()
+        state.store.write(dict(before), {})
+        machine = new_machine(state)
+        machine.start_at(Positions(first, first - 1))
+        if path == "bulk":
+            step = machine.apply_puts(records, first + len(records))
+        else:
+            step = machine.apply_records(records, first + len(records))
+        assert step is not None
+        carry_out(machine, state, step)
+        outcomes.append(
+            (
+                contents(state),
+                own_outcomes(step),
+                step.flush_due,
+                machine.applied,
+                dict(machine.dirty),
+                machine.next_flush,
+            )
+        )
+    assert outcomes[0] == outcomes[1]
+
+
+def test_apply_batch_takes_the_bulk_path_only_for_plain_put_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = new_state()
+    machine = new_machine(state)
+    puts = numbered([(k, encode_op(OpCode.PUT, ME, i, [b"1"])) for i, k in enumerate(KEYS)])
+    assert machine.apply_puts(puts, 5) is not None
+    twice = numbered([(b"a", encode_op(OpCode.PUT, ME, i, [b"1"])) for i in range(3)])
+    assert machine.apply_puts(twice, 3) is None  # a key twice: decided in order
+    removal = numbered([(b"a", encode_op(OpCode.REMOVE, ME, 0))])
+    assert machine.apply_puts(removal, 1) is None
+    monkeypatch.setattr(machine_module, "BULK_MIN", 1)
+    taken: list[bool] = []
+    original = PartitionMachine.apply_puts
+
+    def spy(self: PartitionMachine, records: Any, after: int) -> Step | None:
+        step = original(self, records, after)
+        taken.append(step is not None)
+        return step
+
+    monkeypatch.setattr(PartitionMachine, "apply_puts", spy)
+    machine.apply_batch(puts, 5)
+    assert taken == [True]
+
+
+def test_a_function_not_registered_stalls_at_its_record() -> None:
+    state = new_state()
+    machine = new_machine(state)
+    records = numbered(
+        [
+            (b"a", encode_op(OpCode.PUT, ME, 1, [b"1"])),
+            (b"a", encode_op(OpCode.MERGE, ME, 2, ["test_machine.nowhere", b"2"])),
+            (b"b", encode_op(OpCode.PUT, ME, 3, [b"3"])),
+        ]
+    )
+    step = machine.apply_batch(records, 3)
+    assert step.stall is not None and step.stall[0] == 1
+    assert step.applied == 1 and own_outcomes(step) == [(RESULT, 1, None)]
+    carry_out(machine, state, step)
+    assert contents(state) == {b"a": b"1"} and machine.applied == 1
+
+
+def test_flush_marks_and_requests_follow_the_period() -> None:
+    state = new_state()
+    machine = new_machine(state)
+    records = numbered([(k, encode_op(OpCode.PUT, ME, i, [b"1"])) for i, k in enumerate(KEYS)])
+    step = machine.apply_batch(records, 5)
+    assert step.flush_due and machine.flush_asked  # offset 3 crossed the first mark
+    carry_out(machine, state, step)
+    more = numbered([(b"z", encode_op(OpCode.PUT, ME, 9, [b"2"]))] * 5, 5)
+    step = machine.apply_batch(more[:1], 6)
+    carry_out(machine, state, step)
+    step = machine.apply_batch(more[1:], 10)  # crosses 3 + PERIOD while the flush runs
+    assert not step.flush_due and machine.flush_missed == 9
+    carry_out(machine, state, step)
+    assert machine.flush_ended() and machine.flush_asked  # asked again for the missed mark
+    plan = machine.flush_plan()
+    assert plan is not None and plan[0] == 9 and set(plan[1]) == {*KEYS, b"z"}
+    data, mark = flush_records(plan[1], machine.flush_values(plan[1]), plan[0], ME)
+    assert data[-1].key == FLUSH_POINT_KEY and read_flush_point(data[-1].value) == 9
+    carry_out(machine, state, machine.apply_batch([Record(None, mark.value, (), None, 0, 10)], 11))
+    assert machine.flushed == 9 and not machine.dirty and machine.flush_plan() is None
+
+
+def test_a_stale_or_malformed_flushed_mark_changes_nothing() -> None:
+    state = new_state()
+    machine = new_machine(state)
+    machine.start_at(Positions(10, 9))
+    machine.dirty[b"a"] = 10
+    machine.mark_flushed(5)
+    machine.mark_flushed("nine")
+    assert machine.flushed == 9 and machine.dirty == {b"a": 10}
+    with pytest.raises(AssertionError, match="going back"):
+        step = Step()
+        step.applied = 3
+        machine.advance(step)
+
+
+def test_start_point_resumes_reloads_or_refuses() -> None:
+    assert start_point(5, Positions(8, 7)) == Positions(8, 7)
+    assert start_point(5, Positions(3, 2), loaded=6) == Positions(7, 6)
+    with pytest.raises(DataLossError, match=r"ops\[0\] starts at offset 5"):
+        start_point(5, None, loaded=2, where="ops[0]")
+    with pytest.raises(ValueError):
+        start_point(5, Positions(3, 2))
+    assert msgpack.unpackb(flush_records([], [], 4, ME)[0][-1].value or b"") == [4]
