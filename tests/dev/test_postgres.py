@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from kafkakv.dev.errors import PostgresError
 from kafkakv.dev.postgres import SYSTEM_USER, EmbeddedPostgres, PostgresStatus
 from kafkakv.errors import ClosedError, ConfigError
+from tests.waiting import wait_for
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -59,13 +59,8 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
 
 
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+def _wait_gone(pid: int, seconds: float) -> None:
+    wait_for(lambda: not _alive(pid), seconds, f"process {pid} to exit", interval=0.05)
 
 
 def _scalar(conn: psycopg.Connection[tuple[Any, ...]], query: str) -> object:
@@ -245,7 +240,7 @@ def test_a_server_left_open_is_stopped_at_exit(tmp_path: Path) -> None:
     out, _ = starter.communicate(timeout=60)
     assert starter.returncode == 0
     port, pid = (int(word) for word in out.split())
-    assert _gone_within(pid, 5.0)
+    _wait_gone(pid, 5.0)
     assert not _port_accepts(port)
 
 
@@ -261,7 +256,7 @@ def test_a_server_orphaned_by_a_killed_process_is_stopped_by_the_next_start(
         starter.wait()
     assert _alive(pid) and _port_accepts(port)  # kill -9 leaves the server behind
     with EmbeddedPostgres(tmp_path / "data") as pg:
-        assert _gone_within(pid, 1.0)
+        _wait_gone(pid, 1.0)
         assert pg.pid != pid
         with pg.connection.connect() as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
@@ -278,7 +273,7 @@ def test_a_server_started_to_die_with_its_parent_dies_with_a_killed_process(
     finally:
         starter.send_signal(signal.SIGKILL)
         starter.wait()
-    assert _gone_within(pid, 10.0)  # no atexit ran: the kernel's SIGQUIT stopped it
+    _wait_gone(pid, 10.0)  # no atexit ran: the kernel's SIGQUIT stopped it
     assert not _port_accepts(port)
     with EmbeddedPostgres(tmp_path / "data") as pg, pg.connection.connect() as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)  # the data directory still works

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.waiting import wait_for
+
 _STARTER = """
 import sys, time
 from pathlib import Path
@@ -40,13 +42,8 @@ def _start_starter(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], in
     return starter, int(starter.stdout.readline())
 
 
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+def _wait_gone(pid: int, seconds: float) -> None:
+    wait_for(lambda: not _alive(pid), seconds, f"process {pid} to exit", interval=0.05)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
@@ -56,7 +53,7 @@ def test_child_dies_when_its_starter_is_killed(tmp_path: Path) -> None:
     assert os.getsid(child) == child  # its own session: a terminal's Ctrl-C does not reach it
     starter.kill()
     starter.wait()
-    assert _gone_within(child, 5.0)
+    _wait_gone(child, 5.0)
 
 
 def test_child_without_the_death_signal_outlives_its_starter(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from kafkakv.pipeline import Interruption, cancel_on_interrupt
 from kafkakv.pipeline.jobs import CANCELLING
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,10 +92,7 @@ def test_ctrl_c_cancels_until_the_block_ends_then_raises(session: _Session, hand
         signal.raise_signal(signal.SIGINT)
         assert interruption.requested  # and the block goes on: the action fails, or ends
         assert context.first.wait(5)
-        deadline = time.monotonic() + 5
-        while context.cancels < 3 and time.monotonic() < deadline:  # again and again
-            time.sleep(_QUICK_S)
-        assert context.cancels >= 3
+        wait_for(lambda: context.cancels >= 3, 5, "a third cancel", interval=_QUICK_S)  # again
     assert stopped.value.__cause__ is None  # the block had finished
     assert lines == [CANCELLING]
     _cancels_stop(context)
