@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from kafkakv.errors import ClosedError, LogUnavailableError
-from kafkakv.log import EmbeddedLog, Record
+from kafkakv.log import EmbeddedLog, Log, Record
 from kafkakv.log.base import TopicPartition as Partition
 from kafkakv.log.follow import Follower
+from tests.doubles import ForwardingLog
 
 
 class Handed(list[list[Partition]]):
@@ -82,10 +83,12 @@ def test_also_ready_partitions_are_handed_over_without_waiting(log: EmbeddedLog)
     assert handed == [[("t", 1)]] and time.monotonic() - started < 2
 
 
-class _Flaky(EmbeddedLog):
-    """Cannot answer the first ``failures`` waits."""
+class _Flaky(ForwardingLog):
+    """A log that cannot answer the first ``failures`` waits."""
 
-    failures = 2
+    def __init__(self, inner: Log, failures: int = 2) -> None:
+        super().__init__(inner)
+        self.failures = failures
 
     def wait_any(self, positions: Mapping[Partition, int], timeout: float | None) -> set[Partition]:
         if self.failures:
@@ -95,7 +98,7 @@ class _Flaky(EmbeddedLog):
 
 
 def test_a_log_that_cannot_answer_is_waited_out(tmp_path: Path) -> None:
-    with _Flaky(tmp_path / "log") as lg:
+    with _Flaky(EmbeddedLog(tmp_path / "log")) as lg:
         lg.create_topic("t", partitions=1)
         lg.append("t", 0, [Record(b"k", b"v")])
         handed = Handed()
