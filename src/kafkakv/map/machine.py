@@ -351,19 +351,23 @@ class PartitionMachine:
                 state.unreadable.pop(key, None)
         offsets = cast(list[int], [r[5] for r in records])
         previous = state.store.get_many(keys)
-        changed = zip(keys, offsets, previous, values, strict=True)
-        self.dirty.update([(k, o) for k, o, old, new in changed if old != new])
+        if previous.count(None) == len(previous):  # all new keys (a bulk load): at C speed
+            self.dirty.update(zip(keys, offsets, strict=True))
+        else:
+            changed = zip(keys, offsets, previous, values, strict=True)
+            self.dirty.update([(k, o) for k, o, old, new in changed if old != new])
         step = Step()
         origin = self.origin
-        own = [
-            (seq, old, o)
-            for (_, og, seq, _), old, o in zip(ops, previous, offsets, strict=True)
-            if og == origin
-        ]
-        step.events.extend([(RESULT, seq, old) for seq, old, _ in own])
-        if own and own[-1][2] >= self.next_flush:  # rare: decided as the record loop does
-            for _, _, offset in own:
-                if offset >= self.next_flush:
+        step.events.extend(
+            [
+                (RESULT, seq, old)
+                for (_, og, seq, _), old in zip(ops, previous, strict=True)
+                if og == origin
+            ]
+        )
+        if offsets[-1] >= self.next_flush:  # rare: decided as the record loop does
+            for (_, og, _, _), offset in zip(ops, offsets, strict=True):
+                if og == origin and offset >= self.next_flush:
                     self._crossed(offset, step)
         step.changes[id(state)] = dict(zip(keys, values, strict=True))
         step.applied = max(after, offsets[-1] + 1)
