@@ -59,7 +59,7 @@ from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
 from kafkakv.map.barriers import SharedBarriers
 from kafkakv.map.futures import OpFuture, complete, fail
-from kafkakv.map.keyspace import KeySpace, check_update_key
+from kafkakv.map.keyspace import FLUSH_POINT_KEY, KeySpace, check_update_key
 from kafkakv.map.machine import (
     CHANGE,
     RESULT,
@@ -363,7 +363,8 @@ class ReplicaEngine:
             self.check_usable()
         if self.stalled and p in self.stalled:  # refused before appending: nothing in flight
             self._resume_or_raise(p)
-        check_update_key(record_key)
+        if record_key == FLUSH_POINT_KEY:  # the one key no update may have
+            check_update_key(record_key)
         seq = next(self._seq)
         value = encode_op(code, self.origin, seq, args)
         if len(record_key) + len(value) > self.max_record_bytes:
