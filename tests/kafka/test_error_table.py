@@ -52,6 +52,7 @@ EXPECTED: dict[int, type[KafkaKVError]] = {
     KafkaError.INVALID_PRODUCER_ID_MAPPING: FencedError,
     KafkaError._ALL_BROKERS_DOWN: LogUnavailableError,
     KafkaError._TRANSPORT: LogUnavailableError,
+    KafkaError._DESTROY_BROKER: LogUnavailableError,
     KafkaError.BROKER_NOT_AVAILABLE: LogUnavailableError,
     KafkaError.LEADER_NOT_AVAILABLE: LogUnavailableError,
     KafkaError.NOT_LEADER_FOR_PARTITION: LogUnavailableError,
