@@ -3,6 +3,7 @@ bound them, and the barriers readers share. Real threads, no log."""
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -27,7 +28,8 @@ def test_the_sender_sends_everything_in_order_in_batches_and_drains() -> None:
     sent = [int(record.value or b"") for batch in batches for _, record in batch]
     assert sent == list(range(1000))
     assert max(len(b) for b in batches) <= 100 and len(batches) < 1000  # batched
-    assert sender.stop() == []
+    sender.stop()
+    assert sender.take_unsent() == []
     thread.join(5)
     assert not thread.is_alive()
 
@@ -36,7 +38,44 @@ def test_a_stopped_sender_hands_back_what_it_never_sent() -> None:
     sender = Sender(lambda batch: None)
     sender.outbox.append((0, Record(None, b"x")))
     assert sender.drain(time.monotonic() + 0.2, lambda: True) is False  # no thread: times out
-    assert sender.stop() == [(0, Record(None, b"x"))]
+    sender.stop()
+    assert sender.take_unsent() == [(0, Record(None, b"x"))]
+
+
+def test_an_update_is_either_sent_or_handed_back_never_both() -> None:
+    """close() stops the sender while its thread takes a batch: what it hands back as never
+    sent must not also be in that batch (it was reported as "never reached the log" while
+    the batch carried it there)."""
+    sent: list[Outgoing] = []
+    sender = Sender(sent.extend, batch=1000, linger=0)
+    handed_back: list[Outgoing] = []
+
+    def close() -> None:
+        sender.stop()
+        handed_back.extend(sender.take_unsent())
+
+    closer = threading.Thread(target=close)
+
+    class SlowOutbox(collections.deque[Outgoing]):
+        """Lets close() in after the thread took a few updates of its batch."""
+
+        taken = 0
+
+        def popleft(self) -> Outgoing:
+            self.taken += 1
+            if self.taken == 3:
+                closer.start()
+                closer.join(0.2)  # in the middle of taking the batch
+            return super().popleft()
+
+    sender.outbox = SlowOutbox((0, Record(None, str(i).encode())) for i in range(100))
+    thread = threading.Thread(target=sender.run)
+    thread.start()
+    thread.join(10)
+    closer.join(10)
+    assert not thread.is_alive() and not closer.is_alive()
+    assert len(sent) + len(handed_back) == 100
+    assert not {r.value for _, r in sent} & {r.value for _, r in handed_back}
 
 
 def test_slots_bound_the_updates_in_flight() -> None:

@@ -192,12 +192,15 @@ class ReplicaEngine:
         if self._failure is None and self._threads:
             self._drain(deadline)
         self._stopped = True
-        unsent_updates = self._sender.stop()
+        self._sender.stop()
         self._flush_queue.put(None)
         # The follower needs no join: it checks _stopped under the lock before applying.
         for thread in self._threads[1:]:
             if thread is not threading.current_thread():
                 thread.join(timeout=5)
+        # Never sent: what the sender did not take. A batch it took and may still be sending
+        # stays among the pending updates, whose outcome is unknown here.
+        unsent_updates = self._sender.take_unsent()
         name = self.maps[0].name
         unsent = ClosedError(
             f"map {name!r} was closed before this update was sent: it never reached the log"

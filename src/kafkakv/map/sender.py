@@ -109,8 +109,14 @@ class Sender:
             if len(outbox) < self._batch // 4:
                 time.sleep(self._linger)  # let a batch gather: one append per batch
             with gc_paused():  # the batch is freed on return, inside the pause: see gcpause
-                popleft = outbox.popleft
-                self._send([popleft() for _ in range(min(len(outbox), self._batch))])
+                with ready:  # a batch is taken whole, or left whole to take_unsent()
+                    outbox = self.outbox
+                    if self._stopped:
+                        return
+                    popleft = outbox.popleft
+                    batch = [popleft() for _ in range(min(len(outbox), self._batch))]
+                self._send(batch)
+                del batch
 
     def drain(self, deadline: float, alive: Callable[[], bool]) -> bool:
         """Wait until every update in the outbox was handed to the log and the thread is idle
@@ -126,10 +132,17 @@ class Sender:
                 ready.wait(min(remaining, self._slice))
         return True
 
-    def stop(self) -> list[Outgoing]:
-        """End the thread's loop; return the updates it never sent."""
+    def stop(self) -> None:
+        """End the thread's loop: it takes no batch after this returns (one it took before
+        is still being sent)."""
         with self.ready:
             self._stopped = True
             self.ready.notify_all()
-        unsent, self.outbox = list(self.outbox), collections.deque()
+
+    def take_unsent(self) -> list[Outgoing]:
+        """The updates the thread never took, after :meth:`stop`. Each update is either here
+        or was handed to ``send``, never both: the thread takes its batches under the same
+        lock."""
+        with self.ready:
+            unsent, self.outbox = list(self.outbox), collections.deque()
         return unsent
