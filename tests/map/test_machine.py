@@ -173,11 +173,12 @@ class Run:
         self.machine.flush_ended()
 
 
-def fold(records: list[Record]) -> tuple[dict[bytes, bytes], dict[int, Any]]:
-    """The plain fold of an ops log through ``decide``: final contents and this replica's
-    outcomes by seq ("failed" for a failure)."""
+def fold(records: list[Record]) -> tuple[dict[bytes, bytes], dict[int, Any], dict[bytes, int]]:
+    """The plain fold of an ops log through ``decide``: final contents, this replica's
+    outcomes by seq ("failed" for a failure), and the offset of each key's last change."""
     state: dict[bytes, bytes] = {}
     outcomes: dict[int, Any] = {}
+    changed: dict[bytes, int] = {}
     for record in records:
         try:
             op = decode_op(record.value)
@@ -189,13 +190,16 @@ def fold(records: list[Record]) -> tuple[dict[bytes, bytes], dict[int, Any]]:
             result, new = decide(op.code, op.args, state.get(record.key), record.key, STR, JSON)
         except OperationFailedError:
             result, new = "failed", KEEP
-        if new is None:
-            state.pop(record.key, None)
-        elif new is not KEEP:
-            state[record.key] = new
+        if new is not KEEP and new != state.get(record.key):
+            assert record.offset is not None
+            changed[record.key] = record.offset
+            if new is None:
+                del state[record.key]
+            else:
+                state[record.key] = new
         if op.origin == ME:
             outcomes[op.seq] = result
-    return state, outcomes
+    return state, outcomes, changed
 
 
 log_items = st.lists(ops_records(), min_size=1, max_size=120)
@@ -208,7 +212,7 @@ def test_live_state_and_own_results_match_a_plain_fold(
 ) -> None:
     run = Run()
     run.feed([(k, v) for k, v, _ in items], batch)
-    expected, outcomes = fold(run.log)
+    expected, outcomes, _ = fold(run.log)
     assert contents(run.state) == expected
     seen: dict[int, Any] = {}
     for step in run.steps:
@@ -229,27 +233,7 @@ def test_dirty_is_exactly_the_keys_changed_since_the_flush_point(
     while run.machine.applied < len(run.log):
         tail = run.log[run.machine.applied :]
         carry_out(run.machine, run.state, run.machine.apply_batch(tail, len(run.log)))
-    changed: dict[bytes, int] = {}
-    state: dict[bytes, bytes] = {}
-    for record in run.log:
-        try:
-            op = decode_op(record.value)
-        except Exception:
-            continue
-        if op.code.control or record.key is None:
-            continue
-        try:
-            _, new = decide(op.code, op.args, state.get(record.key), record.key, STR, JSON)
-        except OperationFailedError:
-            continue
-        if new is KEEP or new == state.get(record.key):
-            continue
-        if new is None:
-            state.pop(record.key)
-        else:
-            state[record.key] = new
-        assert record.offset is not None
-        changed[record.key] = record.offset
+    _, _, changed = fold(run.log)
     flushed = run.machine.flushed
     assert run.machine.dirty == {k: o for k, o in changed.items() if o > flushed}
 
