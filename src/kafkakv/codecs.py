@@ -33,7 +33,7 @@ import math
 import pickle
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import msgpack
@@ -65,6 +65,12 @@ class Codec(ABC, Generic[T]):
     ordered: bool = False
     #: True when every bytes decode (:meth:`check` never raises): replicas skip the check.
     reads_any_bytes: bool = False
+    #: True when :meth:`decode` gives back the stored bytes as they are: reads skip it.
+    decodes_as_is: bool = False
+    #: A C-level function that encodes what this codec is usually given exactly as
+    #: :meth:`encode` does, and raises anything at all for other objects, which then take
+    #: :meth:`encode` for its typed error; None when there is none. Hot paths call it.
+    fast_encode: Callable[[Any], bytes] | None = None
 
     @abstractmethod
     def encode(self, obj: T) -> bytes:
@@ -73,6 +79,17 @@ class Codec(ABC, Generic[T]):
     @abstractmethod
     def decode(self, data: bytes) -> T:
         """The object of ``data``; raises :class:`~kafkakv.errors.DecodeError` on bad bytes."""
+
+    def encode_many(self, objs: Sequence[T]) -> list[bytes]:
+        """:meth:`encode` of each of ``objs``; one C-level pass when :attr:`fast_encode`
+        takes them all."""
+        fast = self.fast_encode
+        if fast is not None:
+            try:
+                return list(map(fast, objs))
+            except Exception:  # encode() says what was wrong, below
+                pass
+        return [self.encode(obj) for obj in objs]
 
     def check(self, data: bytes) -> None:
         """Raise :class:`~kafkakv.errors.DecodeError` unless :meth:`decode` would read
@@ -99,6 +116,8 @@ class Codec(ABC, Generic[T]):
 class StrCodec(Codec[str]):
     name = "str"
     ordered = True
+    # UTF-8, strict: a TypeError for a non-str, a UnicodeEncodeError for lone surrogates.
+    fast_encode = staticmethod(str.encode)
 
     def encode(self, obj: str) -> bytes:
         if not isinstance(obj, str):
@@ -132,6 +151,12 @@ class BytesCodec(Codec[bytes]):
     name = "bytes"
     ordered = True
     reads_any_bytes = True
+    decodes_as_is = True
+
+    def encode_many(self, objs: Sequence[bytes]) -> list[bytes]:
+        if _BYTES.issuperset(map(type, objs)):  # one C-level pass over the types
+            return list(objs)
+        return [self.encode(obj) for obj in objs]
 
     def encode(self, obj: bytes) -> bytes:
         if isinstance(obj, bytes):
@@ -150,6 +175,7 @@ class BytesCodec(Codec[bytes]):
         return []
 
 
+_BYTES = frozenset({bytes})
 _INT = struct.Struct(">Q")
 _SIGN = 1 << 63
 

@@ -167,6 +167,7 @@ def test_deep_check_while_the_replica_follows_concurrent_writes(open_map: OpenMa
                 if rng.random() < 0.05:
                     with contextlib.suppress(FencedError):  # the other flusher won the race
                         m.flush()
+                time.sleep(0.001)  # a steady stream: each check rebuilds from all of it
         except BaseException as exc:
             failures.append(exc)
 
@@ -219,7 +220,8 @@ def test_deep_check_reports_a_stored_position_past_the_end_of_the_log(
 ) -> None:
     path = tmp_path / "ahead"
     m = open_map(store_path=str(path))
-    m.update({f"k{i}": i for i in range(20)})
+    for i in range(20):  # 20 ops records
+        m[f"k{i}"] = i
     m.close()
     with LmdbStore(path) as kept:  # as a flipped byte in the meta entry would leave it
         kept.write({}, {0: Positions(applied=1_000_000, flushed=-1)})

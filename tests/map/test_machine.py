@@ -83,7 +83,7 @@ def ops_records(draw: st.DrawFn) -> tuple[bytes | None, bytes | None, bytes]:
     value = draw(st.sampled_from(VALUES))
     kind = draw(
         st.sampled_from(["put"] * 4 + ["absent", "replace", "remove", "cas", "remove_if", "merge"])
-        | st.sampled_from(["barrier", "garbage"])
+        | st.sampled_from(["barrier", "garbage", "many", "many"])
     )
     if kind == "put":
         return key, encode_op(OpCode.PUT, origin, seq, [value]), origin
@@ -100,6 +100,16 @@ def ops_records(draw: st.DrawFn) -> tuple[bytes | None, bytes | None, bytes]:
         return key, encode_op(OpCode.REMOVE_IF, origin, seq, [value]), origin
     if kind == "merge":
         return key, encode_op(OpCode.MERGE, origin, seq, ["test_machine.concat", value]), origin
+    if kind == "many":  # puts and removes of a batch, a key maybe twice
+        pairs = draw(
+            st.lists(
+                st.tuples(st.sampled_from(KEYS), st.sampled_from([None, *VALUES])),
+                min_size=1,
+                max_size=4,
+            )
+        )
+        args = ([k for k, _ in pairs], [v for _, v in pairs])
+        return pairs[0][0], encode_op(OpCode.WRITE_MANY, origin, seq, args), origin
     if kind == "barrier":
         return None, encode_op(OpCode.BARRIER, origin, seq), origin
     return key, b"\xc1 not an op", origin
@@ -173,10 +183,13 @@ class Run:
         self.machine.flush_ended()
 
 
-def fold(records: list[Record]) -> tuple[dict[bytes, bytes], dict[int, Any], dict[bytes, int]]:
-    """The plain fold of an ops log through ``decide``: final contents, this replica's
-    outcomes by seq ("failed" for a failure), and the offset of each key's last change."""
-    state: dict[bytes, bytes] = {}
+def fold(
+    records: list[Record], start: dict[bytes, bytes] | None = None
+) -> tuple[dict[bytes, bytes], dict[int, Any], dict[bytes, int]]:
+    """The plain fold of an ops log through ``decide``, from ``start`` (default: empty):
+    final contents, this replica's outcomes by seq ("failed" for a failure), and the offset
+    of each key's last change."""
+    state: dict[bytes, bytes] = dict(start or {})
     outcomes: dict[int, Any] = {}
     changed: dict[bytes, int] = {}
     for record in records:
@@ -185,6 +198,21 @@ def fold(records: list[Record]) -> tuple[dict[bytes, bytes], dict[int, Any], dic
         except Exception:
             continue
         if op.code.control or record.key is None:
+            continue
+        if op.code is OpCode.WRITE_MANY:  # each pair a put, or a remove where None
+            had = 0
+            for key, value in zip(*op.args, strict=True):
+                had += key in state
+                if (value is None and key in state) or value is not None:
+                    if state.get(key) != value:
+                        assert record.offset is not None
+                        changed[key] = record.offset
+                    if value is None:
+                        del state[key]
+                    else:
+                        state[key] = value
+            if op.origin == ME:
+                outcomes[op.seq] = had
             continue
         try:
             result, new = decide(op.code, op.args, state.get(record.key), record.key, STR, JSON)
@@ -248,7 +276,8 @@ def test_a_replay_from_any_flush_point_equals_the_live_state(
     for covered, data in [(-1, {}), *run.flushes]:
         state = new_state()
         records = numbered(list(data.items()))
-        loaded = load_batch(MapTable([state]), 0, records) if records else None
+        entries = [(r.key, r.value, r.offset or 0) for r in records]
+        loaded = load_batch(MapTable([state]), 0, entries) if records else None
         if loaded is not None:
             state.store.write(loaded.changes[id(state)], {})
             assert loaded.flush_point == covered
@@ -389,3 +418,73 @@ def test_start_point_resumes_reloads_or_refuses() -> None:
     with pytest.raises(ValueError):
         start_point(5, Positions(3, 2))
     assert msgpack.unpackb(flush_records([], [], 4, ME)[0][-1].value or b"") == [4]
+
+
+@SETTINGS
+@given(
+    pairs=st.lists(
+        st.tuples(st.sampled_from(KEYS), st.sampled_from([None, *VALUES])), min_size=1, max_size=5
+    ),
+    before=st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES)),
+    earlier=st.lists(st.sampled_from(KEYS), max_size=2),
+    origin=st.sampled_from([ME, OTHER]),
+)
+def test_a_batch_is_decided_the_same_with_and_without_its_fast_path(
+    pairs: list[tuple[bytes, bytes | None]],
+    before: dict[bytes, bytes],
+    earlier: list[bytes],
+    origin: bytes,
+) -> None:
+    """WRITE_MANY takes C-level passes for distinct keys and new values with no listener,
+    and a loop per pair otherwise (a listener forces the loop): both decide the same, after
+    puts earlier in the same batch too."""
+    items: list[tuple[bytes | None, bytes | None]] = [
+        (k, encode_op(OpCode.PUT, OTHER, 100 + i, [b"3"])) for i, k in enumerate(earlier)
+    ]
+    args = ([k for k, _ in pairs], [v for _, v in pairs])
+    items.append((pairs[0][0], encode_op(OpCode.WRITE_MANY, origin, 7, args)))
+    records = numbered(items)
+    outcomes = []
+    for listen in (False, True):
+        state = new_state()
+        state.store.write(dict(before), {})
+        if listen:
+            state.listeners.append(lambda *change: None)
+        machine = new_machine(state)
+        step = machine.apply_records(records, len(records))
+        carry_out(machine, state, step)
+        outcomes.append(
+            (contents(state), own_outcomes(step), dict(machine.dirty), machine.next_flush)
+        )
+    assert outcomes[0] == outcomes[1]
+    expected, results, _ = fold(records, before)
+    assert outcomes[0][0] == expected
+    if origin == ME:
+        assert outcomes[0][1] == [(RESULT, 7, results[7])]
+
+
+def test_a_malformed_batch_fails_alike_everywhere_and_changes_nothing() -> None:
+    state = new_state()
+    machine = new_machine(state)
+    bad = [
+        encode_op(OpCode.WRITE_MANY, ME, 1, ([b"a", b"b"], [b"1"])),  # lengths differ
+        encode_op(OpCode.WRITE_MANY, ME, 2, ([b"a"], [5])),  # a value that is no bytes
+        encode_op(OpCode.WRITE_MANY, ME, 3, (b"a", b"1")),  # no arrays
+    ]
+    step = machine.apply_records(numbered([(b"a", v) for v in bad]), 3)
+    carry_out(machine, state, step)
+    assert contents(state) == {}
+    assert [kind for kind, _, _ in own_outcomes(step)] == [FAILED] * 3
+    assert len(step.errors) == 3 and machine.applied == 3
+
+
+def test_a_batch_counts_its_pairs_toward_the_flush_period() -> None:
+    """A batch of many pairs makes a flush due as that many puts would (PERIOD is 4)."""
+    state = new_state()
+    machine = new_machine(state)
+    op = encode_op(OpCode.WRITE_MANY, ME, 1, (KEYS, [b"1"] * len(KEYS)))
+    step = machine.apply_records(numbered([(KEYS[0], op)]), 1)
+    assert step.flush_due
+    other = new_machine(new_state())
+    op = encode_op(OpCode.WRITE_MANY, ME, 1, (KEYS[:2], [b"1"] * 2))
+    assert not other.apply_records(numbered([(KEYS[0], op)]), 1).flush_due

@@ -98,12 +98,19 @@ def replay_ops(records: list[Record], upto: int | None = None) -> dict[bytes, by
         op = decode_op(r.value)
         if r.key is None:
             continue
-        assert op.code in (OpCode.PUT, OpCode.REMOVE), "only puts and removes in these tests"
-        if op.code is OpCode.PUT:
-            state[r.key] = op.args[0]
-        else:
-            state.pop(r.key, None)
+        assert op.code in _PLAIN_WRITES, "only puts and removes in these tests"
+        pairs = zip(*op.args, strict=True) if op.code is OpCode.WRITE_MANY else [(r.key, None)]
+        for key, value in pairs:
+            if op.code is OpCode.PUT:
+                value = op.args[0]
+            if value is None:
+                state.pop(key, None)
+            else:
+                state[key] = value
     return state
+
+
+_PLAIN_WRITES = (OpCode.PUT, OpCode.REMOVE, OpCode.WRITE_MANY)
 
 
 def decoded(raw: Mapping[bytes, bytes]) -> dict[str, Any]:

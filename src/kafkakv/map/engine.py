@@ -58,7 +58,7 @@ from kafkakv.log.base import Log, LogWriter, Record
 from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
 from kafkakv.map.barriers import SharedBarriers
-from kafkakv.map.futures import OpFuture, complete, fail
+from kafkakv.map.futures import BatchFuture, BatchPart, OpFuture, complete, fail
 from kafkakv.map.keyspace import FLUSH_POINT_KEY, KeySpace, check_update_key
 from kafkakv.map.machine import (
     CHANGE,
@@ -93,6 +93,10 @@ _LOCAL_GRACE = 0.005  # the follower idles this long after a local writer applie
 _RETRY_PAUSE = 1.0  # the follower waits this long after the log could not answer
 _STALL_RETRY = 0.05  # a stalled partition looks for its missing function this often
 _NO_CHANGES: dict[bytes, bytes | None] = {}
+_MANY_PAIRS = 4096  # pairs in one WRITE_MANY record at most
+_MANY_BYTES = 512 << 10  # and bytes (below the topic's max.message.bytes, when that is less)
+_MANY_HEAD = 64  # a WRITE_MANY record's bytes besides its pairs, at most
+_PAIR_HEAD = 10  # msgpack's bytes around one key and value, at most
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
 
@@ -151,6 +155,9 @@ class ReplicaEngine:
         #: Partitions this replica stopped applying, at a record it cannot apply as the others
         #: do (see _stall). Read without the lock on every read: a dict, empty as a rule.
         self.stalled: dict[int, PartitionStalledError] = {}
+        #: True while a local read may skip every check (open, not failed, nothing stalled);
+        #: see _checks_changed.
+        self.plain_reads = True
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -185,6 +192,7 @@ class ReplicaEngine:
         if self._closed or self._disowned:
             return 0
         self._closed = True
+        self._checks_changed()
         undelivered = self.undelivered
         metrics.forget(self)
         limit = self.settings.timeout if timeout is None else timeout
@@ -236,6 +244,14 @@ class ReplicaEngine:
         self._disowned = True
         self._stopped = True
         self._failure = ClosedError(message)
+        self._checks_changed()
+
+    def _checks_changed(self) -> None:
+        """Called whenever closing, a failure or a stall changes what check_usable and
+        check_partitions say."""
+        self.plain_reads = not (
+            self._closed or self._stopped or self._failure is not None or self.stalled
+        )
 
     def _drain(self, deadline: float) -> None:
         """close(): hand every queued update to the log, then apply until every future of
@@ -286,6 +302,7 @@ class ReplicaEngine:
         if stall.function is not None and _registered(stall.function):
             # Registered since: applying goes on (from this thread or the follower's).
             self.stalled.pop(p, None)
+            self._checks_changed()
             log.warning(
                 "replica of %s resumes applying partition %d: function %r is registered now",
                 self.topics.data,
@@ -391,18 +408,125 @@ class ReplicaEngine:
         self._pending[seq] = future
         timeout = self.settings.timeout
         self._last_local = time.monotonic()  # keeps the follower away: see _follow
+        record = _new_tuple(Record, (record_key, value, (), None, None, None))
         try:
-            offset = self.log.append(
-                self.topics.ops, p, [Record(record_key, value)], timeout=timeout
-            )
+            offset = self.log.append(self.topics.ops, p, [record], timeout=timeout)
         except BaseException as exc:
             self._fail_pending([seq], exc)
             raise
         try:
-            self.apply_until(p, offset, time.monotonic() + timeout)
+            self.apply_until(p, offset, time.monotonic() + timeout, record)
         finally:
             self._last_local = time.monotonic()
         return future
+
+    def submit_many(
+        self,
+        state: MapState,
+        keys: list[bytes],
+        values: Sequence[bytes | None],
+        partitions: list[int] | None,
+        wait: bool,
+    ) -> BatchFuture:
+        """Append a batch of puts (and removes: value None) of map ``state`` as ``WRITE_MANY``
+        records, one per partition (``partitions[i]`` is the partition of ``keys[i]``; None:
+        every key in partition 0) and size limit, and return one future for them all, whose
+        result is how many keys had a value before. With ``wait``, apply up to them first.
+        Every record is encoded, and checked against the size limit, before any is appended.
+        """
+        if self._closed or self._failure is not None:
+            self.check_usable()
+        if not state.prefix and FLUSH_POINT_KEY in keys:
+            check_update_key(FLUSH_POINT_KEY)
+        groups: dict[int, tuple[list[bytes], list[bytes | None]]]
+        if partitions is None:
+            groups = {0: (keys, list(values))}
+        else:
+            groups = {}
+            for k, v, p in zip(keys, values, partitions, strict=True):
+                group = groups.get(p)
+                if group is None:
+                    group = groups[p] = ([], [])
+                group[0].append(k)
+                group[1].append(v)
+        if self.stalled:
+            self.check_partitions(groups)
+        chunks = [
+            (p, chunk) for p, (ks, vs) in groups.items() for chunk in self._chunks(state, ks, vs)
+        ]
+        batch = BatchFuture(len(chunks))
+        records: dict[int, list[Record]] = {}
+        parts: list[tuple[int, BatchPart, Record]] = []
+        for p, (ks, vs) in chunks:
+            seq = next(self._seq)
+            value = encode_op(OpCode.WRITE_MANY, self.origin, seq, (ks, vs))
+            record = _new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None))
+            parts.append((seq, BatchPart(batch, not wait, p), record))
+            records.setdefault(p, []).append(record)
+        if not parts:
+            batch.resolve(0)
+            return batch
+        if not wait:
+            for seq, part, record in parts:
+                if not self._slots.take(self.settings.timeout):
+                    raise OperationTimeoutError(
+                        f"{self.settings.max_in_flight} updates are still unapplied after "
+                        f"{self.settings.timeout} s; {len(parts)} records of the batch were "
+                        "not sent"  # those taken before are on their way
+                    )
+                self._pending[seq] = part
+                self._sender.outbox.append((part.partition, record))
+                if self._sender.idle:
+                    self._sender.wake()
+            return batch
+        for seq, part, _ in parts:
+            self._pending[seq] = part
+        deadline = time.monotonic() + self.settings.timeout
+        self._last_local = time.monotonic()  # keeps the follower away: see _follow
+        try:
+            ends = {}
+            for p, group_records in records.items():
+                remaining = max(0.0, deadline - time.monotonic())
+                try:
+                    ends[p] = self.log.append(self.topics.ops, p, group_records, timeout=remaining)
+                except BaseException as exc:
+                    self._fail_pending([seq for seq, part, _ in parts if part.partition == p], exc)
+                    raise
+            for p, offset in ends.items():
+                self.apply_until(p, offset, deadline)
+        finally:
+            self._last_local = time.monotonic()
+        return batch
+
+    def _chunks(
+        self, state: MapState, keys: list[bytes], values: list[bytes | None]
+    ) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
+        """``keys`` and ``values`` cut into the batches of ``WRITE_MANY`` records: at most
+        _MANY_PAIRS pairs and _MANY_BYTES bytes (or the topic's record limit) each. Raises
+        RecordTooLargeError for a pair too large for a record of its own."""
+        hard = self.max_record_bytes - len(state.prefix) - _MANY_HEAD
+        soft = min(_MANY_BYTES, hard)
+        for start in range(0, len(keys), _MANY_PAIRS):
+            ks, vs = keys[start : start + _MANY_PAIRS], values[start : start + _MANY_PAIRS]
+            size = sum(map(len, ks)) + sum(map(len, filter(None, vs))) + _PAIR_HEAD * len(ks)
+            if size + len(ks[0]) <= soft:  # the record key repeats the first key
+                yield ks, vs
+                continue
+            # Too big together: cut by size, pair by pair (a large pair goes alone).
+            first, size = 0, 0
+            for i, (k, v) in enumerate(zip(ks, vs, strict=True)):
+                pair = len(k) + len(v or b"") + _PAIR_HEAD
+                if len(k) + pair > hard:
+                    raise RecordTooLargeError(
+                        f"an update of {len(k) + pair} bytes is over the ops topic's "
+                        f"max.message.bytes={self.max_record_bytes}; nothing of the batch "
+                        "was sent"
+                    )
+                if i > first and size + pair + len(ks[first]) > soft:
+                    yield ks[first:i], vs[first:i]
+                    first, size = i, 0
+                size += pair
+            yield ks[first:], vs[first:]
 
     def _fail_pending(self, seqs: Iterable[int], exc: BaseException) -> None:
         freed = 0
@@ -441,10 +565,13 @@ class ReplicaEngine:
         self._fail_pending([seq], exc)
 
     # -- applying -----------------------------------------------------------------------
-    def apply_until(self, p: int, offset: int, deadline: float) -> None:
+    def apply_until(self, p: int, offset: int, deadline: float, own: Record | None = None) -> None:
         """Return once ``offset`` of partition ``p`` is applied, applying it here if need be.
 
-        Raises OperationTimeoutError at ``deadline``; the update may still apply later.
+        ``own`` is the record this replica appended at ``offset``, if it was one: when
+        everything before it is applied, it is applied as it is, without reading it back (the
+        log holds exactly these bytes there). Raises OperationTimeoutError at ``deadline``;
+        the update may still apply later.
         """
         machine = self.machines[p]
         while machine.applied <= offset:
@@ -456,7 +583,12 @@ class ReplicaEngine:
                     "the update may still be applied later"
                 )
             try:
-                progressed = self._apply_available(p, until=offset)
+                if own is not None and machine.applied == offset and p not in self.stalled:
+                    mine = _new_tuple(Record, (own[0], own[1], (), None, p, offset))
+                    self._carry_out(p, machine.apply_batch((mine,), offset + 1))
+                    progressed = True  # or stalled there: the loop's check raises it
+                else:
+                    progressed = self._apply_available(p, until=offset)
             finally:
                 self._lock.release()
             if not progressed and machine.applied <= offset:
@@ -502,7 +634,8 @@ class ReplicaEngine:
                 after = min(after, stop)
                 if records:
                     self._carry_out(p, machine.apply_batch(records, after))
-                    touched.update(r.key for r in records if r.key is not None)
+                    for r in records:
+                        touched.update(machine.keys_of(r))
                 else:
                     machine.step_over(after)  # offsets with nothing to apply
                 del records
@@ -563,6 +696,7 @@ class ReplicaEngine:
             log.error("%s", stall)
             self.errors.append(ApplyError(p, offset, str(stall), key, self.topics.ops))
         self.stalled[p] = stall
+        self._checks_changed()
 
     def _follow(self) -> None:
         """Background: apply what other processes append, for every held partition."""
@@ -586,6 +720,7 @@ class ReplicaEngine:
                 return
             log.error("replica of %s stopped following: %s", self.topics.data, exc)
             self._failure = exc
+            self._checks_changed()
             with self._lock:
                 self._fail_pending(list(self._pending), exc)
 
@@ -604,9 +739,11 @@ class ReplicaEngine:
         return {(ops, p): m.applied for p, m in self.machines.items() if p not in stalled}
 
     def _follow_apply(self, ready: Sequence[tuple[str, int]]) -> bool:
-        # A wake-up may come from a local writer that just started: give it the moment it
-        # needs to apply its own record rather than compete for the lock.
-        time.sleep(_FOLLOW_PAUSE)
+        if self._pending:
+            # A wake-up may come from this replica's own updates: a writer about to apply
+            # its record, the sender's batch growing. Give them a moment rather than compete
+            # for the lock. An update from elsewhere to an idle replica is applied at once.
+            time.sleep(_FOLLOW_PAUSE)
         for _, p in ready:
             with self._lock:
                 if not self._stopped:
@@ -803,20 +940,19 @@ class ReplicaEngine:
         position = self.log.start_offset(data, p)
         while True:
             with gc_paused():  # one tuple per record, none of them garbage: see gcpause
-                records = self.log.read(
+                entries, position = self.log.read_entries(
                     data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
                 )
-                if not records:  # stop on an empty read, not at an offset: gaps cannot stall it
+                if not entries:  # stop on an empty read, not at an offset: gaps cannot stall it
                     return flushed
-                loaded = load_batch(self.table, p, records, data)
+                loaded = load_batch(self.table, p, entries, data)
                 if loaded.errors:
                     self.errors.extend(loaded.errors)
                 for state in self.maps:
                     if id(state) in loaded.changes:
                         state.store.write(loaded.changes[id(state)], {})
                 flushed = max(flushed, loaded.flush_point)
-                position = (records[-1].offset or 0) + 1
-                del records, loaded  # before collection resumes: see gcpause
+                del entries, loaded  # before collection resumes: see gcpause
 
     def _keys_of(self, state: MapState, p: int) -> Iterable[bytes]:
         prefix, partition_of = state.prefix, self.keyspace.partition_of

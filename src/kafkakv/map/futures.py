@@ -22,7 +22,7 @@ from kafkakv.errors import KafkaKVError, ResultDecodeError
 if TYPE_CHECKING:
     from kafkakv.map.machine import MapState
 
-__all__ = ["LAZY", "OpFuture", "complete", "fail"]
+__all__ = ["LAZY", "BatchFuture", "BatchPart", "OpFuture", "complete", "fail"]
 
 #: The attributes ``Future.__init__`` sets, all of which the lazy future takes over.
 _INTERNALS = frozenset(
@@ -202,3 +202,39 @@ def complete(future: OpFuture, result: Any) -> None:
 def fail(future: OpFuture, exc: BaseException) -> None:
     """Resolve ``future`` with ``exc``."""
     future.resolve(exception=exc)
+
+
+class BatchFuture(OpFuture):
+    """The one future of a batch update (``put_all``, ``remove_all``), sent as several ops
+    records (one per partition and size limit), each with a :class:`BatchPart` future of its
+    own. Its result is the sum of theirs once all succeed; the first part to fail fails it (the
+    parts before it may have been applied). Parts resolve under the engine's lock, one at a
+    time, so the count needs no lock of its own."""
+
+    def __init__(self, parts: int) -> None:
+        super().__init__()
+        self._left = parts
+        self._total = 0
+
+    def part_done(self, result: Any, exception: BaseException | None) -> None:
+        if exception is not None:
+            self.resolve(exception=exception)  # a no-op when a part failed it already
+            return
+        self._total += result
+        self._left -= 1
+        if self._left == 0:
+            self.resolve(self._total)
+
+
+class BatchPart(OpFuture):
+    """The future of one ops record of a batch: resolving it tells its :class:`BatchFuture`."""
+
+    def __init__(self, batch: BatchFuture, slot: bool, partition: int) -> None:
+        super().__init__(None, slot, partition)
+        self.batch = batch
+
+    def resolve(self, result: Any = None, exception: BaseException | None = None) -> None:
+        if self._state != "PENDING":  # told once
+            return
+        super().resolve(result, exception)
+        self.batch.part_done(result, exception)

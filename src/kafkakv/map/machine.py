@@ -34,9 +34,17 @@ from kafkakv.errors import (
     OperationFailedError,
     UnknownFunctionError,
 )
-from kafkakv.log.base import Record, records_of
+from kafkakv.log.base import Entry, Record, records_of
 from kafkakv.map.keyspace import FLUSH_POINT_KEY, prefix_of
-from kafkakv.map.ops import KEEP, Keep, OpCode, decide, decode_op, encode_op
+from kafkakv.map.ops import (
+    KEEP,
+    Keep,
+    OpCode,
+    decide,
+    decode_op,
+    encode_op,
+    write_many_args,
+)
 from kafkakv.store.base import Positions, Store
 
 __all__ = [
@@ -162,6 +170,8 @@ class Step:
 #: Batches at least this long try the bulk path of :meth:`PartitionMachine.apply_batch`.
 BULK_MIN = 16
 
+#: How a ``WRITE_MANY`` ops value starts: a msgpack array of 5, then the code.
+_WRITE_MANY_HEAD = bytes([0x95, OpCode.WRITE_MANY])
 #: Decodes the value of a PUT of bytes (``[code, origin, seq, value]``) and refuses any other.
 _decode_put = msgspec.msgpack.Decoder(tuple[Literal[1], bytes, int, bytes]).decode
 assert OpCode.PUT.value == 1
@@ -286,9 +296,15 @@ class PartitionMachine:
                 overlay = changes.setdefault(id(state), {})
             current = overlay[user_key] if user_key in overlay else state.store.get(user_key)
             new: bytes | Keep | None
+            result: Any
             try:
                 if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
                     result, new = current, args[0]
+                elif code is OpCode.WRITE_MANY:  # its changes are made; the result is a count
+                    result, new = self._write_many(state, overlay, args, offset, mine, step), KEEP
+                    if mine:  # toward the flush period, a batch counts as its pairs
+                        next_flush -= len(args[0]) - 1
+                        self.next_flush = next_flush
                 else:
                     result, new = decide(code, args, current, user_key, state.keys, state.values)
             except UnknownFunctionError as exc:
@@ -304,23 +320,7 @@ class PartitionMachine:
             if new is not KEEP and new != current:
                 overlay[user_key] = new
                 dirty[key] = offset
-                unreadable = state.unreadable
-                if new is not None:
-                    check_key = current is None or user_key in unreadable
-                    problem = (
-                        unreadable_because(state, user_key, new, check_key)
-                        if check_key or not state.values.reads_any_bytes
-                        else None
-                    )
-                    if problem is not None:
-                        unreadable[user_key] = error = ApplyError(p, offset, problem, key, ops)
-                        errors.append(error)
-                    elif unreadable:
-                        unreadable.pop(user_key, None)
-                elif unreadable:
-                    unreadable.pop(user_key, None)
-                if state.listeners:
-                    events.append((CHANGE, state, (user_key, current, new, mine)))
+                self._changed(state, key, user_key, current, new, offset, mine, step)
             if mine:
                 events.append((RESULT, seq, result))
                 if offset >= next_flush:
@@ -329,6 +329,89 @@ class PartitionMachine:
         step.applied = last if stalled else max(after, last + 1)
         step.flushed = self.flushed
         return step
+
+    def _changed(
+        self,
+        state: MapState,
+        key: bytes,
+        user_key: bytes,
+        current: bytes | None,
+        new: bytes | None,
+        offset: int,
+        mine: bool,
+        step: Step,
+    ) -> None:
+        """Key ``user_key`` of ``state`` (record key ``key``) changed from ``current`` to
+        ``new`` at ``offset``: note whether its value reads here, and tell the listeners."""
+        unreadable = state.unreadable
+        if new is not None:
+            check_key = current is None or user_key in unreadable
+            problem = (
+                unreadable_because(state, user_key, new, check_key)
+                if check_key or not state.values.reads_any_bytes
+                else None
+            )
+            if problem is not None:
+                error = ApplyError(self.partition, offset, problem, key, self.topic)
+                unreadable[user_key] = error
+                step.errors.append(error)
+            elif unreadable:
+                unreadable.pop(user_key, None)
+        elif unreadable:
+            unreadable.pop(user_key, None)
+        if state.listeners:
+            step.events.append((CHANGE, state, (user_key, current, new, mine)))
+
+    def _write_many(
+        self,
+        state: MapState,
+        overlay: dict[bytes, bytes | None],
+        args: tuple[Any, ...],
+        offset: int,
+        mine: bool,
+        step: Step,
+    ) -> int:
+        """Apply a ``WRITE_MANY`` op at ``offset``, pair by pair, as puts and removes would be;
+        return how many of its keys had a value before. A batch of new values for distinct
+        keys, with no listener, takes C-level passes instead of a loop per pair. Raises
+        OperationFailedError for a malformed op (nothing changed)."""
+        keys, values = write_many_args(args)
+        prefix, dirty, store = state.prefix, self.dirty, state.store
+        if (
+            not state.listeners
+            and None not in values
+            and len(set(keys)) == len(keys)
+            and (not overlay or overlay.keys().isdisjoint(keys))
+            and not state.values.undecodable(cast(list[bytes], values))
+            and not state.keys.undecodable(keys)
+        ):
+            previous = store.get_many(keys)
+            absent = previous.count(None)
+            record_keys = [prefix + k for k in keys] if prefix else keys
+            if absent == len(previous):  # all new keys (a bulk load)
+                dirty.update(dict.fromkeys(record_keys, offset))
+            else:
+                changed = zip(record_keys, previous, values, strict=True)
+                dirty.update([(k, offset) for k, old, new in changed if old != new])
+            overlay.update(zip(keys, values, strict=True))
+            if state.unreadable:  # readable values replace unreadable ones
+                for k in keys:
+                    state.unreadable.pop(k, None)
+            return len(previous) - absent
+        had = 0
+        for user_key, value in zip(keys, values, strict=True):
+            current = overlay[user_key] if user_key in overlay else store.get(user_key)
+            if current is None:
+                if value is None:
+                    continue  # removing an absent key: nothing changes
+            else:
+                had += 1
+            if value != current:
+                key = prefix + user_key
+                overlay[user_key] = value
+                dirty[key] = offset
+                self._changed(state, key, user_key, current, value, offset, mine, step)
+        return had
 
     def apply_puts(self, records: Sequence[Record], after: int) -> Step | None:
         """:meth:`apply_batch` for the common bulk batch, a pass of C-level operations per
@@ -446,9 +529,23 @@ class PartitionMachine:
             assert record.offset is not None
             if record.offset >= stop:
                 return True
-            if record.key is not None:
-                dirty[record.key] = record.offset
+            dirty.update(dict.fromkeys(self.keys_of(record), record.offset))
         return False
+
+    def keys_of(self, record: Record) -> list[bytes]:
+        """The record keys an ops record may change: its own, and for ``WRITE_MANY`` those
+        of its batch (none for control records and records that do not decode)."""
+        key, value = record.key, record.value
+        if key is None:
+            return []
+        if not value or value[:2] != _WRITE_MANY_HEAD:
+            return [key]
+        try:
+            keys, _ = write_many_args(decode_op(value).args)
+        except (DecodeError, OperationFailedError):
+            return [key]
+        prefix = b"" if self.maps.plain else prefix_of(key)
+        return [key, *(prefix + k for k in keys)]
 
 
 # -- bootstrap ------------------------------------------------------------------------------
@@ -494,43 +591,44 @@ class Loaded:
     errors: list[ApplyError]
 
 
-def load_batch(table: MapTable, p: int, records: Sequence[Record], topic: str = "") -> Loaded:
-    """A bootstrap's decision for a batch of data records of partition ``p``: what each map's
-    store gets, the flush point, and the keys and values this replica's codecs cannot read
-    (noted in the maps' ``unreadable`` and returned as errors). One pass at C speed for a
+def load_batch(table: MapTable, p: int, entries: Sequence[Entry], topic: str = "") -> Loaded:
+    """A bootstrap's decision for a batch of data records of partition ``p``, as
+    ``(key, value, offset)`` entries (:meth:`~kafkakv.log.base.Log.read_entries`): what each
+    map's store gets, the flush point, and the keys and values this replica's codecs cannot
+    read (noted in the maps' ``unreadable`` and returned as errors). One pass at C speed for a
     plain map whose records all read."""
     errors: list[ApplyError] = []
     if table.plain:
         state = table.maps[0]
-        batch: dict[bytes | None, bytes | None] = {r[0]: r[1] for r in records}
+        batch: dict[bytes | None, bytes | None] = {e[0]: e[1] for e in entries}
         batch.pop(None, None)
         flushed = -1
         if FLUSH_POINT_KEY in batch:
             del batch[FLUSH_POINT_KEY]
-            flushed = max(read_flush_point(r.value) for r in records if r.key == FLUSH_POINT_KEY)
+            flushed = max(read_flush_point(v) for k, v, _ in entries if k == FLUSH_POINT_KEY)
         loaded = cast(dict[bytes, bytes | None], batch)
-        _note_loaded(state, p, records, loaded, errors, topic)
+        _note_loaded(state, p, entries, loaded, errors, topic)
         return Loaded({id(state): loaded}, flushed, errors)
     flushed = -1
     changes: dict[int, dict[bytes, bytes | None]] = {}
-    for record in records:
-        key = record.key
+    for entry in entries:
+        key = entry[0]
         if key == FLUSH_POINT_KEY:
-            flushed = max(flushed, read_flush_point(record.value))
+            flushed = max(flushed, read_flush_point(entry[1]))
             continue
         owner = table.state_for(key)
         if owner is None or key is None:
             continue
         user_key = key[len(owner.prefix) :]
-        _note_value(owner, p, record, user_key, errors, topic)
-        changes.setdefault(id(owner), {})[user_key] = record.value
+        _note_value(owner, p, entry, user_key, errors, topic)
+        changes.setdefault(id(owner), {})[user_key] = entry[1]
     return Loaded(changes, flushed, errors)
 
 
 def _note_loaded(
     state: MapState,
     p: int,
-    records: Sequence[Record],
+    entries: Sequence[Entry],
     batch: dict[bytes, bytes | None],
     errors: list[ApplyError],
     topic: str,
@@ -548,28 +646,28 @@ def _note_loaded(
             for key in batch:
                 unreadable.pop(key, None)
         return
-    latest = {r[0]: r for r in records if r[0] in batch}
-    for key, record in latest.items():
+    latest = {e[0]: e for e in entries if e[0] in batch}
+    for key, entry in latest.items():
         assert key is not None
-        _note_value(state, p, record, key, errors, topic)
+        _note_value(state, p, entry, key, errors, topic)
 
 
 def _note_value(
     state: MapState,
     p: int,
-    record: Record,
+    entry: Entry,
     user_key: bytes,
     errors: list[ApplyError],
     topic: str,
 ) -> None:
     """Note whether the data record's key and value are readable here."""
-    value, unreadable = record.value, state.unreadable
+    key, value, offset = entry
+    unreadable = state.unreadable
     problem = None if value is None else unreadable_because(state, user_key, value, True)
     if problem is None:
         unreadable.pop(user_key, None)
     else:
-        assert record.offset is not None
-        error = ApplyError(p, record.offset, problem, record.key, topic)
+        error = ApplyError(p, offset, problem, key, topic)
         unreadable[user_key] = error
         errors.append(error)
 

@@ -6,6 +6,11 @@ then the encoded key); its value is a msgpack array ``[code, origin, seq, *args]
 writer recognises its own record when it applies it. Control records (barriers, flush marks)
 have no key.
 
+A ``WRITE_MANY`` record carries a batch of one map in one partition: its args are two arrays of
+the same length, store keys (the map prefix left out) and values, where nil removes the key. Its
+record key is the record key of its first pair, which names the map and the partition. Every
+replica applies the whole batch at that one offset, pair by pair in order.
+
 :func:`decide` is the state machine: given an op and the key's current value it returns the
 result for the caller and the new value. It is a pure function of its inputs, so every replica,
 applying the same records in the same order, decides the same; a failure (a function that
@@ -41,6 +46,7 @@ __all__ = [
     "decide",
     "decode_op",
     "encode_op",
+    "write_many_args",
 ]
 
 
@@ -55,6 +61,7 @@ class OpCode(enum.IntEnum):
     REMOVE_IF = 6
     COMPUTE = 7
     MERGE = 8
+    WRITE_MANY = 9  # args (store keys, values): a batch of puts and removes, one offset
     BARRIER = 16  # no key, no args: "how far does the log reach now"
     FLUSHED = 17  # no key, args (covered ops offset,): a flush covering it landed
 
@@ -116,9 +123,28 @@ _ARITY = {
     OpCode.REMOVE_IF: 1,
     OpCode.COMPUTE: 2,
     OpCode.MERGE: 2,
+    OpCode.WRITE_MANY: 2,
     OpCode.BARRIER: 0,
     OpCode.FLUSHED: 1,
 }
+
+
+_BYTES_OR_NIL = frozenset({bytes, type(None)})
+
+
+def write_many_args(args: tuple[Any, ...]) -> tuple[list[bytes], list[bytes | None]]:
+    """The store keys and values of a ``WRITE_MANY`` op. Raises
+    :class:`~kafkakv.errors.OperationFailedError` for a malformed one (every replica alike).
+
+    >>> write_many_args(((b"a", b"b"), (b"1", None)))
+    ([b'a', b'b'], [b'1', None])
+    """
+    keys, values = args
+    if type(keys) is not tuple or type(values) is not tuple or len(keys) != len(values):
+        raise OperationFailedError("WRITE_MANY needs two arrays of the same length")
+    if not {bytes}.issuperset(map(type, keys)) or not _BYTES_OR_NIL.issuperset(map(type, values)):
+        raise OperationFailedError("WRITE_MANY keys must be bytes, values bytes or nil")
+    return list(keys), list(values)
 
 
 def _bytes_arg(value: Any, what: str) -> bytes:

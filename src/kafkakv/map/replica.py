@@ -9,7 +9,7 @@ the calling thread returns once its own record is applied here (one append plus 
 from __future__ import annotations
 
 import concurrent.futures
-import time
+import itertools
 from collections.abc import (
     Callable,
     ItemsView,
@@ -71,6 +71,12 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         self._values = state.values
         self._prefix = state.prefix
         self._linearizable = engine.settings.consistency == "linearizable"
+        # The local read path (see __getitem__): no barrier to take and every partition held,
+        # so only the engine's plain_reads flag is left to check per read.
+        self._plain = not self._linearizable and len(engine.held) == engine.partition_count
+        self._key_bytes = self._keys.fast_encode or self._keys.encode
+        self._lookup = state.store.lookup()
+        self._decode = None if self._values.decodes_as_is else self._values.decode
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -115,6 +121,17 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             engine.sync(self.partitions if p is None else (p,), None)
 
     def __getitem__(self, key: K) -> V:
+        if self._plain and self._engine.plain_reads:  # the common case: one dict lookup
+            try:
+                encoded = self._key_bytes(key)
+            except Exception:  # the checked path below raises the typed error
+                pass
+            else:
+                data = self._lookup(encoded)
+                if data is None:
+                    raise KeyError(key)
+                decode = self._decode
+                return cast(V, data if decode is None else decode(data))
         encoded, _, p = self._locate(key)
         self._barrier(p)
         data = self._store.get(encoded)
@@ -124,12 +141,30 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def get(self, key: K, default: Any = None) -> Any:
         """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
+        if self._plain and self._engine.plain_reads:  # as __getitem__
+            try:
+                encoded = self._key_bytes(key)
+            except Exception:  # the checked path below raises the typed error
+                pass
+            else:
+                data = self._lookup(encoded)
+                if data is None:
+                    return default
+                decode = self._decode
+                return data if decode is None else decode(data)
         encoded, _, p = self._locate(key)
         self._barrier(p)
         data = self._store.get(encoded)
         return default if data is None else self._values.decode(data)
 
     def __contains__(self, key: object) -> bool:
+        if self._plain and self._engine.plain_reads:  # as __getitem__
+            try:
+                encoded = self._key_bytes(key)
+            except Exception:  # the checked path below answers
+                pass
+            else:
+                return self._lookup(encoded) is not None
         try:
             encoded, _, p = self._locate(cast(K, key))
         except EncodeError:
@@ -285,7 +320,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         return default if previous is None else previous
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:
-        """Put every pair, as async updates, and wait for all (much faster than one by one)."""
+        """Put every pair, as :meth:`put_all` does (much faster than one by one)."""
         pairs: Iterable[tuple[Any, Any]]
         if isinstance(other, Mapping):
             pairs = other.items()
@@ -296,14 +331,61 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             pairs = ((k, other[k]) for k in keys)
         else:
             pairs = other
-        futures = [self.put_async(k, v) for k, v in pairs]
-        futures += [self.put_async(cast(K, k), v) for k, v in kwargs.items()]
-        _wait_all(futures, self._engine.settings.timeout)
+        self.put_all(itertools.chain(pairs, cast(Iterable[tuple[K, V]], kwargs.items())))
+
+    def put_all(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> int:
+        """Set each key to its value, as :meth:`put` would one by one, in a few large records:
+        the fast way to write many keys. Returns how many of the keys had a value before.
+
+        A key given twice takes its last value. The pairs of one partition go in records of
+        up to 4,096 pairs, each applied at once by every replica; the batch as a whole is not
+        atomic: when it fails (OperationTimeoutError, a log error), records before the failing
+        one may have been applied. Raises EncodeError for a key or value the codecs refuse,
+        and RecordTooLargeError for a pair over the topic's record limit, before anything is
+        appended."""
+        return cast(int, self._wait(self._put_all(pairs, True), "put_all"))
+
+    def remove_all(self, keys: Iterable[K]) -> int:
+        """Delete each of ``keys``, as :meth:`remove` would one by one, in a few large records
+        (see :meth:`put_all`). Returns how many of them had a value."""
+        return cast(int, self._wait(self._remove_all(keys, True), "remove_all"))
+
+    def _wait(self, future: OpFuture, what: str) -> Any:
+        try:
+            return future.result(timeout=self._engine.settings.timeout)
+        except concurrent.futures.TimeoutError:
+            raise OperationTimeoutError(f"{what} did not complete") from None
+
+    def _put_all(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]], wait: bool) -> OpFuture:
+        latest = pairs if isinstance(pairs, Mapping) else dict(pairs)  # the last value wins
+        given = list(latest.values())
+        if any(v is None for v in given):
+            raise EncodeError("None is not a value: use remove_all() to delete keys")
+        values = self._values.encode_many(given)
+        return self._many(list(latest), values, wait)
+
+    def _remove_all(self, keys: Iterable[K], wait: bool) -> OpFuture:
+        distinct = list(dict.fromkeys(keys))
+        return self._many(distinct, [None] * len(distinct), wait)
+
+    def _many(self, keys: list[K], values: Sequence[bytes | None], wait: bool) -> OpFuture:
+        encoded = self._keys.encode_many(keys)
+        engine, prefix = self._engine, self._prefix
+        partitions = None
+        if engine.partition_count > 1:
+            partition_of = engine.partition_of
+            partitions = [partition_of(prefix + k) for k in encoded]
+            holds = engine.holds
+            outside = sorted({p for p in partitions if not holds(p)})
+            if outside:
+                raise WrongPartitionError(
+                    f"keys in partitions {outside}; this replica holds {list(self.partitions)}"
+                )
+        return engine.submit_many(self._state, encoded, values, partitions, wait)
 
     def clear(self) -> None:
-        """Remove every key this replica holds (one remove per key, sent async)."""
-        futures = [self.remove_async(k) for k in list(self)]
-        _wait_all(futures, self._engine.settings.timeout)
+        """Remove every key this replica holds, as :meth:`remove_all` does."""
+        self.remove_all(list(self))
 
     # -- updates (async) ----------------------------------------------------------------
     def put_async(self, key: K, value: V) -> OpFuture:
@@ -314,6 +396,15 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         _, record_key, p = self._locate(key)
         args = (self._values.encode(value),)
         return self._engine.submit(self._state, OpCode.PUT, record_key, p, args, False)
+
+    def put_all_async(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> OpFuture:
+        """Like :meth:`put_all`, returning at once one future of the count. Its records take
+        slots of ``max_in_flight`` (one per record)."""
+        return self._put_all(pairs, False)
+
+    def remove_all_async(self, keys: Iterable[K]) -> OpFuture:
+        """Like :meth:`remove_all`, returning at once one future of the count."""
+        return self._remove_all(keys, False)
 
     def put_if_absent_async(self, key: K, value: V) -> OpFuture:
         return self._submit(OpCode.PUT_IF_ABSENT, key, (self._value(value),), False)
@@ -516,23 +607,3 @@ def _function_name(fn: str | Callable[..., Any]) -> str:
         if functions.lookup(name) is fn:
             return name
     raise UnknownFunctionError(getattr(fn, "__qualname__", repr(fn)))
-
-
-def _wait_all(futures: list[OpFuture], timeout: float) -> None:
-    """Wait up to ``timeout`` for every future, then raise the first failure in call order.
-
-    Waits on one pending future at a time: a finished OpFuture answers without a condition
-    variable, where ``concurrent.futures.wait`` would build one for each future (for a large
-    ``update()``, more than all the rest of the work)."""
-    deadline = time.monotonic() + timeout
-    for future in futures:
-        if not future.done():
-            try:
-                future.exception(max(0.0, deadline - time.monotonic()))
-            except concurrent.futures.TimeoutError:
-                left = sum(not f.done() for f in futures)
-                raise OperationTimeoutError(
-                    f"{left} of {len(futures)} updates did not complete"
-                ) from None
-    for future in futures:
-        future.result()

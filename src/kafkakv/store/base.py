@@ -18,7 +18,7 @@ the natural order of the str, bytes and int key codecs.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from kafkakv.lifecycle import Closeable
 
@@ -56,6 +56,12 @@ class Store(Closeable):
     @abstractmethod
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key``, or ``None``. O(1) for dict, O(log n) for sorted stores."""
+
+    def lookup(self) -> Callable[[bytes], bytes | None]:
+        """A function that does what :meth:`get` does, for a hot path to keep: a memory store
+        gives its dict's own ``get``. Valid until :meth:`close`, which the caller must know
+        of: after it the function may go on answering from the old state."""
+        return self.get
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """The value (or ``None``) of each of ``keys``, in order: what a batch of updates reads."""

@@ -100,6 +100,9 @@ class _MemoryStore(Store):
         """The value of ``key`` or ``None``: one dict lookup, no lock."""
         return self._data.get(key)
 
+    def lookup(self) -> Callable[[bytes], bytes | None]:
+        return self._data.get
+
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """One C-level pass over ``keys``, no lock (as :meth:`get`)."""
         return list(map(self._data.get, keys))
@@ -130,9 +133,8 @@ class _MemoryStore(Store):
     def _apply(self, changes: Mapping[bytes, bytes | None]) -> None:
         # Bulk dict operations, not a Python loop per key (a bootstrap writes 25,000 at once).
         data = self._data
-        deleted = [k for k, v in changes.items() if v is None]
-        if deleted:
-            for key in deleted:
+        if None in changes.values():  # a C-level scan; removals are the rarer case
+            for key in [k for k, v in changes.items() if v is None]:
                 data.pop(key, None)
             data.update({k: v for k, v in changes.items() if v is not None})
         else:

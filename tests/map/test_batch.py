@@ -1,0 +1,140 @@
+"""Batch updates: ``put_all`` and ``remove_all`` (and their async forms), sent as a few
+``WRITE_MANY`` records. Each pair must end as ``put`` or ``remove`` would leave it, on every
+replica, with listeners told of each change; bad input is refused before anything is appended.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from kafkakv.errors import (
+    ClosedError,
+    EncodeError,
+    RecordTooLargeError,
+    WrongPartitionError,
+)
+from tests.map.conftest import OpenMap
+from tests.map.test_map_protocol import _seed
+from tests.waiting import wait_for
+
+
+def _end(m: Any) -> int:
+    engine = m._engine
+    return sum(engine.log.end_offset(engine.topics.ops, p) for p in engine.held)
+
+
+def test_put_all_and_remove_all_end_as_one_by_one_updates(open_map: OpenMap) -> None:
+    """Rounds of batches (keys repeated within and across them, values replaced and
+    removed) from one replica: its counts, both replicas' contents and a listener's changes
+    match a dict that took the same updates one by one."""
+    rng = random.Random(_seed())
+    writer, reader = open_map(), open_map()
+    heard: list[tuple[Any, Any, Any]] = []
+    reader.add_listener(lambda k, old, new, mine: heard.append((k, old, new)))
+    model: dict[str, int] = {}
+    expected_changes: list[tuple[Any, Any, Any]] = []
+    for _ in range(12):
+        if rng.random() < 0.6:
+            pairs = [
+                (f"k{rng.randrange(40)}", rng.randrange(5)) for _ in range(rng.randrange(1, 30))
+            ]
+            had = len({k for k, _ in pairs} & model.keys())
+            for k, v in dict(pairs).items():  # the last value of a key given twice
+                if model.get(k) != v:
+                    expected_changes.append((k, model.get(k), v))
+                model[k] = v
+            assert writer.put_all(pairs) == had
+        else:
+            keys = [f"k{rng.randrange(40)}" for _ in range(rng.randrange(1, 20))]
+            gone = [k for k in dict.fromkeys(keys) if k in model]
+            for k in gone:
+                expected_changes.append((k, model.pop(k), None))
+            assert writer.remove_all(keys) == len(gone)
+    assert dict(writer) == model
+    reader.sync()
+    assert dict(reader) == model
+    wait_for(lambda: len(heard) >= len(expected_changes), what="the reader's listener")
+    assert heard == expected_changes
+
+
+def test_a_batch_larger_than_a_record_reaches_every_partition(open_map: OpenMap) -> None:
+    """More pairs than one record holds, values large enough that size cuts records too,
+    over three partitions."""
+    writer = open_map(partitions=3, value_codec="bytes")
+    reader = open_map(partitions=3, value_codec="bytes")
+    pairs = {f"key-{i}": bytes([i % 251]) * (40 + i % 300) for i in range(9000)}
+    assert writer.put_all(pairs) == 0
+    assert writer.put_all_async({"key-1": b"x"}).result(30) == 1
+    pairs["key-1"] = b"x"
+    reader.sync()
+    assert dict(reader) == pairs
+    assert reader.remove_all_async(list(pairs)[:5000]).result(30) == 5000
+    writer.sync()
+    assert len(writer) == 4000
+
+
+def test_bad_batches_are_refused_before_anything_is_appended(open_map: OpenMap) -> None:
+    m = open_map(value_codec="bytes")
+    m.put_all({"a": b"1"})
+    end = _end(m)
+    with pytest.raises(EncodeError, match="None is not a value"):
+        m.put_all({"b": b"2", "c": None})
+    with pytest.raises(EncodeError):
+        m.put_all({"b": b"2", 3: b"3"})
+    with pytest.raises(EncodeError):
+        m.put_all({"b": b"2", "c": "not bytes"})
+    limit = m._engine.max_record_bytes
+    with pytest.raises(RecordTooLargeError, match="nothing of the batch was sent"):
+        m.put_all({"b": b"2", "big": b"x" * limit})
+    assert _end(m) == end
+    assert dict(m) == {"a": b"1"}
+    assert m.put_all([]) == 0 and m.remove_all([]) == 0
+    assert _end(m) == end
+
+
+def test_a_batch_takes_what_a_single_put_takes(open_map: OpenMap) -> None:
+    """A value too large for the batch records' usual size still goes, in a record alone."""
+    m = open_map(value_codec="bytes")
+    big = b"y" * (m._engine.max_record_bytes // 2 + 1000)
+    m.put_all({"a": b"1", "big": big, "c": b"3"})
+    assert m["big"] == big and len(m) == 3
+
+
+def test_a_sharded_replica_refuses_a_batch_with_keys_it_does_not_hold(
+    open_map: OpenMap,
+) -> None:
+    whole = open_map(partitions=2)
+    half = open_map(partitions=2, shard=[0])
+    outside = next(k for k in (f"k{i}" for i in range(100)) if whole.partition_of(k) == 1)
+    inside = next(k for k in (f"k{i}" for i in range(100)) if whole.partition_of(k) == 0)
+    end = _end(whole)
+    with pytest.raises(WrongPartitionError, match=r"partitions \[1\]"):
+        half.put_all({inside: 1, outside: 2})
+    assert _end(whole) == end
+    assert half.put_all({inside: 1}) == 0
+    whole.sync()
+    assert whole[inside] == 1
+
+
+def test_batches_after_close_raise_closed_error(open_map: OpenMap) -> None:
+    m = open_map()
+    m.put_all({"a": 1})
+    m.close()
+    with pytest.raises(ClosedError):
+        m.put_all({"b": 2})
+    with pytest.raises(ClosedError):
+        m.remove_all(["a"])
+    with pytest.raises(ClosedError):
+        m["a"]
+
+
+def test_a_large_batch_makes_a_flush_due(open_map: OpenMap) -> None:
+    """A batch counts as its pairs toward the flush period: the data topic gets them
+    without further updates."""
+    m = open_map(flush_period=100)
+    m.put_all({f"k{i}": i for i in range(1000)})
+    engine = m._engine
+    wait_for(lambda: engine.positions()[0].flushed >= 0, what="a flush after the batch")
