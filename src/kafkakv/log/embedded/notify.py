@@ -1,17 +1,22 @@
 """Wake-ups when another process publishes to a partition.
 
 Every publish is a ``pwrite`` of the partition's head file, which Linux reports through
-inotify. One thread per open log reads the inotify descriptor and bumps one counter;
-:meth:`ChangeNotifier.wait_for_any` sleeps on a condition until the counter moves (then
-re-checks the caller's condition) or the timeout passes. The reader thread parks while nobody
-waits and coalesces bursts; see docs/embedded-log.md. Where inotify is unavailable (not Linux, or the per-user instance limit is
-reached) waiting falls back to polling every millisecond.
+inotify. :meth:`ChangeNotifier.wait_for_any` sleeps until an event arrives (then re-checks the
+caller's condition) or the timeout passes. There is no thread of its own: of the threads
+waiting at a time, one reads the inotify descriptor itself (it sleeps in ``poll``), counts
+the events and wakes the others, which sleep on a condition; when it leaves, the next one
+takes over. So a lone waiter, such as a replica's follower, is woken by the kernel directly,
+with no hand-off between threads. Bursts are coalesced; see docs/embedded-log.md. Where
+inotify is unavailable (not Linux, or the per-user instance limit is reached) waiting falls
+back to polling every millisecond.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import math
 import os
 import select
 import struct
@@ -26,7 +31,8 @@ _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _EVENT = struct.Struct("iIII")
 _POLL_S = 0.001
-_COALESCE_S = 0.0005
+_COALESCE_S = 0.0005  # events closer together than this are delivered together
+_SLICE_S = 1.0  # a waiter re-checks its condition at least this often
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -46,11 +52,12 @@ class ChangeNotifier:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._total = 0  # moves on every batch of events; what waiters compare
-        self._waiters = 0  # threads inside wait_for_any; the reader thread parks at zero
+        self._reading = False  # a waiter is reading the descriptor (guarded by _cond)
+        self._last_event = 0.0  # monotonic time of the last batch of events
         self._watched: dict[str, int] = {}
         self._fd = -1
         self._wake_r, self._wake_w = -1, -1
-        self._thread: threading.Thread | None = None
+        self._poller: select.poll | None = None
         self._closed = False
         self._libc = _libc()
         if self._libc is not None:
@@ -58,6 +65,9 @@ class ChangeNotifier:
             if fd >= 0:
                 self._fd = fd
                 self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+                self._poller = select.poll()
+                self._poller.register(fd, select.POLLIN)
+                self._poller.register(self._wake_r, select.POLLIN)  # close() interrupts
 
     @property
     def uses_inotify(self) -> bool:
@@ -65,7 +75,7 @@ class ChangeNotifier:
 
     def _watch(self, head_path: str) -> bool:
         """Make sure ``head_path`` is watched; False when it cannot be (then poll)."""
-        if self._fd < 0 or self._libc is None:
+        if self._fd < 0 or self._libc is None or self._closed:
             return False
         if head_path in self._watched:
             return True
@@ -73,39 +83,7 @@ class ChangeNotifier:
         if wd < 0:
             return False
         self._watched[head_path] = wd
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="kafkakv-notify", daemon=True)
-            self._thread.start()
         return True
-
-    def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self._fd, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
-        while not self._closed:
-            with self._cond:
-                # Nobody waiting: leave events in the kernel queue, which merges repeats of
-                # one head into a single event, instead of waking for each append.
-                while self._waiters == 0 and not self._closed:
-                    self._cond.wait()
-            poller.poll()
-            if self._closed:
-                return
-            try:
-                data = os.read(self._fd, 65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return
-            if len(data) >= _EVENT.size:
-                # Waiters re-check their own condition, so which head moved does not matter.
-                with self._cond:
-                    self._total += 1
-                    self._cond.notify_all()
-                # Coalesce: under a stream of appends, wake waiters at most once per pause
-                # instead of once per append (each wake-up costs the writers GIL time). The
-                # first event after a quiet spell is still delivered at once.
-                time.sleep(_COALESCE_S)
 
     def wait_for(self, head_path: str, ready: Callable[[], bool], timeout: float | None) -> bool:
         """Return True once ``ready()`` holds, False when ``timeout`` seconds pass first."""
@@ -118,44 +96,62 @@ class ChangeNotifier:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             watching = all([self._watch(path) for path in head_paths])
-            self._waiters += 1
-            if self._waiters == 1:
-                self._cond.notify_all()  # the reader thread may be parked: resume reading
-        try:
-            return self._wait(watching, ready, deadline)
-        finally:
-            with self._cond:
-                self._waiters -= 1
-
-    def _wait(self, watching: bool, ready: Callable[[], bool], deadline: float | None) -> bool:
         while True:
             with self._cond:
                 seen = self._total
             if ready():
                 return True
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            remaining = _SLICE_S if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
                 return False
-            if watching:
-                with self._cond:
-                    if self._total == seen:
-                        # A bounded sleep: a publish by a process that lost its inotify event
-                        # (queue overflow) is still seen within a second.
-                        self._cond.wait(1.0 if remaining is None else min(remaining, 1.0))
-            else:
-                time.sleep(_POLL_S if remaining is None else min(_POLL_S, remaining))
+            if not watching or self._closed:
+                time.sleep(min(_POLL_S, remaining))
+                continue
+            with self._cond:
+                if self._total != seen:
+                    continue  # events came while ready() ran: look again
+                if self._reading or self._closed:
+                    self._cond.wait(min(remaining, _SLICE_S if self._reading else _POLL_S))
+                    continue
+                self._reading = True
+            self._read_events(min(remaining, _SLICE_S))
+
+    def _read_events(self, timeout: float) -> None:
+        """As the reading waiter: sleep in ``poll`` until events arrive or ``timeout`` passes,
+        count them, and wake the other waiters (one of them reads next)."""
+        arrived = False
+        try:
+            # In a stream of events, let them gather: waiters wake about 2,000 times a second
+            # at most, rather than once per append. The first event after a quiet spell is
+            # not delayed.
+            pause = self._last_event + _COALESCE_S - time.monotonic()
+            if pause > 0:
+                time.sleep(min(pause, timeout))
+            assert self._poller is not None
+            if self._poller.poll(math.ceil(timeout * 1000)) and not self._closed:
+                with contextlib.suppress(BlockingIOError):  # another reader took them
+                    arrived = len(os.read(self._fd, 65536)) >= _EVENT.size
+        finally:
+            with self._cond:
+                self._reading = False
+                if arrived:
+                    self._total += 1
+                    self._last_event = time.monotonic()
+                self._cond.notify_all()
 
     def close(self) -> None:
-        self._closed = True
+        """Wake every waiter and release the descriptors (once the reading waiter left)."""
         with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            if self._wake_w >= 0:
+                os.write(self._wake_w, b"x")  # interrupts the reading waiter's poll
             self._cond.notify_all()
-        if self._wake_w >= 0:
-            os.write(self._wake_w, b"x")
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+            deadline = time.monotonic() + 2
+            while self._reading and time.monotonic() < deadline:
+                self._cond.wait(0.1)
         for fd in (self._fd, self._wake_r, self._wake_w):
             if fd >= 0:
                 os.close(fd)
         self._fd = self._wake_r = self._wake_w = -1
-        with self._cond:
-            self._cond.notify_all()
