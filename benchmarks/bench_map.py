@@ -39,7 +39,6 @@ several runs. No means. Results and method for one machine are in ``docs/benchma
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import multiprocessing as mp
@@ -285,9 +284,7 @@ class Bench:
         for mode in ("offset", "shared", "per-read"):
             rates = []
             for _ in range(3):
-                db, m = self.open(path, consistency="linearizable")
-                engine = m._engine
-                engine.settings = dataclasses.replace(engine.settings, barriers=mode)
+                db, m = self.open(path, consistency="linearizable", barriers=mode)
                 rates.append(_readers(m, 32, seconds))
                 db.close()
             out[mode] = statistics.median(rates)

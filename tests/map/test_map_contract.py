@@ -220,6 +220,13 @@ def test_linearizable_reads_see_completed_writes(open_map: OpenMap, barriers: st
     for i in range(30):
         writer[f"k{i}"] = i
         assert reader[f"k{i}"] == i and len(reader) == i + 1
+    for i in range(30):  # each read form on its own
+        writer[f"g{i}"] = i
+        assert reader.get(f"g{i}") == i
+        writer[f"c{i}"] = i
+        assert f"c{i}" in reader
+        writer.remove(f"c{i}")
+        assert f"c{i}" not in reader
 
 
 class _SlowAppends(ForwardingLog):

@@ -145,6 +145,10 @@ class ReplicaEngine:
         self._writers: dict[int, LogWriter] = {}
         self._flush_locks = {p: threading.Lock() for p in self.held}
         self._barriers = SharedBarriers(self.held)
+        #: sync() needs no barrier record: the log's end offset is authoritative.
+        self._offset_barriers = settings.barriers == "offset" or (
+            settings.barriers == "auto" and log.end_offset_is_linearizable
+        )
         self._last_local = 0.0  # monotonic time a local writer last started or finished
         self._closed = False  # close() began: no new updates; what is in flight drains
         self._stopped = False  # the threads stop, nothing more is applied
@@ -768,7 +772,7 @@ class ReplicaEngine:
         deadline = time.monotonic() + limit
         mode = self.settings.barriers
         if mode == "auto":
-            mode = "offset" if self.log.end_offset_is_linearizable else "shared"
+            mode = "offset" if self._offset_barriers else "shared"
         for p in partitions:
             if mode == "offset":  # no record at all: the end offset is authoritative
                 target = self.log.end_offset(self.topics.ops, p) - 1
@@ -778,6 +782,18 @@ class ReplicaEngine:
                 self._shared_barrier(p, deadline)
             else:
                 self._barrier(p, deadline)
+
+    def catch_up(self, record_key: bytes) -> None:
+        """What a linearizable read of ``record_key`` waits for: :meth:`sync` of its
+        partition, with the common case first (the log's end offset is authoritative and
+        this replica has applied up to it)."""
+        p = 0 if self.partition_count == 1 else self.keyspace.partition_of(record_key)
+        if self._offset_barriers:
+            end = self.log.end_offset(self.topics.ops, p)
+            if end > self.machines[p].applied:
+                self.apply_until(p, end - 1, time.monotonic() + self.settings.timeout)
+        else:
+            self.sync((p,), None)
 
     def _barrier(self, p: int, deadline: float) -> None:
         remaining = max(0.0, deadline - time.monotonic())

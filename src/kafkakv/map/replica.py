@@ -71,9 +71,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         self._values = state.values
         self._prefix = state.prefix
         self._linearizable = engine.settings.consistency == "linearizable"
-        # The local read path (see __getitem__): no barrier to take and every partition held,
-        # so only the engine's plain_reads flag is left to check per read.
-        self._plain = not self._linearizable and len(engine.held) == engine.partition_count
+        # The direct read path (see __getitem__): every partition held, so only the engine's
+        # plain_reads flag is left to check per read, and for a linearizable map the log's end.
+        self._direct = len(engine.held) == engine.partition_count
         self._key_bytes = self._keys.fast_encode or self._keys.encode
         self._lookup = state.store.lookup()
         self._decode = None if self._values.decodes_as_is else self._values.decode
@@ -121,12 +121,14 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             engine.sync(self.partitions if p is None else (p,), None)
 
     def __getitem__(self, key: K) -> V:
-        if self._plain and self._engine.plain_reads:  # the common case: one dict lookup
+        if self._direct and self._engine.plain_reads:  # the common case: one dict lookup
             try:
                 encoded = self._key_bytes(key)
             except Exception:  # the checked path below raises the typed error
                 pass
             else:
+                if self._linearizable:
+                    self._engine.catch_up(self._prefix + encoded)
                 data = self._lookup(encoded)
                 if data is None:
                     raise KeyError(key)
@@ -141,12 +143,14 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def get(self, key: K, default: Any = None) -> Any:
         """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
-        if self._plain and self._engine.plain_reads:  # as __getitem__
+        if self._direct and self._engine.plain_reads:  # as __getitem__
             try:
                 encoded = self._key_bytes(key)
             except Exception:  # the checked path below raises the typed error
                 pass
             else:
+                if self._linearizable:
+                    self._engine.catch_up(self._prefix + encoded)
                 data = self._lookup(encoded)
                 if data is None:
                     return default
@@ -158,12 +162,14 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         return default if data is None else self._values.decode(data)
 
     def __contains__(self, key: object) -> bool:
-        if self._plain and self._engine.plain_reads:  # as __getitem__
+        if self._direct and self._engine.plain_reads:  # as __getitem__
             try:
                 encoded = self._key_bytes(key)
             except Exception:  # the checked path below answers
                 pass
             else:
+                if self._linearizable:
+                    self._engine.catch_up(self._prefix + encoded)
                 return self._lookup(encoded) is not None
         try:
             encoded, _, p = self._locate(cast(K, key))
