@@ -553,11 +553,39 @@ class ReplicaEngine:
                 by_partition.setdefault(p, []).append(record)
         for p, records in by_partition.items():
             try:
-                self.log.send(
-                    self.topics.ops, p, records, self._send_failed, timeout=self.settings.timeout
-                )
+                if not self.log.send_is_append:
+                    self.log.send(
+                        self.topics.ops,
+                        p,
+                        records,
+                        self._send_failed,
+                        timeout=self.settings.timeout,
+                    )
+                    continue
+                first = self.log.append(self.topics.ops, p, records, timeout=self.settings.timeout)
             except Exception as exc:  # fail these updates; keep sending others
                 self._fail_pending([decode_op(r.value).seq for r in records], exc)
+                continue
+            self._apply_sent(p, records, first)
+
+    def _apply_sent(self, p: int, records: list[Record], first: int) -> None:
+        """The sender appended ``records`` at ``first`` on: when they are next to apply and
+        no other thread is applying, apply them as they are, without reading them back (the
+        log holds exactly these bytes there). Otherwise the follower reads them."""
+        machine = self.machines[p]
+        if machine.applied != first or not self._lock.acquire(blocking=False):
+            return
+        try:
+            if machine.applied == first and not self._stopped and p not in self.stalled:
+                with gc_paused():  # as _apply_available
+                    stored = [
+                        _new_tuple(Record, (r[0], r[1], (), None, p, offset))
+                        for offset, r in enumerate(records, first)
+                    ]
+                    self._carry_out(p, machine.apply_batch(stored, first + len(stored)))
+                    del stored
+        finally:
+            self._lock.release()
 
     def _send_failed(self, record: Record, exc: BaseException) -> None:
         """A record of a pipelined send that the log could not store: fail its update."""

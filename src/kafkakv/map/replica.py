@@ -74,6 +74,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         # The direct read path (see __getitem__): every partition held, so only the engine's
         # plain_reads flag is left to check per read, and for a linearizable map the log's end.
         self._direct = len(engine.held) == engine.partition_count
+        self._single = engine.partition_count == 1
         self._key_bytes = self._keys.fast_encode or self._keys.encode
         self._lookup = state.store.lookup()
         self._decode = None if self._values.decodes_as_is else self._values.decode
@@ -399,7 +400,13 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         ``max_in_flight`` are unapplied; beyond that the call waits (back-pressure)."""
         if value is None:  # the hot path of bulk loads: _value and _submit inlined
             raise EncodeError("None is not a value: use remove() to delete a key")
-        _, record_key, p = self._locate(key)
+        if self._single:  # one partition, held: no partition to find
+            try:
+                record_key, p = self._prefix + self._key_bytes(key), 0
+            except Exception:  # _locate raises the typed error
+                _, record_key, p = self._locate(key)
+        else:
+            _, record_key, p = self._locate(key)
         args = (self._values.encode(value),)
         return self._engine.submit(self._state, OpCode.PUT, record_key, p, args, False)
 
