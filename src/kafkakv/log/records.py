@@ -92,9 +92,21 @@ def plain_batch(
     unchanged; here it is checked by passes of C-level operations over the whole batch rather
     than a Python call per record. Any other batch is for the checking loop.
     """
+    if len(records) == 1:  # a sync update: the same checks, without the passes' set-up
+        r = records[0]
+        if (
+            type(r) is Record
+            and type(r[0]) is bytes
+            and (r[1] is None or type(r[1]) is bytes)
+            and not r[2]
+            and r[3] is None
+            and len(r[0]) + len(r[1] or b"") <= limit
+        ):
+            return [r[0]], [r[1]]
+        return None
     if set(map(type, records)) != _RECORD_TYPE:
         return None
-    rows = cast(Sequence[Record], records)
+    rows = cast("Sequence[Record]", records)
     keys = list(map(_first, rows))
     values = list(map(_second, rows))
     if (

@@ -382,7 +382,7 @@ class PartitionMachine:
             and None not in values
             and len(set(keys)) == len(keys)
             and (not overlay or overlay.keys().isdisjoint(keys))
-            and not state.values.undecodable(cast(list[bytes], values))
+            and not state.values.undecodable(cast("list[bytes]", values))
             and not state.keys.undecodable(keys)
         ):
             previous = store.get_many(keys)
@@ -419,10 +419,10 @@ class PartitionMachine:
         well-formed ``PUT`` of a bytes value, no key twice. Returns None, having changed
         nothing, for any other batch."""
         try:
-            ops = list(map(_decode_put, cast(list[bytes], [r[1] for r in records])))
+            ops = list(map(_decode_put, cast("list[bytes]", [r[1] for r in records])))
         except (msgspec.DecodeError, TypeError):  # another op, a malformed one, a null value
             return None
-        keys = cast(list[bytes], [r[0] for r in records])
+        keys = cast("list[bytes]", [r[0] for r in records])
         if None in keys or len(set(keys)) != len(keys):  # a key twice: decided in order
             return None
         state = self.maps.maps[0]
@@ -432,7 +432,7 @@ class PartitionMachine:
         if state.unreadable:  # readable values replace unreadable ones
             for key in keys:
                 state.unreadable.pop(key, None)
-        offsets = cast(list[int], [r[5] for r in records])
+        offsets = cast("list[int]", [r[5] for r in records])
         previous = state.store.get_many(keys)
         if previous.count(None) == len(previous):  # all new keys (a bulk load): at C speed
             self.dirty.update(zip(keys, offsets, strict=True))
@@ -606,7 +606,7 @@ def load_batch(table: MapTable, p: int, entries: Sequence[Entry], topic: str = "
         if FLUSH_POINT_KEY in batch:
             del batch[FLUSH_POINT_KEY]
             flushed = max(read_flush_point(v) for k, v, _ in entries if k == FLUSH_POINT_KEY)
-        loaded = cast(dict[bytes, bytes | None], batch)
+        loaded = cast("dict[bytes, bytes | None]", batch)
         _note_loaded(state, p, entries, loaded, errors, topic)
         return Loaded({id(state): loaded}, flushed, errors)
     flushed = -1
@@ -637,7 +637,7 @@ def _note_loaded(
     if state.values.reads_any_bytes:
         values: list[bytes] = []
     else:
-        values = cast(list[bytes], list(batch.values()))
+        values = cast("list[bytes]", list(batch.values()))
         if None in values:  # tombstones: nothing to read
             values = [v for v in values if v is not None]
     unreadable = state.unreadable

@@ -134,13 +134,13 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
                 if data is None:
                     raise KeyError(key)
                 decode = self._decode
-                return cast(V, data if decode is None else decode(data))
+                return cast("V", data if decode is None else decode(data))
         encoded, _, p = self._locate(key)
         self._barrier(p)
         data = self._store.get(encoded)
         if data is None:
             raise KeyError(key)
-        return cast(V, self._values.decode(data))
+        return cast("V", self._values.decode(data))
 
     def get(self, key: K, default: Any = None) -> Any:
         """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
@@ -173,7 +173,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
                     self._engine.catch_up(self._prefix + encoded)
                 return self._lookup(encoded) is not None
         try:
-            encoded, _, p = self._locate(cast(K, key))
+            encoded, _, p = self._locate(cast("K", key))
         except EncodeError:
             return False
         self._barrier(p)
@@ -244,7 +244,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def put(self, key: K, value: V) -> V | None:
         """Set ``key``; return the previous value or None. One append, one read."""
-        return cast(V | None, self._call(OpCode.PUT, key, self._value(value)))
+        return cast("V | None", self._call(OpCode.PUT, key, self._value(value)))
 
     def __setitem__(self, key: K, value: V) -> None:
         # The previous value is not returned, so not decoded: replacing one that does not
@@ -259,12 +259,12 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         if not self._linearizable:
             local = self._store.get(self._locate(key)[0])
             if local is not None:
-                return cast(V, self._values.decode(local))
-        return cast(V | None, self._call(OpCode.PUT_IF_ABSENT, key, encoded))
+                return cast("V", self._values.decode(local))
+        return cast("V | None", self._call(OpCode.PUT_IF_ABSENT, key, encoded))
 
     def replace(self, key: K, value: V) -> V | None:
         """Set ``key`` only if present; return the previous value (None: nothing changed)."""
-        return cast(V | None, self._call(OpCode.REPLACE, key, self._value(value)))
+        return cast("V | None", self._call(OpCode.REPLACE, key, self._value(value)))
 
     def compare_and_set(self, key: K, expected: V | None, new: V) -> bool:
         """Set ``key`` to ``new`` if its value equals ``expected`` (None: if absent)."""
@@ -273,7 +273,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def remove(self, key: K) -> V | None:
         """Delete ``key``; return the value it had or None."""
-        return cast(V | None, self._call(OpCode.REMOVE, key))
+        return cast("V | None", self._call(OpCode.REMOVE, key))
 
     def remove_if(self, key: K, expected: V) -> bool:
         """Delete ``key`` if its value equals ``expected``."""
@@ -292,12 +292,12 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             packed = msgpack.packb(list(args), use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
             raise EncodeError(f"compute arguments must be msgpack values: {exc}") from exc
-        return cast(V | None, self._call(OpCode.COMPUTE, key, name, packed))
+        return cast("V | None", self._call(OpCode.COMPUTE, key, name, packed))
 
     def merge(self, key: K, value: V, fn: str | Callable[..., Any]) -> V | None:
         """Set ``value`` if ``key`` is absent, else ``fn(old, value)`` (None removes)."""
         name = _function_name(fn)
-        return cast(V | None, self._call(OpCode.MERGE, key, name, self._value(value)))
+        return cast("V | None", self._call(OpCode.MERGE, key, name, self._value(value)))
 
     def __delitem__(self, key: K) -> None:
         if self._call(OpCode.REMOVE, key, decode=False) is None:  # only "was it there?"
@@ -338,7 +338,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             pairs = ((k, other[k]) for k in keys)
         else:
             pairs = other
-        self.put_all(itertools.chain(pairs, cast(Iterable[tuple[K, V]], kwargs.items())))
+        self.put_all(itertools.chain(pairs, cast("Iterable[tuple[K, V]]", kwargs.items())))
 
     def put_all(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> int:
         """Set each key to its value, as :meth:`put` would one by one, in a few large records:
@@ -350,12 +350,12 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         one may have been applied. Raises EncodeError for a key or value the codecs refuse,
         and RecordTooLargeError for a pair over the topic's record limit, before anything is
         appended."""
-        return cast(int, self._wait(self._put_all(pairs, True), "put_all"))
+        return cast("int", self._wait(self._put_all(pairs, True), "put_all"))
 
     def remove_all(self, keys: Iterable[K]) -> int:
         """Delete each of ``keys``, as :meth:`remove` would one by one, in a few large records
         (see :meth:`put_all`). Returns how many of them had a value."""
-        return cast(int, self._wait(self._remove_all(keys, True), "remove_all"))
+        return cast("int", self._wait(self._remove_all(keys, True), "remove_all"))
 
     def _wait(self, future: OpFuture, what: str) -> Any:
         try:
@@ -531,7 +531,7 @@ class SortedReplicaMap(ReplicaMap[K, V]):
     _store: OrderedStore
 
     def _one(self, found: bytes | None) -> K | None:
-        return None if found is None else cast(K, self._keys.decode(found))
+        return None if found is None else cast("K", self._keys.decode(found))
 
     def first_key(self) -> K | None:
         self._barrier()
@@ -582,7 +582,7 @@ class SortedReplicaMap(ReplicaMap[K, V]):
             found = self._store.last() if last else self._store.first()
             if found is None:
                 raise KeyError("map is empty")
-            key = cast(K, self._keys.decode(found))
+            key = cast("K", self._keys.decode(found))
             previous = self.remove(key)
             if previous is not None:  # else another replica removed it first: next one
                 return key, previous

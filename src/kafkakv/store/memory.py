@@ -138,7 +138,7 @@ class _MemoryStore(Store):
                 data.pop(key, None)
             data.update({k: v for k, v in changes.items() if v is not None})
         else:
-            data.update(cast(Mapping[bytes, bytes], changes))
+            data.update(cast("Mapping[bytes, bytes]", changes))
 
     def drop_partition(self, partition: int, keys: Iterable[bytes] | None = None) -> None:
         """Forget ``partition``'s positions and delete ``keys``, as one step."""

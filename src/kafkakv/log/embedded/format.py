@@ -155,6 +155,8 @@ def _plain_rows(records: Sequence[Record], limit: int) -> list[Row] | None:
         return None
     keys, values = plain
     n = len(keys)
+    if n == 1:  # a sync update
+        return [(0, 0, keys[0], values[0], None)]
     return list(zip(range(n), repeat(0, n), keys, values, repeat(None, n), strict=True))
 
 
@@ -259,7 +261,7 @@ def decode_rows(buf: bytes | memoryview, pos: int, header: BatchHeader) -> list[
     """The raw stored rows of the batch at ``pos``, for the cleaner."""
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     try:
-        rows = cast(list[Row], _decode_rows(body))  # headers decode as tuples
+        rows = cast("list[Row]", _decode_rows(body))  # headers decode as tuples
     except (ValueError, TypeError) as exc:  # msgspec.DecodeError is a ValueError
         raise CorruptLogError(f"undecodable records: {exc}", position=pos) from exc
     return rows
