@@ -51,13 +51,11 @@ class ForwardingLogWriter(LogWriter):
 
 class ForwardingLog(Log):
     """A log that forwards every call to ``inner``, and takes its class-level facts
-    (``end_offset_is_linearizable``, ``send_is_append``, ``private``). Closing it closes
-    ``inner``."""
+    (``end_offset_is_linearizable``, ``private``). Closing it closes ``inner``."""
 
     def __init__(self, inner: Log) -> None:
         self.inner = inner
         self.end_offset_is_linearizable = inner.end_offset_is_linearizable
-        self.send_is_append = inner.send_is_append
         self.private = inner.private
 
     # -- topics ---------------------------------------------------------------------------

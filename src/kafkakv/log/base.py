@@ -309,11 +309,6 @@ class Log(Closeable):
     #: stale copy (a deposed Kafka leader): barriers are then appended records.
     end_offset_is_linearizable: bool = False
 
-    #: True when :meth:`send` stores the records before it returns, as :meth:`append` does
-    #: (the default): a caller may then call :meth:`append` instead and learn their offsets.
-    #: False where it pipelines them (Kafka's producer).
-    send_is_append: bool = True
-
     #: True when the log keeps its files private to their owner (the embedded log's
     #: ``private=True``): stores a map opens on disk next to it are then created private too.
     private: bool = False

@@ -553,45 +553,11 @@ class ReplicaEngine:
                 by_partition.setdefault(p, []).append(record)
         for p, records in by_partition.items():
             try:
-                if not self.log.send_is_append:
-                    self.log.send(
-                        self.topics.ops,
-                        p,
-                        records,
-                        self._send_failed,
-                        timeout=self.settings.timeout,
-                    )
-                    continue
-                self._last_local = time.monotonic()  # the follower stays away: see _follow
-                first = self.log.append(self.topics.ops, p, records, timeout=self.settings.timeout)
+                self.log.send(
+                    self.topics.ops, p, records, self._send_failed, timeout=self.settings.timeout
+                )
             except Exception as exc:  # fail these updates; keep sending others
                 self._fail_pending([decode_op(r.value).seq for r in records], exc)
-                continue
-            self._apply_sent(p, records, first)
-            self._last_local = time.monotonic()
-
-    def _apply_sent(self, p: int, records: list[Record], first: int) -> None:
-        """The sender appended ``records`` at ``first`` on; unless another thread is applying,
-        apply up to them here. When they are next, as they are, without reading them back
-        (the log holds exactly these bytes there); else with what came before them, read."""
-        machine = self.machines[p]
-        if machine.applied > first or not self._lock.acquire(blocking=False):
-            return  # applied already, or another thread is applying
-        try:
-            if self._stopped or p in self.stalled:
-                return
-            if machine.applied < first:
-                self._apply_available(p)
-                return
-            with gc_paused():  # as _apply_available
-                stored = [
-                    _new_tuple(Record, (r[0], r[1], (), None, p, offset))
-                    for offset, r in enumerate(records, first)
-                ]
-                self._carry_out(p, machine.apply_batch(stored, first + len(stored)))
-                del stored
-        finally:
-            self._lock.release()
 
     def _send_failed(self, record: Record, exc: BaseException) -> None:
         """A record of a pipelined send that the log could not store: fail its update."""

@@ -325,7 +325,6 @@ class KafkaLog(Log):
     """
 
     end_offset_is_linearizable = False
-    send_is_append = False  # send() pipelines through the producer
 
     def __init__(
         self,
