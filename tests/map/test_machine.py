@@ -488,3 +488,18 @@ def test_a_batch_counts_its_pairs_toward_the_flush_period() -> None:
     other = new_machine(new_state())
     op = encode_op(OpCode.WRITE_MANY, ME, 1, (KEYS[:2], [b"1"] * 2))
     assert not other.apply_records(numbered([(KEYS[0], op)]), 1).flush_due
+
+
+def test_a_bootstrap_batch_reads_the_same_as_records_or_as_entries() -> None:
+    """load_batch takes what read_batch gives (records) and what read_entries gives: the same
+    decision, an unreadable value's offset included."""
+    items = [(b"a", b"1"), (b"b", b"not json"), (b"a", b"2"), (FLUSH_POINT_KEY, b"\x91\x05")]
+    records = numbered(list(items), 10)
+    outcomes = []
+    for batch in (records, [(r.key, r.value, r.offset or 0) for r in records]):
+        state = new_state()
+        loaded = load_batch(MapTable([state]), 0, batch, "data")
+        outcomes.append((loaded.changes[id(state)], loaded.flush_point, loaded.errors))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] == {b"a": b"2", b"b": b"not json"} and outcomes[0][1] == 5
+    assert [e.offset for e in outcomes[0][2]] == [11]

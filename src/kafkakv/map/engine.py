@@ -54,7 +54,7 @@ from kafkakv.errors import (
     UnknownFunctionError,
 )
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import Log, LogWriter, Record
+from kafkakv.log.base import Entry, Log, LogWriter, Record
 from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
 from kafkakv.map.barriers import SharedBarriers
@@ -145,6 +145,8 @@ class ReplicaEngine:
         self._writers: dict[int, LogWriter] = {}
         self._flush_locks = {p: threading.Lock() for p in self.held}
         self._barriers = SharedBarriers(self.held)
+        #: The log reads entries without building records (the embedded log does).
+        self._reads_entries = type(log).read_entries is not Log.read_entries
         #: sync() needs no barrier record: the log's end offset is authoritative.
         self._offset_barriers = settings.barriers == "offset" or (
             settings.barriers == "auto" and log.end_offset_is_linearizable
@@ -956,9 +958,15 @@ class ReplicaEngine:
         position = self.log.start_offset(data, p)
         while True:
             with gc_paused():  # one tuple per record, none of them garbage: see gcpause
-                entries, position = self.log.read_entries(
-                    data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
-                )
+                entries: list[Entry] | list[Record]
+                if self._reads_entries:
+                    entries, position = self.log.read_entries(
+                        data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
+                    )
+                else:  # records as they come: building entries from them would cost a pass
+                    entries, position = self.log.read_batch(
+                        data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
+                    )
                 if not entries:  # stop on an empty read, not at an offset: gaps cannot stall it
                     return flushed
                 loaded = load_batch(self.table, p, entries, data)

@@ -591,9 +591,12 @@ class Loaded:
     errors: list[ApplyError]
 
 
-def load_batch(table: MapTable, p: int, entries: Sequence[Entry], topic: str = "") -> Loaded:
+def load_batch(
+    table: MapTable, p: int, entries: Sequence[Entry] | Sequence[Record], topic: str = ""
+) -> Loaded:
     """A bootstrap's decision for a batch of data records of partition ``p``, as
-    ``(key, value, offset)`` entries (:meth:`~kafkakv.log.base.Log.read_entries`): what each
+    ``(key, value, offset)`` entries (:meth:`~kafkakv.log.base.Log.read_entries`) or as
+    records (either starts with the key and the value and ends with the offset): what each
     map's store gets, the flush point, and the keys and values this replica's codecs cannot
     read (noted in the maps' ``unreadable`` and returned as errors). One pass at C speed for a
     plain map whose records all read."""
@@ -605,7 +608,7 @@ def load_batch(table: MapTable, p: int, entries: Sequence[Entry], topic: str = "
         flushed = -1
         if FLUSH_POINT_KEY in batch:
             del batch[FLUSH_POINT_KEY]
-            flushed = max(read_flush_point(v) for k, v, _ in entries if k == FLUSH_POINT_KEY)
+            flushed = max(read_flush_point(e[1]) for e in entries if e[0] == FLUSH_POINT_KEY)
         loaded = cast("dict[bytes, bytes | None]", batch)
         _note_loaded(state, p, entries, loaded, errors, topic)
         return Loaded({id(state): loaded}, flushed, errors)
@@ -628,7 +631,7 @@ def load_batch(table: MapTable, p: int, entries: Sequence[Entry], topic: str = "
 def _note_loaded(
     state: MapState,
     p: int,
-    entries: Sequence[Entry],
+    entries: Sequence[Entry] | Sequence[Record],
     batch: dict[bytes, bytes | None],
     errors: list[ApplyError],
     topic: str,
@@ -655,19 +658,19 @@ def _note_loaded(
 def _note_value(
     state: MapState,
     p: int,
-    entry: Entry,
+    entry: Entry | Record,
     user_key: bytes,
     errors: list[ApplyError],
     topic: str,
 ) -> None:
     """Note whether the data record's key and value are readable here."""
-    key, value, offset = entry
+    key, value, offset = entry[0], entry[1], entry[-1]
     unreadable = state.unreadable
     problem = None if value is None else unreadable_because(state, user_key, value, True)
     if problem is None:
         unreadable.pop(user_key, None)
     else:
-        error = ApplyError(p, offset, problem, key, topic)
+        error = ApplyError(p, offset or 0, problem, key, topic)
         unreadable[user_key] = error
         errors.append(error)
 
