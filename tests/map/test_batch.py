@@ -9,6 +9,8 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafkakv.errors import (
     ClosedError,
@@ -16,6 +18,7 @@ from kafkakv.errors import (
     RecordTooLargeError,
     WrongPartitionError,
 )
+from kafkakv.map.ops import MANY_PAIRS, OpCode, encode_op, write_many_chunks
 from tests.map.conftest import OpenMap
 from tests.map.test_map_protocol import _seed
 from tests.waiting import wait_for
@@ -138,3 +141,34 @@ def test_a_large_batch_makes_a_flush_due(open_map: OpenMap) -> None:
     m.put_all({f"k{i}": i for i in range(1000)})
     engine = m._engine
     wait_for(lambda: engine.positions()[0].flushed >= 0, what="a flush after the batch")
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(
+    sizes=st.lists(
+        st.tuples(st.integers(1, 300), st.one_of(st.none(), st.integers(0, 3000))),
+        min_size=1,
+        max_size=300,
+    ),
+    limit=st.integers(4000, 20000),
+    prefix=st.sampled_from([b"", b"\x03abc"]),
+)
+def test_batch_records_keep_order_and_fit_the_record_limit(
+    sizes: list[tuple[int, int | None]], limit: int, prefix: bytes
+) -> None:
+    """write_many_chunks cuts a batch into records whose encoded size, record key included,
+    is within the limit, in order, never more than MANY_PAIRS pairs each."""
+    keys = [bytes([i % 256]) * n for i, (n, _) in enumerate(sizes)]
+    values = [None if v is None else b"v" * v for _, v in sizes]
+    chunks = list(write_many_chunks(keys, values, limit - len(prefix)))
+    assert [k for ks, _ in chunks for k in ks] == keys
+    assert [v for _, vs in chunks for v in vs] == values
+    for ks, vs in chunks:
+        assert 0 < len(ks) <= MANY_PAIRS
+        value = encode_op(OpCode.WRITE_MANY, b"o" * 8, 1 << 40, (ks, vs))
+        assert len(prefix + ks[0]) + len(value) <= limit
+
+
+def test_a_pair_too_large_for_any_record_is_refused_before_any_chunk() -> None:
+    with pytest.raises(RecordTooLargeError, match="nothing of the batch was sent"):
+        next(write_many_chunks([b"a", b"b"], [b"1", b"x" * 5000], 4000))

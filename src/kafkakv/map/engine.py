@@ -73,7 +73,7 @@ from kafkakv.map.machine import (
     load_batch,
     start_point,
 )
-from kafkakv.map.ops import OpCode, decode_op, encode_op
+from kafkakv.map.ops import OpCode, decode_op, encode_op, write_many_chunks
 from kafkakv.map.sender import Sender, Slots
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics
@@ -93,10 +93,6 @@ _LOCAL_GRACE = 0.005  # the follower idles this long after a local writer applie
 _RETRY_PAUSE = 1.0  # the follower waits this long after the log could not answer
 _STALL_RETRY = 0.05  # a stalled partition looks for its missing function this often
 _NO_CHANGES: dict[bytes, bytes | None] = {}
-_MANY_PAIRS = 4096  # pairs in one WRITE_MANY record at most
-_MANY_BYTES = 512 << 10  # and bytes (below the topic's max.message.bytes, when that is less)
-_MANY_HEAD = 64  # a WRITE_MANY record's bytes besides its pairs, at most
-_PAIR_HEAD = 10  # msgpack's bytes around one key and value, at most
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
 
@@ -457,8 +453,11 @@ class ReplicaEngine:
                 group[1].append(v)
         if self.stalled:
             self.check_partitions(groups)
+        room = self.max_record_bytes - len(state.prefix)
         chunks = [
-            (p, chunk) for p, (ks, vs) in groups.items() for chunk in self._chunks(state, ks, vs)
+            (p, chunk)
+            for p, (ks, vs) in groups.items()
+            for chunk in write_many_chunks(ks, vs, room)
         ]
         batch = BatchFuture(len(chunks))
         records: dict[int, list[Record]] = {}
@@ -473,12 +472,12 @@ class ReplicaEngine:
             batch.resolve(0)
             return batch
         if not wait:
-            for seq, part, record in parts:
+            for sent, (seq, part, record) in enumerate(parts):
                 if not self._slots.take(self.settings.timeout):
                     raise OperationTimeoutError(
                         f"{self.settings.max_in_flight} updates are still unapplied after "
-                        f"{self.settings.timeout} s; {len(parts)} records of the batch were "
-                        "not sent"  # those taken before are on their way
+                        f"{self.settings.timeout} s: {len(parts) - sent} of the batch's "
+                        f"{len(parts)} records were not sent (the others were)"
                     )
                 self._pending[seq] = part
                 self._sender.outbox.append((part.partition, record))
@@ -503,36 +502,6 @@ class ReplicaEngine:
         finally:
             self._last_local = time.monotonic()
         return batch
-
-    def _chunks(
-        self, state: MapState, keys: list[bytes], values: list[bytes | None]
-    ) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
-        """``keys`` and ``values`` cut into the batches of ``WRITE_MANY`` records: at most
-        _MANY_PAIRS pairs and _MANY_BYTES bytes (or the topic's record limit) each. Raises
-        RecordTooLargeError for a pair too large for a record of its own."""
-        hard = self.max_record_bytes - len(state.prefix) - _MANY_HEAD
-        soft = min(_MANY_BYTES, hard)
-        for start in range(0, len(keys), _MANY_PAIRS):
-            ks, vs = keys[start : start + _MANY_PAIRS], values[start : start + _MANY_PAIRS]
-            size = sum(map(len, ks)) + sum(map(len, filter(None, vs))) + _PAIR_HEAD * len(ks)
-            if size + len(ks[0]) <= soft:  # the record key repeats the first key
-                yield ks, vs
-                continue
-            # Too big together: cut by size, pair by pair (a large pair goes alone).
-            first, size = 0, 0
-            for i, (k, v) in enumerate(zip(ks, vs, strict=True)):
-                pair = len(k) + len(v or b"") + _PAIR_HEAD
-                if len(k) + pair > hard:
-                    raise RecordTooLargeError(
-                        f"an update of {len(k) + pair} bytes is over the ops topic's "
-                        f"max.message.bytes={self.max_record_bytes}; nothing of the batch "
-                        "was sent"
-                    )
-                if i > first and size + pair + len(ks[first]) > soft:
-                    yield ks[first:i], vs[first:i]
-                    first, size = i, 0
-                size += pair
-            yield ks[first:], vs[first:]
 
     def _fail_pending(self, seqs: Iterable[int], exc: BaseException) -> None:
         freed = 0

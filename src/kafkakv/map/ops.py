@@ -28,7 +28,7 @@ same way everywhere, and the caller leaves the state unchanged.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import msgpack
@@ -36,7 +36,13 @@ import msgspec
 
 from kafkakv import functions
 from kafkakv.codecs import Codec
-from kafkakv.errors import DecodeError, FunctionError, KafkaKVError, OperationFailedError
+from kafkakv.errors import (
+    DecodeError,
+    FunctionError,
+    KafkaKVError,
+    OperationFailedError,
+    RecordTooLargeError,
+)
 
 __all__ = [
     "KEEP",
@@ -47,6 +53,7 @@ __all__ = [
     "decode_op",
     "encode_op",
     "write_many_args",
+    "write_many_chunks",
 ]
 
 
@@ -130,6 +137,56 @@ _ARITY = {
 
 
 _BYTES_OR_NIL = frozenset({bytes, type(None)})
+
+MANY_PAIRS = 4096
+"""Pairs in one ``WRITE_MANY`` record at most."""
+MANY_BYTES = 512 << 10
+"""Bytes of one ``WRITE_MANY`` record at most (unless one pair needs more), below the topic's
+record limit."""
+_MANY_HEAD = 64  # a WRITE_MANY record's bytes besides its pairs (and its record key), at most
+_PAIR_HEAD = 10  # msgpack's bytes around one key and value, at most
+
+
+def write_many_chunks(
+    keys: list[bytes], values: list[bytes | None], room: int
+) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
+    """``keys`` and ``values`` cut, in order, into the pairs of ``WRITE_MANY`` records: at most
+    :data:`MANY_PAIRS` pairs and :data:`MANY_BYTES` bytes each, a larger pair alone. ``room``
+    is the bytes a record's key and value may take (the topic's limit less the map prefix,
+    which the record key repeats with the first key). Raises
+    :class:`~kafkakv.errors.RecordTooLargeError` for a pair that does not fit a record of its
+    own, before yielding anything.
+
+    >>> [len(k) for k, _ in write_many_chunks([b"k"] * 5000, [b"v"] * 5000, 1 << 20)]
+    [4096, 904]
+    """
+    hard = room - _MANY_HEAD
+    soft = min(MANY_BYTES, hard)
+    largest = max(map(len, keys), default=0) + max(map(len, filter(None, values)), default=0)
+    if 2 * largest + _PAIR_HEAD > hard:  # maybe too large: look at each pair
+        for k, v in zip(keys, values, strict=True):
+            size = 2 * len(k) + len(v or b"") + _PAIR_HEAD
+            if size > hard:
+                raise RecordTooLargeError(
+                    f"an update of about {size} bytes is over the {room + _MANY_HEAD} bytes "
+                    "an ops record may take here (max.message.bytes); nothing of the batch "
+                    "was sent"
+                )
+    for start in range(0, len(keys), MANY_PAIRS):
+        ks, vs = keys[start : start + MANY_PAIRS], values[start : start + MANY_PAIRS]
+        size = sum(map(len, ks)) + sum(map(len, filter(None, vs))) + _PAIR_HEAD * len(ks)
+        if size + len(ks[0]) <= soft:
+            yield ks, vs
+            continue
+        # Too big together: cut by size, pair by pair.
+        first, size = 0, 0
+        for i, (k, v) in enumerate(zip(ks, vs, strict=True)):
+            pair = len(k) + len(v or b"") + _PAIR_HEAD
+            if i > first and size + pair + len(ks[first]) > soft:
+                yield ks[first:i], vs[first:i]
+                first, size = i, 0
+            size += pair
+        yield ks[first:], vs[first:]
 
 
 def write_many_args(args: tuple[Any, ...]) -> tuple[list[bytes], list[bytes | None]]:
