@@ -493,7 +493,8 @@ class ReplicaEngine:
             for p, group_records in records.items():
                 remaining = max(0.0, deadline - time.monotonic())
                 try:
-                    ends[p] = self.log.append(self.topics.ops, p, group_records, timeout=remaining)
+                    first = self.log.append(self.topics.ops, p, group_records, timeout=remaining)
+                    ends[p] = first + len(group_records) - 1  # the offset of its last record
                 except BaseException as exc:
                     self._fail_pending([seq for seq, part, _ in parts if part.partition == p], exc)
                     raise
