@@ -6,6 +6,7 @@ replica, with listeners told of each change; bad input is refused before anythin
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -172,3 +173,27 @@ def test_batch_records_keep_order_and_fit_the_record_limit(
 def test_a_pair_too_large_for_any_record_is_refused_before_any_chunk() -> None:
     with pytest.raises(RecordTooLargeError, match="nothing of the batch was sent"):
         next(write_many_chunks([b"a", b"b"], [b"1", b"x" * 5000], 4000))
+
+
+class _Shifting(Mapping[str, int]):
+    """A mapping whose order changes between two passes, as one that another thread (or
+    replica) updates meanwhile may."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def __getitem__(self, key: str) -> int:
+        return {"a": 1, "b": 2}[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.passes += 1
+        return iter(["a", "b"] if self.passes % 2 else ["b", "a"])
+
+    def __len__(self) -> int:
+        return 2
+
+
+def test_put_all_reads_a_mapping_once(open_map: OpenMap) -> None:
+    m = open_map()
+    m.put_all(_Shifting())
+    assert dict(m) == {"a": 1, "b": 2}

@@ -364,7 +364,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             raise OperationTimeoutError(f"{what} did not complete") from None
 
     def _put_all(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]], wait: bool) -> OpFuture:
-        latest = pairs if isinstance(pairs, Mapping) else dict(pairs)  # the last value wins
+        # One snapshot of the pairs (a mapping that changes meanwhile, another replica say,
+        # could list its keys and its values in two orders); the last value of a key wins.
+        latest = pairs if type(pairs) is dict else dict(_pairs_of(pairs))
         given = list(latest.values())
         if any(v is None for v in given):
             raise EncodeError("None is not a value: use remove_all() to delete keys")
@@ -609,6 +611,10 @@ class _Values(ValuesView[V]):
     def __iter__(self) -> Iterator[V]:
         for _, v in self._mapping._pairs():
             yield v
+
+
+def _pairs_of(pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> Iterable[tuple[K, V]]:
+    return pairs.items() if isinstance(pairs, Mapping) else pairs
 
 
 def _function_name(fn: str | Callable[..., Any]) -> str:
