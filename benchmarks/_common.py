@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 import platform
+import random
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 VALUE = b"v" * 100
@@ -53,3 +56,28 @@ def put_async_rate(m: Any, keys: list[str]) -> float:
     rate = len(keys) / (time.perf_counter() - t)
     del futures
     return rate
+
+
+def read_rate(make: Callable[[int], Callable[[str], Any]], threads: int, seconds: float) -> float:
+    """Reads per second of ``threads`` threads, thread i calling ``make(i)`` on random keys
+    out of 1,000, counted for ``seconds`` after a 0.3 s warm-up."""
+    counts = [0] * threads
+    stop = threading.Event()
+
+    def run(i: int) -> None:
+        get, rnd = make(i), random.Random(i)
+        while not stop.is_set():
+            get(key(rnd.randrange(1000)))
+            counts[i] += 1
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    time.sleep(0.3)
+    before, t = sum(counts), time.perf_counter()
+    time.sleep(seconds)
+    after, elapsed = sum(counts), time.perf_counter() - t
+    stop.set()
+    for w in workers:
+        w.join()
+    return (after - before) / elapsed

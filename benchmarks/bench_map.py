@@ -43,7 +43,6 @@ import gc
 import json
 import multiprocessing as mp
 import os
-import random
 import shutil
 import statistics
 import sys
@@ -54,7 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
-from _common import VALUE, key, lat, machine, put_async_rate
+from _common import VALUE, key, lat, machine, put_async_rate, read_rate
 
 import kafkakv
 from kafkakv.log import EmbeddedLog, Record
@@ -285,7 +284,7 @@ class Bench:
             rates = []
             for _ in range(3):
                 db, m = self.open(path, consistency="linearizable", barriers=mode)
-                rates.append(_readers(m, 32, seconds))
+                rates.append(read_rate(lambda i, get=m.__getitem__: get, 32, seconds))
                 db.close()
             out[mode] = statistics.median(rates)
         ratio = out["offset"] / out["per-read"]
@@ -295,30 +294,6 @@ class Bench:
             f"shared barrier records {out['shared']:9.0f} | one barrier record per read "
             f"{out['per-read']:9.0f} | ratio {ratio:.1f}x"
         )
-
-
-def _readers(m: Any, threads: int, seconds: float) -> float:
-    """Reads per second of ``threads`` threads reading random keys, after a warm-up."""
-    counts = [0] * threads
-    stop = threading.Event()
-
-    def run(i: int) -> None:
-        rnd = random.Random(i)
-        while not stop.is_set():
-            m[key(rnd.randrange(1000))]
-            counts[i] += 1
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    time.sleep(0.3)  # warm-up, not counted
-    before, t = sum(counts), time.perf_counter()
-    time.sleep(seconds)
-    after, elapsed = sum(counts), time.perf_counter() - t
-    stop.set()
-    for w in workers:
-        w.join()
-    return (after - before) / elapsed
 
 
 def _map_writer(path: str, n: int) -> None:

@@ -90,7 +90,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import msgpack
-from _common import VALUE, key, lat, machine
+from _common import VALUE, key, lat, machine, read_rate
 
 import kafkakv
 from kafkakv.log import Record
@@ -715,7 +715,7 @@ class Bench:
         def kv(consistency: str, column: str) -> Callable[[int], None]:
             def go(r: int) -> None:
                 db, m = self.open(path, consistency=consistency)
-                rate.add(column, _readers(lambda i: m.__getitem__, 32, seconds))
+                rate.add(column, read_rate(lambda i: m.__getitem__, 32, seconds))
                 db.close()
 
             return go
@@ -731,7 +731,7 @@ class Bench:
 
             def ec(r: int) -> None:
                 clients = [EtcdClient(port) for _ in range(32)]
-                rate.add("etcd", _readers(lambda i: clients[i].get, 32, seconds))
+                rate.add("etcd", read_rate(lambda i: clients[i].get, 32, seconds))
                 for c in clients:
                     c.close()
 
@@ -955,31 +955,6 @@ def _latencies(put: Callable[[str, bytes], Any], keys: list[str]) -> list[int]:
         put(k, VALUE)
         samples.append(time.perf_counter_ns() - t)
     return samples
-
-
-def _readers(make: Callable[[int], Callable[[str], Any]], threads: int, seconds: float) -> float:
-    """Reads per second of ``threads`` threads, thread i calling ``make(i)`` on random keys
-    out of 1,000, counted for ``seconds`` after a 0.3 s warm-up."""
-    counts = [0] * threads
-    stop = threading.Event()
-
-    def run(i: int) -> None:
-        get, rnd = make(i), random.Random(i)
-        while not stop.is_set():
-            get(key(rnd.randrange(1000)))
-            counts[i] += 1
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    time.sleep(0.3)
-    before, t = sum(counts), time.perf_counter()
-    time.sleep(seconds)
-    after, elapsed = sum(counts), time.perf_counter() - t
-    stop.set()
-    for w in workers:
-        w.join()
-    return (after - before) / elapsed
 
 
 def _kafkakv_writer(path: str, n: int) -> None:
