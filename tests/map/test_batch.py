@@ -19,6 +19,7 @@ from kafkakv.errors import (
     RecordTooLargeError,
     WrongPartitionError,
 )
+from kafkakv.map.engine import ReplicaEngine
 from kafkakv.map.ops import MANY_PAIRS, OpCode, encode_op, write_many_chunks
 from tests.map.conftest import OpenMap
 from tests.map.test_map_protocol import _seed
@@ -197,3 +198,16 @@ def test_put_all_reads_a_mapping_once(open_map: OpenMap) -> None:
     m = open_map()
     m.put_all(_Shifting())
     assert dict(m) == {"a": 1, "b": 2}
+
+
+def test_a_blocking_put_all_applies_all_its_records_itself(
+    open_map: OpenMap, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a follower that applies nothing, put_all still returns: the caller applies up to
+    the last record it appended in the partition (reads stop at about 1 MiB, so the first
+    record alone would leave most of these six unapplied until the timeout)."""
+    monkeypatch.setattr(ReplicaEngine, "_follow_apply", lambda self, ready: True)
+    m = open_map(value_codec="bytes", timeout=3.0, flush_period=1_000_000)  # no flusher
+    pairs = {f"k{i}": bytes([i % 251]) * 1000 for i in range(3000)}
+    assert m.put_all(pairs) == 0
+    assert len(m) == 3000

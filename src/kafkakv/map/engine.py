@@ -747,9 +747,7 @@ class ReplicaEngine:
             mode = "offset" if self._offset_barriers else "shared"
         for p in partitions:
             if mode == "offset":  # no record at all: the end offset is authoritative
-                target = self.log.end_offset(self.topics.ops, p) - 1
-                if target >= self.machines[p].applied:
-                    self.apply_until(p, target, deadline)
+                self._apply_to_end(p, deadline)
             elif mode == "shared":
                 self._shared_barrier(p, deadline)
             else:
@@ -761,11 +759,18 @@ class ReplicaEngine:
         this replica has applied up to it)."""
         p = 0 if self.partition_count == 1 else self.keyspace.partition_of(record_key)
         if self._offset_barriers:
-            end = self.log.end_offset(self.topics.ops, p)
-            if end > self.machines[p].applied:
-                self.apply_until(p, end - 1, time.monotonic() + self.settings.timeout)
+            self._apply_to_end(p, None)
         else:
             self.sync((p,), None)
+
+    def _apply_to_end(self, p: int, deadline: float | None) -> None:
+        """An end-offset barrier: apply ``p`` up to the log's end offset now (None: within the
+        map's timeout from when there is something to apply)."""
+        end = self.log.end_offset(self.topics.ops, p)
+        if end > self.machines[p].applied:
+            if deadline is None:
+                deadline = time.monotonic() + self.settings.timeout
+            self.apply_until(p, end - 1, deadline)
 
     def _barrier(self, p: int, deadline: float) -> None:
         remaining = max(0.0, deadline - time.monotonic())

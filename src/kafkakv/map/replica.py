@@ -123,14 +123,8 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def __getitem__(self, key: K) -> V:
         if self._direct and self._engine.plain_reads:  # the common case: one dict lookup
-            try:
-                encoded = self._key_bytes(key)
-            except Exception:  # the checked path below raises the typed error
-                pass
-            else:
-                if self._linearizable:
-                    self._engine.catch_up(self._prefix + encoded)
-                data = self._lookup(encoded)
+            data = self._direct_read(key)
+            if data is not _CHECKED:
                 if data is None:
                     raise KeyError(key)
                 decode = self._decode
@@ -142,17 +136,23 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             raise KeyError(key)
         return cast("V", self._values.decode(data))
 
+    def _direct_read(self, key: object) -> Any:
+        """The short path of a read (every partition held, the engine's plain_reads set):
+        the stored bytes of ``key`` or None, or _CHECKED when the key needs the checked path
+        (its codec refuses it, and that path raises the typed error)."""
+        try:
+            encoded = self._key_bytes(key)
+        except Exception:  # the checked path raises the typed error
+            return _CHECKED
+        if self._linearizable:
+            self._engine.catch_up(self._prefix + encoded)
+        return self._lookup(encoded)
+
     def get(self, key: K, default: Any = None) -> Any:
         """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
-        if self._direct and self._engine.plain_reads:  # as __getitem__
-            try:
-                encoded = self._key_bytes(key)
-            except Exception:  # the checked path below raises the typed error
-                pass
-            else:
-                if self._linearizable:
-                    self._engine.catch_up(self._prefix + encoded)
-                data = self._lookup(encoded)
+        if self._direct and self._engine.plain_reads:
+            data = self._direct_read(key)
+            if data is not _CHECKED:
                 if data is None:
                     return default
                 decode = self._decode
@@ -163,15 +163,10 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         return default if data is None else self._values.decode(data)
 
     def __contains__(self, key: object) -> bool:
-        if self._direct and self._engine.plain_reads:  # as __getitem__
-            try:
-                encoded = self._key_bytes(key)
-            except Exception:  # the checked path below answers
-                pass
-            else:
-                if self._linearizable:
-                    self._engine.catch_up(self._prefix + encoded)
-                return self._lookup(encoded) is not None
+        if self._direct and self._engine.plain_reads:
+            data = self._direct_read(key)
+            if data is not _CHECKED:
+                return data is not None
         try:
             encoded, _, p = self._locate(cast("K", key))
         except EncodeError:
@@ -611,6 +606,9 @@ class _Values(ValuesView[V]):
     def __iter__(self) -> Iterator[V]:
         for _, v in self._mapping._pairs():
             yield v
+
+
+_CHECKED = object()  # _direct_read: take the checked path
 
 
 def _pairs_of(pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> Iterable[tuple[K, V]]:
