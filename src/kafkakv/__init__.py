@@ -5,12 +5,14 @@ from kafkakv.db import Database, connect
 from kafkakv.directory import Directory, DirectoryRecord, RecordError
 from kafkakv.errors import KafkaKVError
 from kafkakv.log import EmbeddedLog, FsyncPolicy, Log, LogWriter, Record, partition_for
-from kafkakv.map import MapSettings, OpFuture, ReplicaMap, SortedReplicaMap
+from kafkakv.map import Change, Cursor, MapSettings, OpFuture, ReplicaMap, SortedReplicaMap
 from kafkakv.store import DictStore, LmdbStore, SortedStore, Store
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Change",
+    "Cursor",
     "Database",
     "DictStore",
     "Directory",

@@ -51,6 +51,10 @@
         │                                 a map's existing topics have the wrong settings
         ├── WrongPartitionError (KeyError)
         │                                 a key outside the partitions a sharded replica holds
+        ├── CursorError (ValueError)      a change-feed cursor that does not parse, names
+        │                                 other partitions, or lies past the log's end
+        ├── CursorExpiredError            the log no longer holds what follows a cursor (a
+        │                                 flush covered it): restart from a snapshot
         ├── DataLossError                 ops a replica needs were removed before a flush
         │                                 covered them (ops retention too small)
         ├── UnknownMapError (KeyError)    ``create=False`` (or a reading command) for a map
@@ -81,6 +85,8 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "CorruptLogError",
+    "CursorError",
+    "CursorExpiredError",
     "DataLossError",
     "DecodeError",
     "EncodeError",
@@ -259,6 +265,23 @@ class WrongPartitionError(MapError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "key outside this replica's partitions"
+
+
+class CursorError(MapError, ValueError):
+    """A change-feed cursor that does not parse, that names partitions other than the ones
+    this replica holds, or that points past the end of the ops topic."""
+
+
+class CursorExpiredError(MapError):
+    """The changes after a cursor can no longer be told: a flush covered the position (the
+    data topic keeps only each key's latest value, so the states between are gone).
+    ``partition`` is the first such partition and ``flushed`` the ops offset the flush
+    covered. Restart from :meth:`~kafkakv.map.ReplicaMap.snapshot`, whose cursor is current."""
+
+    def __init__(self, message: str, *, partition: int, flushed: int) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.flushed = flushed
 
 
 class DataLossError(MapError):

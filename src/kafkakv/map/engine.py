@@ -69,6 +69,7 @@ from kafkakv.map.machine import (
     MapTable,
     PartitionMachine,
     Step,
+    Tap,
     flush_records,
     load_batch,
     start_point,
@@ -366,6 +367,20 @@ class ReplicaEngine:
         with self._lock:
             return {p: Positions(m.applied, m.flushed) for p, m in self.machines.items()}
 
+    # -- change feeds (kafkakv.map.feed) --------------------------------------------------
+    def add_tap(self, state: MapState, tap: Tap) -> dict[int, Positions]:
+        """Call ``tap`` with every change of map ``state`` applied from now on, and return
+        the positions now: the tap gets exactly the changes at or after them, in log order
+        per partition (both are taken under the replica lock)."""
+        with self._lock:
+            self.check_usable()
+            state.taps.append(tap)
+            return self.positions()
+
+    def remove_tap(self, state: MapState, tap: Tap) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            state.taps.remove(tap)
+
     # -- updates ------------------------------------------------------------------------
     def submit(
         self,
@@ -645,7 +660,7 @@ class ReplicaEngine:
         while events:
             kind, target, arg = events.popleft()
             if kind == CHANGE:
-                _notify(target, arg)
+                _notify(target, p, arg)
                 continue
             future = pending.pop(target, None)
             if future is not None:
@@ -961,8 +976,14 @@ class ReplicaEngine:
 _BARRIER = encode_op(OpCode.BARRIER, b"", 0)
 
 
-def _notify(state: MapState, change: tuple[bytes, bytes | None, bytes | None, bool]) -> None:
-    key, old, new, mine = change
+def _notify(
+    state: MapState, p: int, change: tuple[bytes, bytes | None, bytes | None, bool, int]
+) -> None:
+    key, old, new, mine, offset = change
+    for tap in list(state.taps):  # a feed may detach itself meanwhile
+        tap(p, offset, key, old, new)
+    if not state.listeners:
+        return
     try:
         k = state.keys.decode(key)
         o = None if old is None else state.values.decode(old)

@@ -58,6 +58,7 @@ __all__ = [
     "MapTable",
     "PartitionMachine",
     "Step",
+    "Tap",
     "flush_records",
     "load_batch",
     "read_flush_point",
@@ -66,6 +67,10 @@ __all__ = [
 
 #: A listener of a map: ``(key, old, new, mine)``.
 Listener = Callable[[Any, Any, Any, bool], None]
+
+#: A tap of a map (a change feed, :mod:`kafkakv.map.feed`): ``(partition, offset, key, old,
+#: new)`` with the store's bytes, called as the change is applied, replica lock held.
+Tap = Callable[[int, int, bytes, bytes | None, bytes | None], None]
 
 
 @dataclass
@@ -78,6 +83,8 @@ class MapState:
     values: Codec[Any]
     store: Store
     listeners: list[Listener] = field(default_factory=list)
+    #: Change feeds following this map (see :data:`Tap`).
+    taps: list[Tap] = field(default_factory=list)
     #: Store keys whose key or value this replica's codecs cannot read (a record another
     #: program wrote, a replica with other codecs): kept as written, so that every replica
     #: holds the same bytes, and left out of iteration and len() here.
@@ -136,7 +143,8 @@ class MapTable:
 
 #: Kinds of :attr:`Step.events`, in log order: ``(RESULT, seq, result)`` an own update decided
 #: (result as :func:`~kafkakv.map.ops.decide` returned it), ``(FAILED, seq, error)`` an own
-#: update decided as failed, ``(CHANGE, map_state, (key, old, new, mine))`` a key changed.
+#: update decided as failed, ``(CHANGE, map_state, (key, old, new, mine, offset))`` a key
+#: changed (for listeners and taps).
 RESULT: Literal[0] = 0
 FAILED: Literal[1] = 1
 CHANGE: Literal[2] = 2
@@ -234,7 +242,8 @@ class PartitionMachine:
         stalls the partition: the records before it are decided, it and those after are not,
         and the step's ``applied`` is its offset, so applying resumes there.
         """
-        if len(records) >= BULK_MIN and self.maps.plain and not self.maps.maps[0].listeners:
+        first = self.maps.maps[0]
+        if len(records) >= BULK_MIN and self.maps.plain and not (first.listeners or first.taps):
             step = self.apply_puts(records, after)
             if step is not None:
                 return step
@@ -359,8 +368,8 @@ class PartitionMachine:
                 unreadable.pop(user_key, None)
         elif unreadable:
             unreadable.pop(user_key, None)
-        if state.listeners:
-            step.events.append((CHANGE, state, (user_key, current, new, mine)))
+        if state.listeners or state.taps:
+            step.events.append((CHANGE, state, (user_key, current, new, mine, offset)))
 
     def _write_many(
         self,
@@ -378,7 +387,7 @@ class PartitionMachine:
         keys, values = write_many_args(args)
         prefix, dirty, store = state.prefix, self.dirty, state.store
         if (
-            not state.listeners
+            not (state.listeners or state.taps)
             and None not in values
             and len(set(keys)) == len(keys)
             and (not overlay or overlay.keys().isdisjoint(keys))

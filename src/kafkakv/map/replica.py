@@ -26,6 +26,8 @@ import msgpack
 
 from kafkakv import functions
 from kafkakv.errors import (
+    ConfigError,
+    CursorError,
     DecodeError,
     EncodeError,
     OperationTimeoutError,
@@ -36,6 +38,7 @@ from kafkakv.errors import (
 from kafkakv.lifecycle import Closeable
 from kafkakv.map.deepcheck import deep_check
 from kafkakv.map.engine import ReplicaEngine
+from kafkakv.map.feed import ChangeFeed, Cursor, Snapshot
 from kafkakv.map.futures import OpFuture
 from kafkakv.map.machine import ApplyError, Listener, MapState
 from kafkakv.map.ops import OpCode
@@ -199,6 +202,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def _pairs(self) -> Iterator[tuple[K, V]]:
         self._barrier()
+        return self._decoded()
+
+    def _decoded(self) -> Iterator[tuple[K, V]]:
         kd, vd, unreadable = self._keys.decode, self._values.decode, self._state.unreadable
         for k, v in self._store.items():
             if unreadable and k in unreadable:
@@ -467,6 +473,47 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def remove_listener(self, listener: Listener) -> None:
         self._state.listeners.remove(listener)
+
+    # -- the change feed (kafkakv.map.feed) ---------------------------------------------
+    def cursor(self) -> Cursor:
+        """This replica's position: for each partition held, the next ops offset to apply.
+        Every change before it is in the local state; ``changes(since=...)`` resumes there."""
+        return Cursor(self.applied_offsets())
+
+    def changes(
+        self, since: Cursor | str | None = None, timeout: float | None = None
+    ) -> ChangeFeed[K, V]:
+        """The changes of this map, in log order per partition, from cursor ``since`` (a
+        :class:`~kafkakv.map.feed.Cursor` or its text; None: from now on), as
+        :class:`~kafkakv.map.feed.Change` ``(key, old, new, cursor)``. Iterate it with
+        ``for`` or ``async for``; each step waits at most ``timeout`` seconds for a change
+        (None: for ever) before the iteration ends. Close it, or use ``with``.
+
+        A consumer that stores the cursor of the last change it handled, and restarts with
+        it, sees every later change once and none before. A cursor behind this replica is
+        served by replaying the log from the last flush (the cost of opening a replica);
+        one that a flush already covered raises
+        :class:`~kafkakv.errors.CursorExpiredError` (here or, if a flush overtakes the
+        replay, from the iteration): restart from :meth:`snapshot`. A cursor that does not
+        parse, names other partitions or points past the log raises
+        :class:`~kafkakv.errors.CursorError`. See docs/maps.md, "Change feed"."""
+        if isinstance(since, str):
+            since = Cursor.parse(since)
+        elif since is not None and not isinstance(since, Cursor):
+            raise CursorError(f"since takes a Cursor, its text or None, not {since!r}")
+        if timeout is not None and timeout < 0:
+            raise ConfigError(f"timeout must be >= 0 or None, not {timeout!r}")
+        return ChangeFeed(self._engine, self._state, since, timeout)
+
+    def snapshot(self) -> Snapshot[K, V]:
+        """Every key and value (decoded, as ``dict(m.items())``) with the cursor of the
+        position they were read at, taken with applying paused: ``changes(since=
+        snapshot.cursor)`` goes on exactly from there. O(n) with updates waiting meanwhile;
+        after a barrier when the map is linearizable."""
+        self._barrier()
+        with self._engine.paused():
+            self._engine.check_usable()
+            return Snapshot(dict(self._decoded()), self.cursor())
 
     def encoded_items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) pair as its codecs encoded it, for exporters that copy bytes
