@@ -335,6 +335,10 @@ def test_a_consumer_killed_with_sigkill_resumes_from_its_cursor_exactly_once(
         def lines() -> int:
             return out.read_bytes().count(b"\n") if out.exists() else 0
 
+        def grown_by(n: int) -> Callable[[], bool]:
+            goal = lines() + n
+            return lambda: lines() >= goal
+
         def consumer() -> subprocess.Popen[str]:
             args = [sys.executable, "-m", "tests.map._feed_consumer", target, map_name]
             return subprocess.Popen(
@@ -347,9 +351,8 @@ def test_a_consumer_killed_with_sigkill_resumes_from_its_cursor_exactly_once(
         try:
             for _ in range(4):
                 proc = consumer()
-                before = lines()
                 try:
-                    wait_for(lambda b=before: lines() >= b + 20, 120, "the consumer to take changes")
+                    wait_for(grown_by(20), 120, "the consumer to take changes")
                     time.sleep(rng.uniform(0, 0.2))
                 finally:
                     proc.send_signal(signal.SIGKILL)
