@@ -335,12 +335,35 @@ def test_watch_prints_changes_made_elsewhere(log_dir: Path, name: str) -> None:
     elapsed = time.monotonic() - started
     writer.join(timeout=10)
     rows = json_lines(ok(result))
-    assert rows == [
-        {"key": "a", "old": None, "new": 1, "mine": False},
-        {"key": "b", "old": None, "new": {"x": 2}, "mine": False},
-        {"key": "c", "old": None, "new": "three", "mine": False},
+    assert [{k: v for k, v in row.items() if k != "cursor"} for row in rows] == [
+        {"key": "a", "old": None, "new": 1},
+        {"key": "b", "old": None, "new": {"x": 2}},
+        {"key": "c", "old": None, "new": "three"},
     ]
+    assert [row["cursor"] for row in rows] == ["0:2", "0:3", "0:4"]  # one past each record
+    assert result.stderr.strip() == "cursor: 0:4"
     assert elapsed < 20  # stopped at the limit, not at the timeout
+
+
+def test_watch_since_a_cursor_goes_on_exactly_after_it(log_dir: Path, name: str) -> None:
+    """The cursor of a printed line, given back with --since (another run, another
+    process's replica), prints exactly the changes after it; --text prints them as text; a
+    cursor that is not one, or that a flush covered, is a clean error."""
+    api_put(log_dir, name, {"a": 1})
+    api_put(log_dir, name, {"a": 2, "b": 3})  # one batch record: two changes at one offset
+    api_put(log_dir, name, {"c": 4})
+    rows = json_lines(ok(cli(log_dir, "watch", name, "--since", "0:0", "--timeout", "1")))
+    assert [(r["key"], r["new"]) for r in rows] == [("a", 1), ("a", 2), ("b", 3), ("c", 4)]
+    inside = rows[1]["cursor"]
+    assert inside == "0:1+1"  # one change of the batch record taken
+    rest = json_lines(ok(cli(log_dir, "watch", name, "--since", inside, "--timeout", "1")))
+    assert rest == rows[2:]
+    text = ok(cli(log_dir, "watch", name, "--since", inside, "--text", "--timeout", "1"))
+    assert text.splitlines() == ['0:2 "b": null -> 3', '0:3 "c": null -> 4']
+    assert_clean_error(cli(log_dir, "watch", name, "--since", "zero"), "not a cursor")
+    with kafkakv.connect(log_dir) as db:
+        db.map(name).flush()
+    assert_clean_error(cli(log_dir, "watch", name, "--since", inside), "m.snapshot()")
 
 
 def test_watch_shows_old_and_new_of_updates_and_removals(log_dir: Path, name: str) -> None:

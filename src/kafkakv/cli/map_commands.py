@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +49,7 @@ from kafkakv.cli.options import (
 from kafkakv.codecs import JsonCodec
 from kafkakv.db import check_target
 from kafkakv.errors import DecodeError, ResultDecodeError
+from kafkakv.map import Change, ChangeFeed
 
 __all__ = ["map_group", "parse_arg", "to_json", "to_json_ready"]
 
@@ -339,6 +339,13 @@ def dump_command(
 @map_group.command("watch")
 @click.argument("name")
 @codec_options()
+@click.option(
+    "--since",
+    "since",
+    metavar="CURSOR",
+    default=None,
+    help='Start after this cursor (from an earlier line\'s "cursor"); default: from now.',
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after N changes.")
 @click.option(
     "--timeout",
@@ -346,42 +353,58 @@ def dump_command(
     default=None,
     help="Stop after SECONDS (default: never).",
 )
+@click.option(
+    "--json/--text",
+    "as_json",
+    default=True,
+    help="One JSON object per line (the default), or 'CURSOR KEY: OLD -> NEW' text.",
+)
 @pass_target
 def watch_command(
     target: MapTarget,
     name: str,
     key_codec: str,
     value_codec: str,
+    since: str | None,
     limit: int | None,
     timeout: float | None,
+    as_json: bool,
 ) -> None:
-    """Print each change of the map as it is applied here, one
-    {"key", "old", "new", "mine"} JSON object per line (old/new null when absent).
+    """Print each change of the map, in log order per partition, one
+    {"key", "old", "new", "cursor"} JSON object per line (old/new null when absent).
 
-    Runs until Ctrl-C, --limit or --timeout (exit code 0 for each). A map that does not
-    exist is an error (exit code 2); nothing is created.
+    Store the cursor of the last line handled and pass it to --since to go on exactly after
+    it, even in another process. A cursor a flush has covered since is an error (exit code
+    2): start again from "dump". Runs until Ctrl-C, --limit or --timeout (exit code 0 for
+    each), then prints "cursor: CURSOR" on stderr. A map that does not exist is an error
+    (exit code 2); nothing is created.
     """
-    changes: queue.SimpleQueue[dict[str, object]] = queue.SimpleQueue()
-
-    def listener(key: Any, old: Any, new: Any, mine: bool) -> None:
-        changes.put({"key": key, "old": old, "new": new, "mine": mine})
-
     deadline = None if timeout is None else time.monotonic() + timeout
     printed = 0
-    try:
-        with target.open(name, key_codec, value_codec) as m:
-            m.add_listener(listener)
+    with target.open(name, key_codec, value_codec) as m, m.changes(since=since) as feed:
+        try:
             while limit is None or printed < limit:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    return
-                try:  # in slices, so that Ctrl-C is seen promptly on every platform
-                    change = changes.get(
-                        timeout=_WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)
-                    )
-                except queue.Empty:
+                    break
+                # In slices, so that Ctrl-C is seen promptly on every platform.
+                feed_wait = _WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)
+                change = _next_change(feed, feed_wait)
+                if change is None:
                     continue
-                click.echo(_line(change))  # click.echo flushes every line
+                if as_json:
+                    doc = {"key": change.key, "old": change.old, "new": change.new}
+                    click.echo(_line({**doc, "cursor": str(change.cursor)}))
+                else:
+                    old, new = to_json(change.old), to_json(change.new)
+                    click.echo(f"{change.cursor} {to_json(change.key)}: {old} -> {new}")
                 printed += 1
-    except KeyboardInterrupt:
-        return
+        except KeyboardInterrupt:
+            pass
+        click.echo(f"cursor: {feed.cursor}", err=True)
+
+
+def _next_change(feed: ChangeFeed[Any, Any], wait: float) -> Change[Any, Any] | None:
+    """The feed's next change within ``wait`` seconds, or None."""
+    feed.timeout = wait
+    return next(feed, None)

@@ -176,7 +176,8 @@ class Snapshot(NamedTuple, Generic[K, V]):
 class ChangeFeed(Generic[K, V]):
     """The changes of one map from a cursor (see the module docstring). Iterate it, with
     ``for`` or ``async for``; each step waits at most ``timeout`` seconds for a change (None:
-    for ever), then the iteration ends. Close it (or use ``with``) to stop following the map.
+    for ever; the attribute may be changed between steps), then the iteration ends. Close it
+    (or use ``with``) to stop following the map.
 
     A change whose key or value this replica's codecs cannot read raises
     :class:`~kafkakv.errors.DecodeError` from the step that reaches it; the position moves
@@ -199,7 +200,7 @@ class ChangeFeed(Generic[K, V]):
             )
         self._engine = engine
         self._state = state
-        self._timeout = timeout
+        self.timeout = timeout
         self._buffer = buffer
         self._cond = threading.Condition()
         self._queue: collections.deque[_Item] = collections.deque()  # filled by the tap
@@ -432,7 +433,7 @@ class ChangeFeed(Generic[K, V]):
                 )
 
     def _deadline(self) -> float | None:
-        return None if self._timeout is None else time.monotonic() + self._timeout
+        return None if self.timeout is None else time.monotonic() + self.timeout
 
     def __iter__(self) -> ChangeFeed[K, V]:
         return self
