@@ -34,7 +34,7 @@ from kafkakv.map.keyspace import map_prefix
 from kafkakv.map.machine import MapState
 from kafkakv.map.replica import ReplicaMap, SortedReplicaMap
 from kafkakv.map.settings import MapSettings
-from kafkakv.map.topics import MapTopics, check_topics, create_topics
+from kafkakv.map.topics import MapTopics, check_placement, check_topics, create_topics
 from kafkakv.store import OrderedStore, Store, open_store
 
 __all__ = ["Database", "check_target", "connect"]
@@ -188,6 +188,7 @@ class Database(Closeable):
         max_in_flight: int = 10_000,
         topics: str | None = None,
         create: bool = True,
+        hash_tags: bool = False,
     ) -> ReplicaMap[Any, Any]:
         """Open a replica of map ``name``, creating its topics if needed, and load it.
 
@@ -201,7 +202,10 @@ class Database(Closeable):
         ``store``: ``"dict"``, ``"sorted"``, ``"lmdb"`` (with ``store_path``, survives
         restarts) or a :class:`~kafkakv.store.Store`. ``shard``: the partitions this replica
         holds (default all). ``topics``: share the topics of that base name with other maps
-        (the map's name then prefixes its record keys). Other options: see
+        (the map's name then prefixes its record keys). ``hash_tags``: place keys by the
+        part between ``{`` and ``}`` when they have one, so that keys sharing it share a
+        partition (for :meth:`~kafkakv.map.ReplicaMap.transaction`); chosen when the map is
+        created, and every replica must say the same. Other options: see
         :class:`~kafkakv.map.MapSettings`.
 
         Returns a :class:`SortedReplicaMap` when the store is ordered. Costs the bootstrap:
@@ -218,6 +222,7 @@ class Database(Closeable):
             max_in_flight=max_in_flight,
             consistency=consistency,
             barriers=barriers,
+            hash_tags=hash_tags,
         )
         spec = _MapSpec(name, key_codec, value_codec, store, store_path)
         maps = self._open(
@@ -290,6 +295,7 @@ class Database(Closeable):
         count = create_topics(self.log, plan)  # only now: a refusal above leaves nothing behind
         if count != plan.partitions:  # another process created a topic meanwhile
             held = _held_partitions(shard, count)
+        check_placement(self.log, topics, settings.hash_tags, settings.timeout)
         states = [spec.state(shared, private=self.log.private) for spec in specs]
         max_bytes = int(self.log.topic_config(topics.ops)["max.message.bytes"])
         engine = ReplicaEngine(self.log, topics, count, held, states, settings, max_bytes)
@@ -448,7 +454,14 @@ def _held_partitions(shard: Iterable[int] | None, count: int) -> list[int]:
     return held
 
 
-_SETTING_NAMES = {"flush_period", "timeout", "max_in_flight", "consistency", "barriers"}
+_SETTING_NAMES = {
+    "flush_period",
+    "timeout",
+    "max_in_flight",
+    "consistency",
+    "barriers",
+    "hash_tags",
+}
 
 
 def _sorted(state: MapState) -> bool:

@@ -51,6 +51,8 @@
         │                                 a map's existing topics have the wrong settings
         ├── WrongPartitionError (KeyError)
         │                                 a key outside the partitions a sharded replica holds
+        ├── CrossPartitionError (ValueError)
+        │                                 keys of one transaction in several partitions
         ├── CursorError (ValueError)      a change-feed cursor that does not parse, names
         │                                 other partitions, or lies past the log's end
         ├── CursorExpiredError            the log no longer holds what follows a cursor (a
@@ -85,6 +87,7 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "CorruptLogError",
+    "CrossPartitionError",
     "CursorError",
     "CursorExpiredError",
     "DataLossError",
@@ -265,6 +268,16 @@ class WrongPartitionError(MapError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "key outside this replica's partitions"
+
+
+class CrossPartitionError(MapError, ValueError):
+    """The keys of one transaction fall in more than one partition; ``partitions`` maps each
+    partition to its keys. A transaction is one record of one partition: place keys that
+    change together with a hash tag (``{user42}:balance``; see docs/maps.md)."""
+
+    def __init__(self, message: str, partitions: dict[int, list[object]]) -> None:
+        super().__init__(message)
+        self.partitions = partitions
 
 
 class CursorError(MapError, ValueError):

@@ -2,8 +2,9 @@
 
 :class:`RecordDecoder` decides, for each record of a batch, the change it stands for:
 
-* a record whose key is the map flush-point marker (:data:`~kafkakv.map.FLUSH_POINT_KEY`) is
-  skipped, so a directory on a replicated map's data topic shows only the map's entries;
+* a record whose key is one of a map's own (its flush points, its settings:
+  :data:`~kafkakv.map.keyspace.RESERVED_KEYS`) is skipped, so a directory on a replicated
+  map's data topic shows only the map's entries;
 * a tombstone (``value is None``, or a value that decodes to ``None`` such as JSON ``null``)
   deletes the record's decoded key (the transform is not called: there is no row);
 * otherwise key and value are decoded, then, with a transform, ``transform(record)`` decides:
@@ -39,7 +40,9 @@ import orjson
 from kafkakv.codecs import Codec, JsonCodec, StrCodec
 from kafkakv.directory.base import Change, DirectoryRecord, RecordError, Transform
 from kafkakv.log.base import Entry, Record
-from kafkakv.map.keyspace import FLUSH_POINT_KEY
+from kafkakv.map.keyspace import RESERVED_KEYS
+
+_RESERVED = frozenset(RESERVED_KEYS)  # a map's flush points and settings: not entries
 
 __all__ = ["RecordDecoder", "fast_decoder"]
 
@@ -97,8 +100,8 @@ class RecordDecoder:
     def decode_entries(self, entries: Sequence[Entry]) -> list[Change] | None:
         """The changes of plain ``(key, value, offset)`` entries, or None when one of them
         fails: :meth:`decode_each` on the batch's full records then says which and why."""
-        if FLUSH_POINT_KEY in map(_first, entries):  # a map's data topic: not an entry
-            entries = [e for e in entries if e[0] != FLUSH_POINT_KEY]
+        if not _RESERVED.isdisjoint(map(_first, entries)):  # a map's own records: no entries
+            entries = [e for e in entries if e[0] not in _RESERVED]
         dkey: Callable[[Any], Any] = self._key  # a null key raises: the batch goes slow
         dvalue = self._value
         try:  # unpacked in place: no (key, value) pair built per entry, as _fast must
@@ -117,8 +120,8 @@ class RecordDecoder:
     def _fast(self, records: Sequence[Record]) -> list[Change] | None:
         """The common case at C speed: one comprehension over the key and value of records;
         flush points are dropped. None when any record fails."""
-        if FLUSH_POINT_KEY in map(_first, records):  # a map's data topic: not an entry
-            records = [r for r in records if r[0] != FLUSH_POINT_KEY]
+        if not _RESERVED.isdisjoint(map(_first, records)):  # a map's own records: no entries
+            records = [r for r in records if r[0] not in _RESERVED]
         dkey, dvalue = self._key, self._value
         try:
             return [
@@ -136,7 +139,7 @@ class RecordDecoder:
         dkey, dvalue = self._key, self._value
         transform, encode = self.transform, self.encode
         for kb, vb, headers, ts, p, offset in records:
-            if kb == FLUSH_POINT_KEY:
+            if kb in _RESERVED:
                 continue
             try:
                 if kb is None and transform is None:

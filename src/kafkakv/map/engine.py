@@ -59,7 +59,7 @@ from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
 from kafkakv.map.barriers import SharedBarriers
 from kafkakv.map.futures import BatchFuture, BatchPart, OpFuture, complete, fail
-from kafkakv.map.keyspace import FLUSH_POINT_KEY, KeySpace, check_update_key
+from kafkakv.map.keyspace import RESERVED_KEYS, KeySpace, check_update_key
 from kafkakv.map.machine import (
     CHANGE,
     RESULT,
@@ -94,6 +94,7 @@ _LOCAL_GRACE = 0.005  # the follower idles this long after a local writer applie
 _RETRY_PAUSE = 1.0  # the follower waits this long after the log could not answer
 _STALL_RETRY = 0.05  # a stalled partition looks for its missing function this often
 _NO_CHANGES: dict[bytes, bytes | None] = {}
+_RESERVED = frozenset(RESERVED_KEYS)
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
 
@@ -119,7 +120,7 @@ class ReplicaEngine:
         self.settings = settings
         self.max_record_bytes = max_record_bytes
         self.maps = list(maps)
-        self.keyspace = KeySpace(partition_count)
+        self.keyspace = KeySpace(partition_count, settings.hash_tags, shared=bool(maps[0].prefix))
         self.table = MapTable(maps)
         self.origin = os.urandom(8)
         self._seq = itertools.count()
@@ -400,7 +401,7 @@ class ReplicaEngine:
             self.check_usable()
         if self.stalled and p in self.stalled:  # refused before appending: nothing in flight
             self._resume_or_raise(p)
-        if record_key == FLUSH_POINT_KEY:  # the one key no update may have
+        if record_key in RESERVED_KEYS:  # the keys no update may have
             check_update_key(record_key)
         seq = next(self._seq)
         value = encode_op(code, self.origin, seq, args)
@@ -453,8 +454,8 @@ class ReplicaEngine:
         """
         if self._closed or self._failure is not None:
             self.check_usable()
-        if not state.prefix and FLUSH_POINT_KEY in keys:
-            check_update_key(FLUSH_POINT_KEY)
+        if not state.prefix and not _RESERVED.isdisjoint(keys):
+            check_update_key(next(k for k in keys if k in _RESERVED))
         groups: dict[int, tuple[list[bytes], list[bytes | None]]]
         if partitions is None:
             groups = {0: (keys, list(values))}

@@ -7,7 +7,16 @@ is the Java client's default partitioner applied to the whole record key (murmur
 producers and every kafkakv replica agree. Each flush also adds one record of its own to the
 data topic, under :data:`FLUSH_POINT_KEY`, which no map key can equal: it starts with a zero
 byte, the prefix of a map with an empty name (map names are never empty), and updates of a
-plain map refuse it (:func:`check_update_key`).
+plain map refuse it (:func:`check_update_key`). So does :data:`SETTINGS_KEY`, the first record
+of the data topic's partition 0 in a map created with hash tags.
+
+**Hash tags.** A map opened with ``hash_tags=True`` places a key that holds a tag, the bytes
+between its first ``{`` and the next ``}`` when there are any, by the tag alone, so that keys
+sharing a tag share a partition (Redis Cluster's convention: ``{user42}:balance`` and
+``{user42}:orders``) and can change together in one transaction. Keys without a tag are placed
+as always. The choice is made when the map is created and recorded in the data topic;
+every replica must open the map with the same one (see
+:func:`~kafkakv.map.topics.check_placement`).
 
 >>> space = KeySpace(3)
 >>> prefix = map_prefix("users")
@@ -27,8 +36,11 @@ from kafkakv.log.partitioner import partition_for
 
 __all__ = [
     "FLUSH_POINT_KEY",
+    "RESERVED_KEYS",
+    "SETTINGS_KEY",
     "KeySpace",
     "check_update_key",
+    "hash_tag",
     "map_prefix",
     "prefix_of",
 ]
@@ -36,6 +48,13 @@ __all__ = [
 #: Key of the record that each flush adds to the data topic: its value is msgpack ``[X]``, the
 #: last ops offset the flush covers. Compaction keeps the newest one per partition.
 FLUSH_POINT_KEY = b"\x00kafkakv:flush-point"
+
+#: Key of the record that says how a map places its keys, when it is not the default: the
+#: first record of the data topic's partition 0, value msgpack ``{"placement": "hash-tags"}``.
+SETTINGS_KEY = b"\x00kafkakv:settings"
+
+#: The record keys of the data topic that are not map keys.
+RESERVED_KEYS = (FLUSH_POINT_KEY, SETTINGS_KEY)
 
 
 def check_update_key(record_key: bytes) -> None:
@@ -47,10 +66,10 @@ def check_update_key(record_key: bytes) -> None:
     >>> check_update_key(FLUSH_POINT_KEY)
     Traceback (most recent call last):
     ...
-    kafkakv.errors.EncodeError: the key b'\\x00kafkakv:flush-point' is reserved for the data topic's flush points
+    kafkakv.errors.EncodeError: the key b'\\x00kafkakv:flush-point' is reserved for the data topic's own records
     """
-    if record_key == FLUSH_POINT_KEY:
-        raise EncodeError(f"the key {record_key!r} is reserved for the data topic's flush points")
+    if record_key in RESERVED_KEYS:
+        raise EncodeError(f"the key {record_key!r} is reserved for the data topic's own records")
 
 
 def map_prefix(name: str) -> bytes:
@@ -75,16 +94,46 @@ def prefix_of(record_key: bytes) -> bytes:
     return record_key[: record_key[0] + 1] if record_key else b""
 
 
+def hash_tag(key: bytes) -> bytes | None:
+    """The hash tag of ``key``: the bytes between its first ``{`` and the next ``}``, when
+    there is such a pair with something between; else None.
+
+    >>> hash_tag(b"{user42}:balance"), hash_tag(b"a{b}c{d}"), hash_tag(b"{}x"), hash_tag(b"{x")
+    (b'user42', b'b', None, None)
+    """
+    start = key.find(b"{")
+    if start < 0:
+        return None
+    end = key.find(b"}", start + 1)
+    if end <= start + 1:
+        return None
+    return key[start + 1 : end]
+
+
 class KeySpace:
-    """The partitions of a set of map topics: which partition holds each record key."""
+    """The partitions of a set of map topics: which partition holds each record key.
 
-    __slots__ = ("count",)
+    With ``hash_tags``, a record key's tag (looked for after the map prefix when ``shared``)
+    places it instead of the whole key.
 
-    def __init__(self, count: int) -> None:
+    >>> space = KeySpace(8, hash_tags=True)
+    >>> space.partition_of(b"{u1}:a") == space.partition_of(b"{u1}:b") == space.partition_of(b"u1")
+    True
+    """
+
+    __slots__ = ("count", "hash_tags", "skip")
+
+    def __init__(self, count: int, hash_tags: bool = False, shared: bool = False) -> None:
         self.count = count
+        self.hash_tags = hash_tags
+        self.skip = shared  # the first byte says how long the prefix is
 
     def partition_of(self, record_key: bytes) -> int:
         """The partition of ``record_key`` (murmur2, as Kafka's producer); O(len(key))."""
         if self.count == 1:
             return 0
+        if self.hash_tags:
+            tag = hash_tag(record_key[record_key[0] + 1 :] if self.skip else record_key)
+            if tag is not None:
+                return partition_for(tag, self.count)
         return partition_for(record_key, self.count)

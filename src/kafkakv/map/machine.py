@@ -35,7 +35,7 @@ from kafkakv.errors import (
     UnknownFunctionError,
 )
 from kafkakv.log.base import Entry, Record, records_of
-from kafkakv.map.keyspace import FLUSH_POINT_KEY, prefix_of
+from kafkakv.map.keyspace import FLUSH_POINT_KEY, SETTINGS_KEY, prefix_of
 from kafkakv.map.ops import (
     KEEP,
     Keep,
@@ -43,6 +43,8 @@ from kafkakv.map.ops import (
     decide,
     decode_op,
     encode_op,
+    expectations_hold,
+    transaction_args,
     write_many_args,
 )
 from kafkakv.store.base import Positions, Store
@@ -180,6 +182,8 @@ BULK_MIN = 16
 
 #: How a ``WRITE_MANY`` ops value starts: a msgpack array of 5, then the code.
 _WRITE_MANY_HEAD = bytes([0x95, OpCode.WRITE_MANY])
+#: How a ``TRANSACT`` ops value starts: a msgpack array of 7, then the code.
+_TRANSACT_HEAD = bytes([0x97, OpCode.TRANSACT])
 #: Decodes the value of a PUT of bytes (``[code, origin, seq, value]``) and refuses any other.
 _decode_put = msgspec.msgpack.Decoder(tuple[Literal[1], bytes, int, bytes]).decode
 assert OpCode.PUT.value == 1
@@ -314,6 +318,11 @@ class PartitionMachine:
                     if mine:  # toward the flush period, a batch counts as its pairs
                         next_flush -= len(args[0]) - 1
                         self.next_flush = next_flush
+                elif code is OpCode.TRANSACT:  # its changes are made; the result is a bool
+                    result, new = self._transact(state, overlay, args, offset, mine, step), KEEP
+                    if mine and len(args[2]) > 1:  # as a batch
+                        next_flush -= len(args[2]) - 1
+                        self.next_flush = next_flush
                 else:
                     result, new = decide(code, args, current, user_key, state.keys, state.values)
             except UnknownFunctionError as exc:
@@ -407,6 +416,21 @@ class PartitionMachine:
                 for k in keys:
                     state.unreadable.pop(k, None)
             return len(previous) - absent
+        return self._write_pairs(state, overlay, keys, values, offset, mine, step)
+
+    def _write_pairs(
+        self,
+        state: MapState,
+        overlay: dict[bytes, bytes | None],
+        keys: list[bytes],
+        values: list[bytes | None],
+        offset: int,
+        mine: bool,
+        step: Step,
+    ) -> int:
+        """Write ``values`` (None: remove) to ``keys`` of ``state`` in order, as puts and
+        removes would, for the op at ``offset``; return how many keys had a value."""
+        prefix, dirty, store = state.prefix, self.dirty, state.store
         had = 0
         for user_key, value in zip(keys, values, strict=True):
             current = overlay[user_key] if user_key in overlay else store.get(user_key)
@@ -421,6 +445,27 @@ class PartitionMachine:
                 dirty[key] = offset
                 self._changed(state, key, user_key, current, value, offset, mine, step)
         return had
+
+    def _transact(
+        self,
+        state: MapState,
+        overlay: dict[bytes, bytes | None],
+        args: tuple[Any, ...],
+        offset: int,
+        mine: bool,
+        step: Step,
+    ) -> bool:
+        """Decide a ``TRANSACT`` op at ``offset``: when every expectation holds, write all
+        its pairs and return True; otherwise change nothing and return False. Raises
+        OperationFailedError for a malformed op or a value that does not compare (nothing
+        changed)."""
+        expected_keys, expected, keys, values = transaction_args(args)
+        store = state.store
+        current = [overlay[k] if k in overlay else store.get(k) for k in expected_keys]
+        if not expectations_hold(expected, current, state.values):
+            return False
+        self._write_pairs(state, overlay, keys, values, offset, mine, step)
+        return True
 
     def apply_puts(self, records: Sequence[Record], after: int) -> Step | None:
         """:meth:`apply_batch` for the common bulk batch, a pass of C-level operations per
@@ -542,15 +587,18 @@ class PartitionMachine:
         return False
 
     def keys_of(self, record: Record) -> list[bytes]:
-        """The record keys an ops record may change: its own, and for ``WRITE_MANY`` those
-        of its batch (none for control records and records that do not decode)."""
+        """The record keys an ops record may change: its own, and for ``WRITE_MANY`` and
+        ``TRANSACT`` those it writes (none for control records and records that do not
+        decode)."""
         key, value = record.key, record.value
         if key is None:
             return []
-        if not value or value[:2] != _WRITE_MANY_HEAD:
+        head = value[:2] if value else b""
+        if head != _WRITE_MANY_HEAD and head != _TRANSACT_HEAD:
             return [key]
         try:
-            keys, _ = write_many_args(decode_op(value).args)
+            op = decode_op(value)
+            keys = write_many_args(op.args[-2:])[0]
         except (DecodeError, OperationFailedError):
             return [key]
         prefix = b"" if self.maps.plain else prefix_of(key)
@@ -614,6 +662,7 @@ def load_batch(
         state = table.maps[0]
         batch: dict[bytes | None, bytes | None] = {e[0]: e[1] for e in entries}
         batch.pop(None, None)
+        batch.pop(SETTINGS_KEY, None)
         flushed = -1
         if FLUSH_POINT_KEY in batch:
             del batch[FLUSH_POINT_KEY]
@@ -627,6 +676,8 @@ def load_batch(
         key = entry[0]
         if key == FLUSH_POINT_KEY:
             flushed = max(flushed, read_flush_point(entry[1]))
+            continue
+        if key == SETTINGS_KEY:
             continue
         owner = table.state_for(key)
         if owner is None or key is None:

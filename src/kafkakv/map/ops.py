@@ -11,6 +11,11 @@ the same length, store keys (the map prefix left out) and values, where nil remo
 record key is the record key of its first pair, which names the map and the partition. Every
 replica applies the whole batch at that one offset, pair by pair in order.
 
+A ``TRANSACT`` record is a transaction over keys of one map in one partition: its args are the
+expected store keys and values (nil: absent), then store keys and values to write (nil:
+remove). Every replica compares the expectations with its state at that offset
+(:func:`expectations_hold`) and applies all the writes, in order, or none of them.
+
 :func:`decide` is the state machine: given an op and the key's current value it returns the
 result for the caller and the new value. It is a pure function of its inputs, so every replica,
 applying the same records in the same order, decides the same; a failure (a function that
@@ -52,6 +57,8 @@ __all__ = [
     "decide",
     "decode_op",
     "encode_op",
+    "expectations_hold",
+    "transaction_args",
     "write_many_args",
     "write_many_chunks",
 ]
@@ -69,6 +76,7 @@ class OpCode(enum.IntEnum):
     COMPUTE = 7
     MERGE = 8
     WRITE_MANY = 9  # args (store keys, values): a batch of puts and removes, one offset
+    TRANSACT = 10  # args (expected keys, expected values, keys, values): all or nothing
     BARRIER = 16  # no key, no args: "how far does the log reach now"
     FLUSHED = 17  # no key, args (covered ops offset,): a flush covering it landed
 
@@ -131,6 +139,7 @@ _ARITY = {
     OpCode.COMPUTE: 2,
     OpCode.MERGE: 2,
     OpCode.WRITE_MANY: 2,
+    OpCode.TRANSACT: 4,
     OpCode.BARRIER: 0,
     OpCode.FLUSHED: 1,
 }
@@ -202,6 +211,45 @@ def write_many_args(args: tuple[Any, ...]) -> tuple[list[bytes], list[bytes | No
     if not {bytes}.issuperset(map(type, keys)) or not _BYTES_OR_NIL.issuperset(map(type, values)):
         raise OperationFailedError("WRITE_MANY keys must be bytes, values bytes or nil")
     return list(keys), list(values)
+
+
+def transaction_args(
+    args: tuple[Any, ...],
+) -> tuple[list[bytes], list[bytes | None], list[bytes], list[bytes | None]]:
+    """The expected keys and values, and the keys and values to write, of a ``TRANSACT``
+    op. Raises :class:`~kafkakv.errors.OperationFailedError` for a malformed one.
+
+    >>> transaction_args(((b"a",), (None,), (b"b",), (b"1",)))
+    ([b'a'], [None], [b'b'], [b'1'])
+    """
+    expected_keys, expected_values = write_many_args(args[:2])
+    keys, values = write_many_args(args[2:])
+    return expected_keys, expected_values, keys, values
+
+
+def expectations_hold(
+    expected: Sequence[bytes | None], current: Sequence[bytes | None], values: Codec[Any]
+) -> bool:
+    """Whether each current value is the expected one (None: absent), as compare-and-set
+    compares them. Raises :class:`~kafkakv.errors.OperationFailedError` when a value to
+    compare does not decode.
+
+    >>> from kafkakv.codecs import codec_for
+    >>> expectations_hold([b'{"a":1,"b":2}', None], [b'{"b":2,"a":1}', None], codec_for("json"))
+    True
+    >>> expectations_hold([None], [b"1"], codec_for("json"))
+    False
+    """
+    try:
+        for want, have in zip(expected, current, strict=True):
+            if want is None or have is None:
+                if want is not have:
+                    return False
+            elif not _equal(have, want, values):
+                return False
+    except DecodeError as exc:
+        raise OperationFailedError(f"TRANSACT failed: {exc}") from exc
+    return True
 
 
 def _bytes_arg(value: Any, what: str) -> bytes:

@@ -27,6 +27,7 @@ import msgpack
 from kafkakv import functions
 from kafkakv.errors import (
     ConfigError,
+    CrossPartitionError,
     CursorError,
     DecodeError,
     EncodeError,
@@ -40,6 +41,7 @@ from kafkakv.map.deepcheck import deep_check
 from kafkakv.map.engine import ReplicaEngine
 from kafkakv.map.feed import ChangeFeed, Cursor, Snapshot
 from kafkakv.map.futures import OpFuture
+from kafkakv.map.keyspace import check_update_key
 from kafkakv.map.machine import ApplyError, Listener, MapState
 from kafkakv.map.ops import OpCode
 from kafkakv.store.base import OrderedStore
@@ -271,6 +273,77 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         """Set ``key`` to ``new`` if its value equals ``expected`` (None: if absent)."""
         old = None if expected is None else self._values.encode(expected)
         return bool(self._call(OpCode.COMPARE_AND_SET, key, old, self._value(new)))
+
+    def transaction(
+        self,
+        expect: Mapping[K, V | None] | None = None,
+        put: Mapping[K, V] | None = None,
+        remove: Iterable[K] = (),
+    ) -> bool:
+        """If every key of ``expect`` has its expected value (None: absent), apply all of
+        ``put`` and ``remove``, and return True; otherwise change nothing and return False.
+        Decided in log order, the same on every replica: the whole transaction is one ops
+        record, so it is atomic by construction. Values compare as in
+        :meth:`compare_and_set`.
+
+        Every key must lie in one partition (:meth:`partition_of`): keys that share a hash
+        tag, the part between the first ``{`` and the next ``}`` when the map was opened
+        with ``hash_tags=True``, always do. Raises
+        :class:`~kafkakv.errors.CrossPartitionError` (naming the partitions and their keys)
+        otherwise, ``ConfigError`` for a key both put and removed or nothing to do,
+        ``RecordTooLargeError`` when it does not fit one record; nothing is appended then.
+        """
+        return bool(self._transaction(expect, put, remove, True).result())
+
+    def transaction_async(
+        self,
+        expect: Mapping[K, V | None] | None = None,
+        put: Mapping[K, V] | None = None,
+        remove: Iterable[K] = (),
+    ) -> OpFuture:
+        """:meth:`transaction` without waiting: a future of its bool."""
+        return self._transaction(expect, put, remove, False)
+
+    def _transaction(
+        self,
+        expect: Mapping[K, V | None] | None,
+        put: Mapping[K, V] | None,
+        remove: Iterable[K],
+        wait: bool,
+    ) -> OpFuture:
+        expect, put, removed = dict(expect or {}), dict(put or {}), list(dict.fromkeys(remove))
+        both = [k for k in removed if k in put]
+        if both:
+            raise ConfigError(f"a transaction cannot both put and remove {both!r}")
+        if not (expect or put or removed):
+            raise ConfigError("an empty transaction: give expect, put or remove")
+        where: dict[int, list[object]] = {}
+        located: dict[Any, tuple[bytes, bytes]] = {}
+        for key in (*expect, *put, *removed):
+            if key not in located:
+                encoded, record_key, p = self._locate(key)
+                located[key] = encoded, record_key
+                where.setdefault(p, []).append(key)
+        if len(where) > 1:
+            listed = "; ".join(f"partition {p}: {keys!r}" for p, keys in sorted(where.items()))
+            raise CrossPartitionError(
+                f"the keys of a transaction must lie in one partition, not {len(where)} "
+                f"({listed}); place them together with a hash tag (see docs/maps.md)",
+                where,
+            )
+        if not self._prefix:
+            for encoded, _ in located.values():
+                check_update_key(encoded)
+        encode = self._values.encode
+        args = (
+            [located[k][0] for k in expect],
+            [None if v is None else encode(v) for v in expect.values()],
+            [located[k][0] for k in (*put, *removed)],
+            [*map(self._value, put.values()), *([None] * len(removed))],
+        )
+        (p,) = where
+        record_key = next(iter(located.values()))[1]
+        return self._engine.submit(None, OpCode.TRANSACT, record_key, p, args, wait)
 
     def remove(self, key: K) -> V | None:
         """Delete ``key``; return the value it had or None."""

@@ -28,6 +28,8 @@ class MapSettings:
     shared barrier records otherwise; ``"offset"`` and ``"shared"`` force one of the two;
     ``"per-read"`` appends one barrier record per call and exists only to measure what the
     others save.
+    ``hash_tags``: keys place by their hash tag (see :mod:`kafkakv.map.keyspace`); fixed when
+    the map is created, and every replica must say the same.
     """
 
     flush_period: int = 1000
@@ -35,6 +37,7 @@ class MapSettings:
     max_in_flight: int = 10_000
     consistency: str = "local"
     barriers: str = "auto"
+    hash_tags: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.flush_period, int) or self.flush_period < 1:
@@ -47,6 +50,8 @@ class MapSettings:
             raise ConfigError(
                 f"barriers must be one of {', '.join(BARRIERS)}, not {self.barriers!r}"
             )
+        if not isinstance(self.hash_tags, bool):
+            raise ConfigError(f"hash_tags must be True or False, not {self.hash_tags!r}")
         if self.consistency not in CONSISTENCY:
             raise ConfigError(
                 f"consistency must be one of {', '.join(CONSISTENCY)}, not {self.consistency!r}"

@@ -20,14 +20,17 @@ does :func:`create_topics` create the missing topics.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import msgpack
+
 from kafkakv.errors import ConfigError, TopicExistsError, TopicMismatchError, UnknownMapError
-from kafkakv.log.base import Log
+from kafkakv.log.base import Log, Record
 from kafkakv.log.config import validate_topic_name
 from kafkakv.log.partitioner import partition_for
-from kafkakv.map.keyspace import FLUSH_POINT_KEY
+from kafkakv.map.keyspace import FLUSH_POINT_KEY, SETTINGS_KEY
 
 __all__ = [
     "AdoptReport",
@@ -171,6 +174,62 @@ def create_topics(
                 _refuse_foreign_data(log, topics, count)
         done.append(name)
     return count
+
+
+HASH_TAGS = "hash-tags"
+"""The value of ``"placement"`` in the settings record of a map created with hash tags."""
+
+
+def check_placement(log: Log, topics: MapTopics, hash_tags: bool, timeout: float) -> None:
+    """Make sure the map's keys are placed as ``hash_tags`` says, the way the map was
+    created: a map created with hash tags starts its data topic's partition 0 with a
+    settings record (:data:`~kafkakv.map.keyspace.SETTINGS_KEY`), written here when the map
+    is new (nothing in its ops or data topics yet). A replica that placed keys otherwise
+    would append ops of one key to two partitions, whose order no replica could tell.
+    Raises :class:`~kafkakv.errors.TopicMismatchError` when the map was created the other
+    way. Cost: one offset look-up, and one read of a record, per open; a new map with hash
+    tags, one append more."""
+    deadline = time.monotonic() + timeout
+    found = _placement(log, topics, deadline)
+    if found is None and hash_tags and _untouched(log, topics):
+        settings = msgpack.packb({"placement": HASH_TAGS})
+        log.append(topics.data, 0, [Record(SETTINGS_KEY, settings)], timeout=timeout)
+        found = _placement(log, topics, deadline)
+    if found != (HASH_TAGS if hash_tags else None):
+        made = "with hash tags" if found == HASH_TAGS else "without hash tags"
+        raise TopicMismatchError(
+            f"map topics {topics.data!r} were created {made} (hash_tags="
+            f"{found == HASH_TAGS}); every replica must open the map with the same hash_tags"
+        )
+
+
+def _placement(log: Log, topics: MapTopics, deadline: float) -> str | None:
+    """The placement the data topic's settings record names (None: the default)."""
+    data = topics.data
+    start = log.start_offset(data, 0)
+    if log.end_offset(data, 0) <= start:
+        return None
+    while not (first := log.read(data, 0, start, max_records=1)):
+        if time.monotonic() > deadline:  # a Kafka reader not caught up with the end offset
+            raise TopicMismatchError(f"{data}[0] has records, but none could be read")
+        time.sleep(0.05)
+    if first[0].key != SETTINGS_KEY:
+        return None
+    try:
+        placement = msgpack.unpackb(first[0].value or b"", raw=False)["placement"]
+    except Exception as exc:
+        raise TopicMismatchError(
+            f"{data}[0] starts with a settings record that does not read: {exc}"
+        ) from exc
+    return str(placement)
+
+
+def _untouched(log: Log, topics: MapTopics) -> bool:
+    """Nothing was ever written to the map's ops or data topics."""
+    partitions = log.partitions(topics.ops)
+    return log.end_offset(topics.data, 0) == 0 and all(
+        log.end_offset(topics.ops, p) == 0 for p in range(partitions)
+    )
 
 
 def _check(
