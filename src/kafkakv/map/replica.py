@@ -392,7 +392,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         self.remove_all(list(self))
 
     # -- updates (async) ----------------------------------------------------------------
-    def put_async(self, key: K, value: V) -> OpFuture:
+    def put_async(self, key: K, value: V) -> OpFuture[V | None]:
         """Like :meth:`put`, returning at once a future of the previous value. At most
         ``max_in_flight`` are unapplied; beyond that the call waits (back-pressure)."""
         if value is None:  # the hot path of bulk loads: _value and _submit inlined
@@ -407,29 +407,29 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         args = (self._values.encode(value),)
         return self._engine.submit(self._state, OpCode.PUT, record_key, p, args, False)
 
-    def put_all_async(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> OpFuture:
+    def put_all_async(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> OpFuture[int]:
         """Like :meth:`put_all`, returning at once one future of the count. Its records take
         slots of ``max_in_flight`` (one per record)."""
         return self._put_all(pairs, False)
 
-    def remove_all_async(self, keys: Iterable[K]) -> OpFuture:
+    def remove_all_async(self, keys: Iterable[K]) -> OpFuture[int]:
         """Like :meth:`remove_all`, returning at once one future of the count."""
         return self._remove_all(keys, False)
 
-    def put_if_absent_async(self, key: K, value: V) -> OpFuture:
+    def put_if_absent_async(self, key: K, value: V) -> OpFuture[V | None]:
         return self._submit(OpCode.PUT_IF_ABSENT, key, (self._value(value),), False)
 
-    def replace_async(self, key: K, value: V) -> OpFuture:
+    def replace_async(self, key: K, value: V) -> OpFuture[V | None]:
         return self._submit(OpCode.REPLACE, key, (self._value(value),), False)
 
-    def compare_and_set_async(self, key: K, expected: V | None, new: V) -> OpFuture:
+    def compare_and_set_async(self, key: K, expected: V | None, new: V) -> OpFuture[bool]:
         old = None if expected is None else self._values.encode(expected)
         return self._submit(OpCode.COMPARE_AND_SET, key, (old, self._value(new)), False)
 
-    def remove_async(self, key: K) -> OpFuture:
+    def remove_async(self, key: K) -> OpFuture[V | None]:
         return self._submit(OpCode.REMOVE, key, (), False)
 
-    def remove_if_async(self, key: K, expected: V) -> OpFuture:
+    def remove_if_async(self, key: K, expected: V) -> OpFuture[bool]:
         return self._submit(OpCode.REMOVE_IF, key, (self._value(expected),), False)
 
     def compute_async(self, key: K, fn: str | Callable[..., Any], *args: Any) -> OpFuture:
