@@ -274,9 +274,13 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         """Delete ``key`` if its value equals ``expected``."""
         return bool(self._call(OpCode.REMOVE_IF, key, self._value(expected)))
 
-    def compute(self, key: K, fn: str | Callable[..., Any], *args: Any) -> V | None:
+    def compute(
+        self, key: K, fn: str | functions.RegisteredFunction[..., V | None], *args: Any
+    ) -> V | None:
         """Run the registered function ``fn(key, old, *args)`` on every replica, once, in log
         order; its result becomes the value (None removes the key). Returns the new value.
+        ``fn`` is a name, or the :class:`~kafkakv.functions.RegisteredFunction` that
+        :func:`~kafkakv.functions.register` returned (typed: its result must fit ``V``).
 
         Only the name and ``args`` (msgpack-encodable) travel. Raises
         :class:`~kafkakv.errors.UnknownFunctionError` before appending when ``fn`` is not
@@ -289,7 +293,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             raise EncodeError(f"compute arguments must be msgpack values: {exc}") from exc
         return cast("V | None", self._call(OpCode.COMPUTE, key, name, packed))
 
-    def merge(self, key: K, value: V, fn: str | Callable[..., Any]) -> V | None:
+    def merge(
+        self, key: K, value: V, fn: str | functions.RegisteredFunction[..., V | None]
+    ) -> V | None:
         """Set ``value`` if ``key`` is absent, else ``fn(old, value)`` (None removes)."""
         name = _function_name(fn)
         return cast("V | None", self._call(OpCode.MERGE, key, name, self._value(value)))
@@ -432,12 +438,16 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
     def remove_if_async(self, key: K, expected: V) -> OpFuture[bool]:
         return self._submit(OpCode.REMOVE_IF, key, (self._value(expected),), False)
 
-    def compute_async(self, key: K, fn: str | Callable[..., Any], *args: Any) -> OpFuture:
+    def compute_async(
+        self, key: K, fn: str | functions.RegisteredFunction[..., V | None], *args: Any
+    ) -> OpFuture[V | None]:
         name = _function_name(fn)
         packed = msgpack.packb(list(args), use_bin_type=True)
         return self._submit(OpCode.COMPUTE, key, (name, packed), False)
 
-    def merge_async(self, key: K, value: V, fn: str | Callable[..., Any]) -> OpFuture:
+    def merge_async(
+        self, key: K, value: V, fn: str | functions.RegisteredFunction[..., V | None]
+    ) -> OpFuture[V | None]:
         name = _function_name(fn)
         return self._submit(OpCode.MERGE, key, (name, self._value(value)), False)
 
@@ -617,6 +627,8 @@ def _pairs_of(pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> Iterable[tuple[K,
 
 def _function_name(fn: str | Callable[..., Any]) -> str:
     """The registered name of ``fn``; UnknownFunctionError (nothing appended) if it has none."""
+    if isinstance(fn, functions.RegisteredFunction):
+        fn = fn.name
     if isinstance(fn, str):
         functions.lookup(fn)
         return fn
