@@ -18,7 +18,7 @@ import re
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, TypedDict, TypeVar, Unpack, overload
 
 from prometheus_client import CollectorRegistry
 
@@ -38,6 +38,9 @@ from kafkakv.map.topics import MapTopics, check_topics, create_topics
 from kafkakv.store import OrderedStore, Store, open_store
 
 __all__ = ["Database", "check_target", "connect"]
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Database:
@@ -171,6 +174,123 @@ class Database(Closeable):
         if self._closed:
             raise ClosedError("database is closed")
 
+    # Typed by the codecs: a name that says the type (str, bytes, int) or a Codec[T] gives it;
+    # any other name (json, msgpack...) gives Any. Every overload below is the same call.
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Str, **options: Unpack[_Options]
+    ) -> ReplicaMap[str, str]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> ReplicaMap[str, bytes]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Int, **options: Unpack[_Options]
+    ) -> ReplicaMap[str, int]: ...
+    @overload
+    def map(
+        self,
+        name: str,
+        *,
+        key_codec: _Str = ...,
+        value_codec: Codec[V],
+        **options: Unpack[_Options],
+    ) -> ReplicaMap[str, V]: ...
+    @overload
+    def map(
+        self,
+        name: str,
+        *,
+        key_codec: _Str = ...,
+        value_codec: str = ...,
+        **options: Unpack[_Options],
+    ) -> ReplicaMap[str, Any]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Str, **options: Unpack[_Options]
+    ) -> ReplicaMap[bytes, str]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> ReplicaMap[bytes, bytes]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Int, **options: Unpack[_Options]
+    ) -> ReplicaMap[bytes, int]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Bytes, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> ReplicaMap[bytes, V]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Bytes, value_codec: str = ..., **options: Unpack[_Options]
+    ) -> ReplicaMap[bytes, Any]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Int, value_codec: _Str, **options: Unpack[_Options]
+    ) -> ReplicaMap[int, str]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Int, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> ReplicaMap[int, bytes]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Int, value_codec: _Int, **options: Unpack[_Options]
+    ) -> ReplicaMap[int, int]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Int, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> ReplicaMap[int, V]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Int, value_codec: str = ..., **options: Unpack[_Options]
+    ) -> ReplicaMap[int, Any]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Str, **options: Unpack[_Options]
+    ) -> ReplicaMap[K, str]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> ReplicaMap[K, bytes]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Int, **options: Unpack[_Options]
+    ) -> ReplicaMap[K, int]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: Codec[K], value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> ReplicaMap[K, V]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: Codec[K], value_codec: str = ..., **options: Unpack[_Options]
+    ) -> ReplicaMap[K, Any]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: str, value_codec: _Str, **options: Unpack[_Options]
+    ) -> ReplicaMap[Any, str]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: str, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> ReplicaMap[Any, bytes]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: str, value_codec: _Int, **options: Unpack[_Options]
+    ) -> ReplicaMap[Any, int]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: str, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> ReplicaMap[Any, V]: ...
+    @overload
+    def map(
+        self,
+        name: str,
+        *,
+        key_codec: str | Codec[Any] = ...,
+        value_codec: str | Codec[Any] = ...,
+        **options: Unpack[_Options],
+    ) -> ReplicaMap[Any, Any]: ...
     def map(
         self,
         name: str,
@@ -204,7 +324,10 @@ class Database(Closeable):
         (the map's name then prefixes its record keys). Other options: see
         :class:`~kafkakv.map.MapSettings`.
 
-        Returns a :class:`SortedReplicaMap` when the store is ordered. Costs the bootstrap:
+        Returns a :class:`SortedReplicaMap` when the store is ordered. For type checkers the
+        codecs give its type: ``value_codec="int"`` opens a ``ReplicaMap[str, int]``, a
+        ``Codec[T]`` object gives ``T``, and ``json``, ``msgpack`` or a name known only at run
+        time give ``Any``. Costs the bootstrap:
         reading the data topic and the ops after the last flush (or, for a persistent store,
         only the ops it has not applied). Raises
         :class:`~kafkakv.errors.TopicMismatchError` for existing topics with wrong settings or
@@ -225,6 +348,122 @@ class Database(Closeable):
         )
         return maps[0]
 
+    # Typed as map() is.
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Str, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[str, str]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[str, bytes]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Int, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[str, int]: ...
+    @overload
+    def sorted_map(
+        self,
+        name: str,
+        *,
+        key_codec: _Str = ...,
+        value_codec: Codec[V],
+        **options: Unpack[_Options],
+    ) -> SortedReplicaMap[str, V]: ...
+    @overload
+    def sorted_map(
+        self,
+        name: str,
+        *,
+        key_codec: _Str = ...,
+        value_codec: str = ...,
+        **options: Unpack[_Options],
+    ) -> SortedReplicaMap[str, Any]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Str, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[bytes, str]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[bytes, bytes]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Int, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[bytes, int]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Bytes, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> SortedReplicaMap[bytes, V]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Bytes, value_codec: str = ..., **options: Unpack[_Options]
+    ) -> SortedReplicaMap[bytes, Any]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Int, value_codec: _Str, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[int, str]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Int, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[int, bytes]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Int, value_codec: _Int, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[int, int]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Int, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> SortedReplicaMap[int, V]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Int, value_codec: str = ..., **options: Unpack[_Options]
+    ) -> SortedReplicaMap[int, Any]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Str, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[K, str]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[K, bytes]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Int, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[K, int]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: Codec[K], value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> SortedReplicaMap[K, V]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: Codec[K], value_codec: str = ..., **options: Unpack[_Options]
+    ) -> SortedReplicaMap[K, Any]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: str, value_codec: _Str, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[Any, str]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: str, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[Any, bytes]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: str, value_codec: _Int, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[Any, int]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: str, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> SortedReplicaMap[Any, V]: ...
+    @overload
+    def sorted_map(
+        self,
+        name: str,
+        *,
+        key_codec: str | Codec[Any] = ...,
+        value_codec: str | Codec[Any] = ...,
+        **options: Unpack[_Options],
+    ) -> SortedReplicaMap[Any, Any]: ...
     def sorted_map(self, name: str, **options: Any) -> SortedReplicaMap[Any, Any]:
         """:meth:`map` with a sorted store by default; needs an ordered key codec."""
         store = options.setdefault("store", "sorted")
@@ -463,6 +702,28 @@ def _require_ordered_keys(keys: Codec[Any]) -> None:
             f"a sorted map needs an ordered key codec, whose bytes sort like its keys (str, "
             f"bytes, int), not {keys!r}"
         )
+
+
+_Str = Literal["str"]
+_Bytes = Literal["bytes"]
+_Int = Literal["int"]
+
+
+class _Options(TypedDict, total=False):
+    """The options of :meth:`Database.map` besides the codecs, for its typed overloads
+    (``tests/map/test_typing.py`` checks that the two agree)."""
+
+    partitions: int | None
+    store: str | Store
+    store_path: str | os.PathLike[str] | None
+    shard: Iterable[int] | None
+    consistency: str
+    barriers: str
+    flush_period: int
+    timeout: float
+    max_in_flight: int
+    topics: str | None
+    create: bool
 
 
 class _MapSpec:
