@@ -155,7 +155,9 @@ class Database(Closeable):
     closed then, which drains its maps' updates (a warning counts those that could not be
     delivered). In a child made by ``fork`` it and its maps raise
     :class:`~kafkakv.errors.ClosedError` on every use and never wait for a lock the parent's
-    threads may have held: call :func:`connect` again in the child.
+    threads may have held: call :func:`connect` again in the child. Neither it nor its maps
+    can be pickled or copied (``m.copy()`` is a dict snapshot of a map): each process opens
+    its own.
     """
 
     def __init__(self, log: Log, *, owns_log: bool) -> None:
@@ -614,6 +616,15 @@ class Database(Closeable):
         """
         self._close(timeout)
 
+    def __copy__(self) -> Database:
+        raise TypeError(_NOT_COPIED.format("copied"))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Database:
+        raise TypeError(_NOT_COPIED.format("copied"))
+
+    def __getstate__(self) -> object:
+        raise TypeError(_NOT_COPIED.format("pickled"))
+
     def _close(self, timeout: float | None) -> int:
         """close(); returns the number of updates that failed to drain."""
         if self._pid != os.getpid():  # inherited through fork: the parent's to close
@@ -642,6 +653,13 @@ class Database(Closeable):
         message = _inherited_message(self._pid)
         for engine in list(self._engines):
             engine.disown(message)
+
+
+_NOT_COPIED = (
+    "a Database cannot be {}: it is this process's connection to its log, with the map "
+    "replicas opened on it. Share the object within the process; in another process, call "
+    "kafkakv.connect() with the same target and open the maps there"
+)
 
 
 def _inherited_message(pid: int) -> str:

@@ -530,6 +530,42 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         with :class:`~kafkakv.errors.ClosedError`. Idempotent."""
         self._engine.close()
 
+    def copy(self) -> dict[K, V]:
+        """A plain dict of every (key, value) this replica holds now: a snapshot, that later
+        updates leave as it is and whose own changes go nowhere. Local, like ``items()``
+        (after a barrier when the map is linearizable): one pass over the store, decoding
+        every pair, O(n). A sorted map gives its keys in order."""
+        return dict(self._pairs())
+
+    def __copy__(self) -> ReplicaMap[K, V]:
+        """Refuse ``copy.copy(m)``: a copy would be a second handle on this replica (closing
+        either would close both), and a dict in its place is not what ``copy.copy`` is
+        typed to return. The TypeError says to take ``m.copy()``, a dict snapshot."""
+        raise TypeError(self._not_copied("copy.copy"))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReplicaMap[K, V]:
+        """Refuse ``copy.deepcopy(m)``, as ``copy.copy(m)``: a replica cannot be duplicated;
+        ``copy.deepcopy(m.copy())`` copies its contents."""
+        raise TypeError(self._not_copied("copy.deepcopy"))
+
+    def _not_copied(self, how: str) -> str:
+        return (
+            f"{how}() cannot copy a {type(self).__name__}: it is a live replica of map "
+            f"{self.name!r}, and a copy would share it. Use m.copy() for a dict snapshot of "
+            "its contents, or open the map again for another replica"
+        )
+
+    def __getstate__(self) -> object:
+        """Refuse to pickle: a replica is threads and a log connection of this process. The
+        TypeError says what to do instead: open the map in the other process, or pickle
+        ``m.copy()`` to ship its contents."""
+        raise TypeError(
+            f"a {type(self).__name__} cannot be pickled: it is a live replica of map "
+            f"{self.name!r} in this process. Open the map in the other process "
+            f"(kafkakv.connect(...).map({self.name!r}, ...)), or pickle m.copy(), a dict "
+            "snapshot of its contents"
+        )
+
 
 class SortedReplicaMap(ReplicaMap[K, V]):
     """A replicated map kept in key order (by the key codec's bytes, which for ``str``,
