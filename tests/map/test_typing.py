@@ -51,6 +51,8 @@ SCRIPTS = {
             reveal_type(db.sorted_map("s", key_codec="int", value_codec="str", store="lmdb"))  # reveal: SortedReplicaMap[int, str]
             reveal_type(codec_for("int"))  # reveal: IntCodec
             reveal_type(codec_for("json"))  # reveal: Codec[Any]
+            lists: kafkakv.ReplicaMap[str, list[int]] = db.map("lists")
+            reveal_type(lists)  # reveal: ReplicaMap[str, list[int]]
             options: dict[str, Any] = {"store": "dict"}
             reveal_type(db.map("a", **options))  # reveal: ReplicaMap[Any, Any]
             db.map("a", timeout="soon")  # error: call-overload
