@@ -25,6 +25,7 @@ by the type checker, since nothing would run it on the other replicas).
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import threading
 from collections.abc import Callable
@@ -56,8 +57,9 @@ class RegisteredFunction(Generic[P, R]):
     Calling it calls the function. ``ReplicaMap.compute`` and ``merge`` take it where they
     take a name, and only the name travels: a compute function given as
     ``RegisteredFunction[..., V | None]`` is checked against the map's value type ``V``. It
-    pickles as its name, and unpickles as the function registered under that name in the
-    process that reads it (which must register it, as every replica must)."""
+    pickles as its name and module, and unpickles as the function registered under that name
+    in the process that reads it, which imports the module first if the name is not
+    registered there yet."""
 
     def __init__(self, name: str, function: Callable[P, R]) -> None:
         functools.update_wrapper(self, function)  # __name__, __doc__, __wrapped__...
@@ -70,12 +72,17 @@ class RegisteredFunction(Generic[P, R]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
-    def __reduce__(self) -> tuple[Callable[[str], RegisteredFunction[..., Any]], tuple[str]]:
-        return _registered_as, (self.name,)
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _registered_as, (self.name, self.__module__)
 
 
-def _registered_as(name: str) -> RegisteredFunction[..., Any]:
-    """The function registered as ``name`` (how a pickled RegisteredFunction comes back)."""
+def _registered_as(name: str, module: str) -> RegisteredFunction[..., Any]:
+    """The function registered as ``name``, how a pickled RegisteredFunction comes back.
+    When the name is not registered yet, ``module`` (where the function was defined, which
+    registers it on import as a rule) is imported first, as unpickling a plain function
+    would import it."""
+    if name not in _registry:
+        importlib.import_module(module)
     return RegisteredFunction(name, lookup(name))
 
 

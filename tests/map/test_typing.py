@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import doctest
 import inspect
+import os
 import pickle
 import re
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,6 +289,21 @@ def test_a_registered_function_pickles_as_its_name(
     functions.unregister("typing-add")
     with pytest.raises(UnknownFunctionError):  # unpickled where it is not registered
         pickle.loads(data)
+
+
+def test_a_registered_function_unpickles_in_a_new_process_by_importing_its_module() -> None:
+    """As a plain function would: the module that defines it registers it on import."""
+    from tests.map import _workers
+
+    data = pickle.dumps(_workers.add)
+    program = "import pickle, sys; f = pickle.loads(sys.stdin.buffer.read()); print(f.name, f(b'k', 2, 4, 0))"
+    src = Path(kafkakv.__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(Path(__file__).parents[2])])}
+    done = subprocess.run(
+        [sys.executable, "-c", program], input=data, capture_output=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["mp-add", "6"]
 
 
 def test_registering_a_registered_function_registers_its_function(
