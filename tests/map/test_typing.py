@@ -158,13 +158,13 @@ def _expected(text: str) -> tuple[set[tuple[int, str]], dict[int, str]]:
 
 class MypyRun:
     """What one mypy run said of each script: errors as (line, code), reveals as
-    line: type (module prefixes dropped); and the errors it found in other files."""
+    line: type (module prefixes dropped). (Errors in kafkakv itself are the project's
+    mypy run's to find: here mypy finds kafkakv on the Python path, which silences them.)"""
 
     def __init__(self, output: str, names: list[str]) -> None:
         self.output = output
         self.errors: dict[str, set[tuple[int, str]]] = {n: set() for n in names}
         self.reveals: dict[str, dict[int, str]] = {n: {} for n in names}
-        self.elsewhere: list[str] = []
         self.lines: dict[str, list[str]] = {n: [] for n in names}
         for line in output.splitlines():
             report = _REPORT.match(line)
@@ -172,8 +172,6 @@ class MypyRun:
             # come with their paths (kafkakv/functions.py is not the script functions.py).
             name = report["file"].removesuffix(".py") if report else None
             if report is None or name not in self.errors:
-                if report is not None and report["kind"] == "error":
-                    self.elsewhere.append(line)
                 continue
             number, text = int(report["line"]), report["text"]
             self.lines[name].append(line)
@@ -227,10 +225,6 @@ def test_mypy_reports_exactly_the_marked_errors(mypy_run: MypyRun, name: str) ->
 def test_reveal_type_says_what_the_codecs_say(mypy_run: MypyRun, name: str) -> None:
     _, expected = _expected(textwrap.dedent(SCRIPTS[name]).lstrip("\n"))
     assert mypy_run.reveals[name] == expected, "\n".join(mypy_run.lines[name])
-
-
-def test_kafkakv_itself_passes_with_the_scripts(mypy_run: MypyRun) -> None:
-    assert mypy_run.elsewhere == [], mypy_run.output
 
 
 def test_the_typed_options_are_the_options_of_map() -> None:
