@@ -34,7 +34,7 @@ import pickle
 import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import msgpack
 import msgspec
@@ -323,8 +323,21 @@ _BY_NAME: dict[str, type[Codec[Any]]] = {
 }
 
 
+@overload
+def codec_for(spec: Literal["str"]) -> StrCodec: ...
+@overload
+def codec_for(spec: Literal["bytes"]) -> BytesCodec: ...
+@overload
+def codec_for(spec: Literal["int"]) -> IntCodec: ...
+@overload
+def codec_for(spec: Codec[T]) -> Codec[T]: ...
+@overload
+def codec_for(spec: str | Codec[Any]) -> Codec[Any]: ...
 def codec_for(spec: str | Codec[Any]) -> Codec[Any]:
     """A codec from its name (``str``, ``bytes``, ``int``, ``json``, ``msgpack``) or as given.
+
+    Typed: ``codec_for("int")`` is a ``Codec[int]``, a ``Codec[T]`` stays one, and the codecs
+    of any value (``json``, ``msgpack``, a name known only at run time) are ``Codec[Any]``.
 
     Raises :class:`~kafkakv.errors.ConfigError` for another name (``pickle`` included: build a
     :class:`PickleCodec` yourself).

@@ -18,7 +18,7 @@ import re
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, TypedDict, TypeVar, Unpack, overload
 
 from prometheus_client import CollectorRegistry
 
@@ -38,6 +38,9 @@ from kafkakv.map.topics import MapTopics, check_placement, check_topics, create_
 from kafkakv.store import OrderedStore, Store, open_store
 
 __all__ = ["Database", "check_target", "connect"]
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Database:
@@ -152,7 +155,9 @@ class Database(Closeable):
     closed then, which drains its maps' updates (a warning counts those that could not be
     delivered). In a child made by ``fork`` it and its maps raise
     :class:`~kafkakv.errors.ClosedError` on every use and never wait for a lock the parent's
-    threads may have held: call :func:`connect` again in the child.
+    threads may have held: call :func:`connect` again in the child. Neither it nor its maps
+    can be pickled or copied (``m.copy()`` is a dict snapshot of a map): each process opens
+    its own.
     """
 
     def __init__(self, log: Log, *, owns_log: bool) -> None:
@@ -171,6 +176,123 @@ class Database(Closeable):
         if self._closed:
             raise ClosedError("database is closed")
 
+    # Typed by the codecs: a name that says the type (str, bytes, int) or a Codec[T] gives it;
+    # any other name (json, msgpack...) gives Any. Every overload below is the same call.
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Str, **options: Unpack[_Options]
+    ) -> ReplicaMap[str, str]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> ReplicaMap[str, bytes]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Int, **options: Unpack[_Options]
+    ) -> ReplicaMap[str, int]: ...
+    @overload
+    def map(
+        self,
+        name: str,
+        *,
+        key_codec: _Str = ...,
+        value_codec: Codec[V],
+        **options: Unpack[_Options],
+    ) -> ReplicaMap[str, V]: ...
+    @overload
+    def map(
+        self,
+        name: str,
+        *,
+        key_codec: _Str = ...,
+        value_codec: str = ...,
+        **options: Unpack[_Options],
+    ) -> ReplicaMap[str, Any]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Str, **options: Unpack[_Options]
+    ) -> ReplicaMap[bytes, str]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> ReplicaMap[bytes, bytes]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Int, **options: Unpack[_Options]
+    ) -> ReplicaMap[bytes, int]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Bytes, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> ReplicaMap[bytes, V]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Bytes, value_codec: str = ..., **options: Unpack[_Options]
+    ) -> ReplicaMap[bytes, Any]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Int, value_codec: _Str, **options: Unpack[_Options]
+    ) -> ReplicaMap[int, str]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Int, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> ReplicaMap[int, bytes]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Int, value_codec: _Int, **options: Unpack[_Options]
+    ) -> ReplicaMap[int, int]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Int, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> ReplicaMap[int, V]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: _Int, value_codec: str = ..., **options: Unpack[_Options]
+    ) -> ReplicaMap[int, Any]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Str, **options: Unpack[_Options]
+    ) -> ReplicaMap[K, str]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> ReplicaMap[K, bytes]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Int, **options: Unpack[_Options]
+    ) -> ReplicaMap[K, int]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: Codec[K], value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> ReplicaMap[K, V]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: Codec[K], value_codec: str = ..., **options: Unpack[_Options]
+    ) -> ReplicaMap[K, Any]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: str, value_codec: _Str, **options: Unpack[_Options]
+    ) -> ReplicaMap[Any, str]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: str, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> ReplicaMap[Any, bytes]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: str, value_codec: _Int, **options: Unpack[_Options]
+    ) -> ReplicaMap[Any, int]: ...
+    @overload
+    def map(
+        self, name: str, *, key_codec: str, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> ReplicaMap[Any, V]: ...
+    @overload
+    def map(
+        self,
+        name: str,
+        *,
+        key_codec: str | Codec[Any] = ...,
+        value_codec: str | Codec[Any] = ...,
+        **options: Unpack[_Options],
+    ) -> ReplicaMap[Any, Any]: ...
     def map(
         self,
         name: str,
@@ -208,7 +330,10 @@ class Database(Closeable):
         created, and every replica must say the same. Other options: see
         :class:`~kafkakv.map.MapSettings`.
 
-        Returns a :class:`SortedReplicaMap` when the store is ordered. Costs the bootstrap:
+        Returns a :class:`SortedReplicaMap` when the store is ordered. For type checkers the
+        codecs give its type: ``value_codec="int"`` opens a ``ReplicaMap[str, int]``, a
+        ``Codec[T]`` object gives ``T``, and ``json``, ``msgpack`` or a name known only at run
+        time give ``Any``. Costs the bootstrap:
         reading the data topic and the ops after the last flush (or, for a persistent store,
         only the ops it has not applied). Raises
         :class:`~kafkakv.errors.TopicMismatchError` for existing topics with wrong settings or
@@ -230,6 +355,122 @@ class Database(Closeable):
         )
         return maps[0]
 
+    # Typed as map() is.
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Str, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[str, str]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[str, bytes]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Str = ..., value_codec: _Int, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[str, int]: ...
+    @overload
+    def sorted_map(
+        self,
+        name: str,
+        *,
+        key_codec: _Str = ...,
+        value_codec: Codec[V],
+        **options: Unpack[_Options],
+    ) -> SortedReplicaMap[str, V]: ...
+    @overload
+    def sorted_map(
+        self,
+        name: str,
+        *,
+        key_codec: _Str = ...,
+        value_codec: str = ...,
+        **options: Unpack[_Options],
+    ) -> SortedReplicaMap[str, Any]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Str, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[bytes, str]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[bytes, bytes]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Bytes, value_codec: _Int, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[bytes, int]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Bytes, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> SortedReplicaMap[bytes, V]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Bytes, value_codec: str = ..., **options: Unpack[_Options]
+    ) -> SortedReplicaMap[bytes, Any]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Int, value_codec: _Str, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[int, str]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Int, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[int, bytes]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Int, value_codec: _Int, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[int, int]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Int, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> SortedReplicaMap[int, V]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: _Int, value_codec: str = ..., **options: Unpack[_Options]
+    ) -> SortedReplicaMap[int, Any]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Str, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[K, str]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[K, bytes]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: Codec[K], value_codec: _Int, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[K, int]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: Codec[K], value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> SortedReplicaMap[K, V]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: Codec[K], value_codec: str = ..., **options: Unpack[_Options]
+    ) -> SortedReplicaMap[K, Any]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: str, value_codec: _Str, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[Any, str]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: str, value_codec: _Bytes, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[Any, bytes]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: str, value_codec: _Int, **options: Unpack[_Options]
+    ) -> SortedReplicaMap[Any, int]: ...
+    @overload
+    def sorted_map(
+        self, name: str, *, key_codec: str, value_codec: Codec[V], **options: Unpack[_Options]
+    ) -> SortedReplicaMap[Any, V]: ...
+    @overload
+    def sorted_map(
+        self,
+        name: str,
+        *,
+        key_codec: str | Codec[Any] = ...,
+        value_codec: str | Codec[Any] = ...,
+        **options: Unpack[_Options],
+    ) -> SortedReplicaMap[Any, Any]: ...
     def sorted_map(self, name: str, **options: Any) -> SortedReplicaMap[Any, Any]:
         """:meth:`map` with a sorted store by default; needs an ordered key codec."""
         store = options.setdefault("store", "sorted")
@@ -381,6 +622,15 @@ class Database(Closeable):
         """
         self._close(timeout)
 
+    def __copy__(self) -> Database:
+        raise TypeError(_NOT_COPIED.format("copied"))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Database:
+        raise TypeError(_NOT_COPIED.format("copied"))
+
+    def __getstate__(self) -> object:
+        raise TypeError(_NOT_COPIED.format("pickled"))
+
     def _close(self, timeout: float | None) -> int:
         """close(); returns the number of updates that failed to drain."""
         if self._pid != os.getpid():  # inherited through fork: the parent's to close
@@ -409,6 +659,13 @@ class Database(Closeable):
         message = _inherited_message(self._pid)
         for engine in list(self._engines):
             engine.disown(message)
+
+
+_NOT_COPIED = (
+    "a Database cannot be {}: it is this process's connection to its log, with the map "
+    "replicas opened on it. Share the object within the process; in another process, call "
+    "kafkakv.connect() with the same target and open the maps there"
+)
 
 
 def _inherited_message(pid: int) -> str:
@@ -476,6 +733,28 @@ def _require_ordered_keys(keys: Codec[Any]) -> None:
             f"a sorted map needs an ordered key codec, whose bytes sort like its keys (str, "
             f"bytes, int), not {keys!r}"
         )
+
+
+_Str = Literal["str"]
+_Bytes = Literal["bytes"]
+_Int = Literal["int"]
+
+
+class _Options(TypedDict, total=False):
+    """The options of :meth:`Database.map` besides the codecs, for its typed overloads
+    (``tests/map/test_typing.py`` checks that the two agree)."""
+
+    partitions: int | None
+    store: str | Store
+    store_path: str | os.PathLike[str] | None
+    shard: Iterable[int] | None
+    consistency: str
+    barriers: str
+    flush_period: int
+    timeout: float
+    max_in_flight: int
+    topics: str | None
+    create: bool
 
 
 class _MapSpec:

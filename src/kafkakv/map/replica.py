@@ -353,9 +353,13 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         """Delete ``key`` if its value equals ``expected``."""
         return bool(self._call(OpCode.REMOVE_IF, key, self._value(expected)))
 
-    def compute(self, key: K, fn: str | Callable[..., Any], *args: Any) -> V | None:
+    def compute(
+        self, key: K, fn: str | functions.RegisteredFunction[..., V | None], *args: Any
+    ) -> V | None:
         """Run the registered function ``fn(key, old, *args)`` on every replica, once, in log
         order; its result becomes the value (None removes the key). Returns the new value.
+        ``fn`` is a name, or the :class:`~kafkakv.functions.RegisteredFunction` that
+        :func:`~kafkakv.functions.register` returned (typed: its result must fit ``V``).
 
         Only the name and ``args`` (msgpack-encodable) travel. Raises
         :class:`~kafkakv.errors.UnknownFunctionError` before appending when ``fn`` is not
@@ -368,7 +372,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             raise EncodeError(f"compute arguments must be msgpack values: {exc}") from exc
         return cast("V | None", self._call(OpCode.COMPUTE, key, name, packed))
 
-    def merge(self, key: K, value: V, fn: str | Callable[..., Any]) -> V | None:
+    def merge(
+        self, key: K, value: V, fn: str | functions.RegisteredFunction[..., V | None]
+    ) -> V | None:
         """Set ``value`` if ``key`` is absent, else ``fn(old, value)`` (None removes)."""
         name = _function_name(fn)
         return cast("V | None", self._call(OpCode.MERGE, key, name, self._value(value)))
@@ -471,7 +477,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         self.remove_all(list(self))
 
     # -- updates (async) ----------------------------------------------------------------
-    def put_async(self, key: K, value: V) -> OpFuture:
+    def put_async(self, key: K, value: V) -> OpFuture[V | None]:
         """Like :meth:`put`, returning at once a future of the previous value. At most
         ``max_in_flight`` are unapplied; beyond that the call waits (back-pressure)."""
         if value is None:  # the hot path of bulk loads: _value and _submit inlined
@@ -486,37 +492,41 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         args = (self._values.encode(value),)
         return self._engine.submit(self._state, OpCode.PUT, record_key, p, args, False)
 
-    def put_all_async(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> OpFuture:
+    def put_all_async(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> OpFuture[int]:
         """Like :meth:`put_all`, returning at once one future of the count. Its records take
         slots of ``max_in_flight`` (one per record)."""
         return self._put_all(pairs, False)
 
-    def remove_all_async(self, keys: Iterable[K]) -> OpFuture:
+    def remove_all_async(self, keys: Iterable[K]) -> OpFuture[int]:
         """Like :meth:`remove_all`, returning at once one future of the count."""
         return self._remove_all(keys, False)
 
-    def put_if_absent_async(self, key: K, value: V) -> OpFuture:
+    def put_if_absent_async(self, key: K, value: V) -> OpFuture[V | None]:
         return self._submit(OpCode.PUT_IF_ABSENT, key, (self._value(value),), False)
 
-    def replace_async(self, key: K, value: V) -> OpFuture:
+    def replace_async(self, key: K, value: V) -> OpFuture[V | None]:
         return self._submit(OpCode.REPLACE, key, (self._value(value),), False)
 
-    def compare_and_set_async(self, key: K, expected: V | None, new: V) -> OpFuture:
+    def compare_and_set_async(self, key: K, expected: V | None, new: V) -> OpFuture[bool]:
         old = None if expected is None else self._values.encode(expected)
         return self._submit(OpCode.COMPARE_AND_SET, key, (old, self._value(new)), False)
 
-    def remove_async(self, key: K) -> OpFuture:
+    def remove_async(self, key: K) -> OpFuture[V | None]:
         return self._submit(OpCode.REMOVE, key, (), False)
 
-    def remove_if_async(self, key: K, expected: V) -> OpFuture:
+    def remove_if_async(self, key: K, expected: V) -> OpFuture[bool]:
         return self._submit(OpCode.REMOVE_IF, key, (self._value(expected),), False)
 
-    def compute_async(self, key: K, fn: str | Callable[..., Any], *args: Any) -> OpFuture:
+    def compute_async(
+        self, key: K, fn: str | functions.RegisteredFunction[..., V | None], *args: Any
+    ) -> OpFuture[V | None]:
         name = _function_name(fn)
         packed = msgpack.packb(list(args), use_bin_type=True)
         return self._submit(OpCode.COMPUTE, key, (name, packed), False)
 
-    def merge_async(self, key: K, value: V, fn: str | Callable[..., Any]) -> OpFuture:
+    def merge_async(
+        self, key: K, value: V, fn: str | functions.RegisteredFunction[..., V | None]
+    ) -> OpFuture[V | None]:
         name = _function_name(fn)
         return self._submit(OpCode.MERGE, key, (name, self._value(value)), False)
 
@@ -640,6 +650,42 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         with :class:`~kafkakv.errors.ClosedError`. Idempotent."""
         self._engine.close()
 
+    def copy(self) -> dict[K, V]:
+        """A plain dict of every (key, value) this replica holds now: a snapshot, that later
+        updates leave as it is and whose own changes go nowhere. Local, like ``items()``
+        (after a barrier when the map is linearizable): one pass over the store, decoding
+        every pair, O(n). A sorted map gives its keys in order."""
+        return dict(self._pairs())
+
+    def __copy__(self) -> ReplicaMap[K, V]:
+        """Refuse ``copy.copy(m)``: a copy would be a second handle on this replica (closing
+        either would close both), and a dict in its place is not what ``copy.copy`` is
+        typed to return. The TypeError says to take ``m.copy()``, a dict snapshot."""
+        raise TypeError(self._not_copied("copy.copy"))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReplicaMap[K, V]:
+        """Refuse ``copy.deepcopy(m)``, as ``copy.copy(m)``: a replica cannot be duplicated;
+        ``copy.deepcopy(m.copy())`` copies its contents."""
+        raise TypeError(self._not_copied("copy.deepcopy"))
+
+    def _not_copied(self, how: str) -> str:
+        return (
+            f"{how}() cannot copy a {type(self).__name__}: it is a live replica of map "
+            f"{self.name!r}, and a copy would share it. Use m.copy() for a dict snapshot of "
+            "its contents, or open the map again for another replica"
+        )
+
+    def __getstate__(self) -> object:
+        """Refuse to pickle: a replica is threads and a log connection of this process. The
+        TypeError says what to do instead: open the map in the other process, or pickle
+        ``m.copy()`` to ship its contents."""
+        raise TypeError(
+            f"a {type(self).__name__} cannot be pickled: it is a live replica of map "
+            f"{self.name!r} in this process. Open the map in the other process "
+            f"(kafkakv.connect(...).map({self.name!r}, ...)), or pickle m.copy(), a dict "
+            "snapshot of its contents"
+        )
+
 
 class SortedReplicaMap(ReplicaMap[K, V]):
     """A replicated map kept in key order (by the key codec's bytes, which for ``str``,
@@ -737,6 +783,8 @@ def _pairs_of(pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> Iterable[tuple[K,
 
 def _function_name(fn: str | Callable[..., Any]) -> str:
     """The registered name of ``fn``; UnknownFunctionError (nothing appended) if it has none."""
+    if isinstance(fn, functions.RegisteredFunction):
+        fn = fn.name
     if isinstance(fn, str):
         functions.lookup(fn)
         return fn
