@@ -755,6 +755,7 @@ class _Options(TypedDict, total=False):
     max_in_flight: int
     topics: str | None
     create: bool
+    hash_tags: bool
 
 
 class _MapSpec:

@@ -300,7 +300,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         expect: Mapping[K, V | None] | None = None,
         put: Mapping[K, V] | None = None,
         remove: Iterable[K] = (),
-    ) -> OpFuture:
+    ) -> OpFuture[bool]:
         """:meth:`transaction` without waiting: a future of its bool."""
         return self._transaction(expect, put, remove, False)
 
@@ -310,7 +310,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         put: Mapping[K, V] | None,
         remove: Iterable[K],
         wait: bool,
-    ) -> OpFuture:
+    ) -> OpFuture[bool]:
         expect, put, removed = dict(expect or {}), dict(put or {}), list(dict.fromkeys(remove))
         both = [k for k in removed if k in put]
         if both:
