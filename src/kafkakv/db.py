@@ -34,7 +34,7 @@ from kafkakv.map.keyspace import map_prefix
 from kafkakv.map.machine import MapState
 from kafkakv.map.replica import ReplicaMap, SortedReplicaMap
 from kafkakv.map.settings import MapSettings
-from kafkakv.map.topics import MapTopics, check_placement, check_topics, create_topics
+from kafkakv.map.topics import MapTopics, check_map_settings, check_topics, create_topics
 from kafkakv.store import OrderedStore, Store, open_store
 
 __all__ = ["Database", "check_target", "connect"]
@@ -311,6 +311,7 @@ class Database(Closeable):
         topics: str | None = None,
         create: bool = True,
         hash_tags: bool = False,
+        versions: bool = False,
     ) -> ReplicaMap[Any, Any]:
         """Open a replica of map ``name``, creating its topics if needed, and load it.
 
@@ -327,7 +328,9 @@ class Database(Closeable):
         (the map's name then prefixes its record keys). ``hash_tags``: place keys by the
         part between ``{`` and ``}`` when they have one, so that keys sharing it share a
         partition (for :meth:`~kafkakv.map.ReplicaMap.transaction`); chosen when the map is
-        created, and every replica must say the same. Other options: see
+        created, and every replica must say the same. ``versions``: every key carries the
+        ops offset of its last change (:meth:`~kafkakv.map.ReplicaMap.get_versioned`),
+        chosen when the map is created likewise; in-memory stores only. Other options: see
         :class:`~kafkakv.map.MapSettings`.
 
         Returns a :class:`SortedReplicaMap` when the store is ordered. For type checkers the
@@ -348,6 +351,7 @@ class Database(Closeable):
             consistency=consistency,
             barriers=barriers,
             hash_tags=hash_tags,
+            versions=versions,
         )
         spec = _MapSpec(name, key_codec, value_codec, store, store_path)
         maps = self._open(
@@ -527,6 +531,13 @@ class Database(Closeable):
         create: bool,
     ) -> list[ReplicaMap[Any, Any]]:
         self._check_open()
+        if settings.versions and any(
+            s.store == "lmdb" or (isinstance(s.store, Store) and s.store.persistent) for s in specs
+        ):
+            raise ConfigError(
+                "versions=True needs an in-memory store ('dict' or 'sorted'): a store on disk "
+                "does not keep versions yet"
+            )
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ConfigError(f"map names repeat: {names}")
@@ -536,7 +547,13 @@ class Database(Closeable):
         count = create_topics(self.log, plan)  # only now: a refusal above leaves nothing behind
         if count != plan.partitions:  # another process created a topic meanwhile
             held = _held_partitions(shard, count)
-        check_placement(self.log, topics, settings.hash_tags, settings.timeout)
+        check_map_settings(
+            self.log,
+            topics,
+            hash_tags=settings.hash_tags,
+            versions=settings.versions,
+            timeout=settings.timeout,
+        )
         states = [spec.state(shared, private=self.log.private) for spec in specs]
         max_bytes = int(self.log.topic_config(topics.ops)["max.message.bytes"])
         engine = ReplicaEngine(self.log, topics, count, held, states, settings, max_bytes)
@@ -718,6 +735,7 @@ _SETTING_NAMES = {
     "consistency",
     "barriers",
     "hash_tags",
+    "versions",
 }
 
 
@@ -756,6 +774,7 @@ class _Options(TypedDict, total=False):
     topics: str | None
     create: bool
     hash_tags: bool
+    versions: bool
 
 
 class _MapSpec:

@@ -156,11 +156,11 @@ def test_hash_tags_are_fixed_when_the_map_is_created(target: str, map_name: str)
     with kafkakv.connect(target, **options) as db:
         tagged = db.map(map_name, partitions=4, hash_tags=True)
         tagged["{u}:a"] = 1
-        with pytest.raises(TopicMismatchError, match="created with hash tags"):
+        with pytest.raises(TopicMismatchError, match="created with hash_tags=True"):
             db.map(map_name, hash_tags=False)
         plain = db.map(map_name + "-plain", partitions=4)
         plain["a"] = 1
-        with pytest.raises(TopicMismatchError, match="created without hash tags"):
+        with pytest.raises(TopicMismatchError, match="created with hash_tags=False"):
             db.map(map_name + "-plain", hash_tags=True)
         fresh = db.map(map_name + "-fresh", partitions=4)  # nothing written yet: may choose
         assert fresh.transaction(put={"{k}1": 1}) is True
@@ -234,10 +234,12 @@ def test_transactions_racing_with_plain_puts_from_other_processes_are_told_the_t
             op = decode_op(record.value)
             assert record.key is not None or op.code.control
             if op.code is OpCode.TRANSACT:
-                expected_keys, expected, keys, values = transaction_args(op.args)
-                ok = all(model.get(k) == v for k, v in zip(expected_keys, expected, strict=True))
+                t = transaction_args(op.args)
+                ok = all(
+                    model.get(k) == v for k, v in zip(t.expected_keys, t.expected, strict=True)
+                )
                 if ok:
-                    model.update(zip(keys, values, strict=True))
+                    model.update(zip(t.keys, t.values, strict=True))
                 assert told[op.origin.hex()].pop(0) is ok
                 decided += 1
             elif op.code is OpCode.WRITE_MANY:

@@ -36,7 +36,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -72,6 +72,7 @@ from kafkakv.map.machine import (
     Tap,
     flush_records,
     load_batch,
+    load_versions,
     start_point,
 )
 from kafkakv.map.ops import OpCode, decode_op, encode_op, write_many_chunks
@@ -122,6 +123,8 @@ class ReplicaEngine:
         self.maps = list(maps)
         self.keyspace = KeySpace(partition_count, settings.hash_tags, shared=bool(maps[0].prefix))
         self.table = MapTable(maps)
+        for state in maps:
+            state.versions = {} if settings.versions else None
         self.origin = os.urandom(8)
         self._seq = itertools.count()
         self._lock = threading.RLock()
@@ -878,8 +881,10 @@ class ReplicaEngine:
                     return None
                 covered, keys = plan
                 values = machine.flush_values(keys)
+                # A key's version is the offset of its last change, which dirty holds.
+                versions = [machine.dirty[k] for k in keys] if self.settings.versions else None
             # Outside the lock, which appliers are waiting for:
-            records, mark = flush_records(keys, values, covered, self.origin)
+            records, mark = flush_records(keys, values, covered, self.origin, versions)
             del keys, values
             # The mark last: replicas reading the ops wait the least (LogWriter.append).
             writer.append({(data, p): records, (ops, p): [mark]}, timeout=self.settings.timeout)
@@ -950,7 +955,7 @@ class ReplicaEngine:
         while True:
             with gc_paused():  # one tuple per record, none of them garbage: see gcpause
                 entries: list[Entry] | list[Record]
-                if self._reads_entries:
+                if self._reads_entries and not self.settings.versions:  # versions: headers
                     entries, position = self.log.read_entries(
                         data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
                     )
@@ -961,6 +966,8 @@ class ReplicaEngine:
                 if not entries:  # stop on an empty read, not at an offset: gaps cannot stall it
                     return flushed
                 loaded = load_batch(self.table, p, entries, data)
+                if self.settings.versions:
+                    load_versions(self.table, cast("list[Record]", entries))
                 if loaded.errors:
                     self.errors.extend(loaded.errors)
                 for state in self.maps:

@@ -16,7 +16,7 @@ sharing a tag share a partition (Redis Cluster's convention: ``{user42}:balance`
 ``{user42}:orders``) and can change together in one transaction. Keys without a tag are placed
 as always. The choice is made when the map is created and recorded in the data topic;
 every replica must open the map with the same one (see
-:func:`~kafkakv.map.topics.check_placement`).
+:func:`~kafkakv.map.topics.check_map_settings`).
 
 >>> space = KeySpace(3)
 >>> prefix = map_prefix("users")
@@ -49,8 +49,9 @@ __all__ = [
 #: last ops offset the flush covers. Compaction keeps the newest one per partition.
 FLUSH_POINT_KEY = b"\x00kafkakv:flush-point"
 
-#: Key of the record that says how a map places its keys, when it is not the default: the
-#: first record of the data topic's partition 0, value msgpack ``{"placement": "hash-tags"}``.
+#: Key of the record that holds the settings a map was created with, when they are not the
+#: defaults: the first record of the data topic's partition 0, value msgpack
+#: ``{"placement": "murmur2" | "hash-tags", "versions": bool}``.
 SETTINGS_KEY = b"\x00kafkakv:settings"
 
 #: The record keys of the data topic that are not map keys.

@@ -35,7 +35,7 @@ from kafkakv.errors import (
     UnknownFunctionError,
 )
 from kafkakv.log.base import Entry, Record, records_of
-from kafkakv.map.keyspace import FLUSH_POINT_KEY, SETTINGS_KEY, prefix_of
+from kafkakv.map.keyspace import FLUSH_POINT_KEY, RESERVED_KEYS, SETTINGS_KEY, prefix_of
 from kafkakv.map.ops import (
     KEEP,
     Keep,
@@ -53,6 +53,7 @@ __all__ = [
     "CHANGE",
     "FAILED",
     "RESULT",
+    "VERSION_HEADER",
     "ApplyError",
     "ErrorLog",
     "Listener",
@@ -63,6 +64,7 @@ __all__ = [
     "Tap",
     "flush_records",
     "load_batch",
+    "load_versions",
     "read_flush_point",
     "start_point",
 ]
@@ -87,6 +89,9 @@ class MapState:
     listeners: list[Listener] = field(default_factory=list)
     #: Change feeds following this map (see :data:`Tap`).
     taps: list[Tap] = field(default_factory=list)
+    #: For a map with versions: each key's version, the ops offset of its last change (-1:
+    #: loaded from a data record that did not say). None for a map without versions.
+    versions: dict[bytes, int] | None = None
     #: Store keys whose key or value this replica's codecs cannot read (a record another
     #: program wrote, a replica with other codecs): kept as written, so that every replica
     #: holds the same bytes, and left out of iteration and len() here.
@@ -320,9 +325,15 @@ class PartitionMachine:
                         self.next_flush = next_flush
                 elif code is OpCode.TRANSACT:  # its changes are made; the result is a bool
                     result, new = self._transact(state, overlay, args, offset, mine, step), KEEP
-                    if mine and len(args[2]) > 1:  # as a batch
-                        next_flush -= len(args[2]) - 1
+                    if mine and len(args[4]) > 1:  # as a batch
+                        next_flush -= len(args[4]) - 1
                         self.next_flush = next_flush
+                elif code is OpCode.SET_IF_VERSION:
+                    expected_version, value = args
+                    result = _versions_of(state, [user_key]) == [expected_version]
+                    new = value if result and type(value) is bytes else KEEP
+                    if result and new is KEEP:
+                        raise OperationFailedError("SET_IF_VERSION needs a bytes value")
                 else:
                     result, new = decide(code, args, current, user_key, state.keys, state.values)
             except UnknownFunctionError as exc:
@@ -377,6 +388,12 @@ class PartitionMachine:
                 unreadable.pop(user_key, None)
         elif unreadable:
             unreadable.pop(user_key, None)
+        versions = state.versions
+        if versions is not None:
+            if new is None:
+                versions.pop(user_key, None)
+            else:
+                versions[user_key] = offset
         if state.listeners or state.taps:
             step.events.append((CHANGE, state, (user_key, current, new, mine, offset)))
 
@@ -408,9 +425,14 @@ class PartitionMachine:
             record_keys = [prefix + k for k in keys] if prefix else keys
             if absent == len(previous):  # all new keys (a bulk load)
                 dirty.update(dict.fromkeys(record_keys, offset))
+                if state.versions is not None:
+                    state.versions.update(dict.fromkeys(keys, offset))
             else:
                 changed = zip(record_keys, previous, values, strict=True)
                 dirty.update([(k, offset) for k, old, new in changed if old != new])
+                if state.versions is not None:
+                    was = zip(keys, previous, values, strict=True)
+                    state.versions.update([(k, offset) for k, old, new in was if old != new])
             overlay.update(zip(keys, values, strict=True))
             if state.unreadable:  # readable values replace unreadable ones
                 for k in keys:
@@ -459,11 +481,14 @@ class PartitionMachine:
         its pairs and return True; otherwise change nothing and return False. Raises
         OperationFailedError for a malformed op or a value that does not compare (nothing
         changed)."""
-        expected_keys, expected, keys, values = transaction_args(args)
+        t = transaction_args(args)
         store = state.store
-        current = [overlay[k] if k in overlay else store.get(k) for k in expected_keys]
-        if not expectations_hold(expected, current, state.values):
+        current = [overlay[k] if k in overlay else store.get(k) for k in t.expected_keys]
+        if not expectations_hold(t.expected, current, state.values):
             return False
+        if t.versioned and _versions_of(state, t.versioned) != t.versions:
+            return False
+        keys, values = t.keys, t.values
         self._write_pairs(state, overlay, keys, values, offset, mine, step)
         return True
 
@@ -488,11 +513,17 @@ class PartitionMachine:
                 state.unreadable.pop(key, None)
         offsets = cast("list[int]", [r[5] for r in records])
         previous = state.store.get_many(keys)
+        versions = state.versions  # a plain map: record keys are store keys
         if previous.count(None) == len(previous):  # all new keys (a bulk load): at C speed
             self.dirty.update(zip(keys, offsets, strict=True))
+            if versions is not None:
+                versions.update(zip(keys, offsets, strict=True))
         else:
             changed = zip(keys, offsets, previous, values, strict=True)
-            self.dirty.update([(k, o) for k, o, old, new in changed if old != new])
+            changes = [(k, o) for k, o, old, new in changed if old != new]
+            self.dirty.update(changes)
+            if versions is not None:
+                versions.update(changes)
         step = Step()
         origin = self.origin
         step.events.extend(
@@ -605,6 +636,17 @@ class PartitionMachine:
         return [key, *(prefix + k for k in keys)]
 
 
+def _versions_of(state: MapState, keys: Sequence[bytes]) -> list[int | None]:
+    """The versions of ``keys`` (None: absent). Raises OperationFailedError, the same on
+    every replica, for a map without versions."""
+    versions = state.versions
+    if versions is None:
+        raise OperationFailedError(
+            f"map {state.name!r} keeps no versions (open it with versions=True when it is created)"
+        )
+    return [versions.get(k) for k in keys]
+
+
 # -- bootstrap ------------------------------------------------------------------------------
 def start_point(
     start: int, resumed: Positions | None, loaded: int | None = None, where: str = "the ops topic"
@@ -688,6 +730,28 @@ def load_batch(
     return Loaded(changes, flushed, errors)
 
 
+def load_versions(table: MapTable, records: Sequence[Record]) -> None:
+    """Take the versions of a batch of data records into the maps (with versions) they belong
+    to: each record's :data:`VERSION_HEADER`, -1 when it has none (written without versions:
+    every replica reads it alike); a tombstone forgets the key's version."""
+    for record in records:
+        key = record.key
+        if key is None or key in RESERVED_KEYS:
+            continue
+        state = table.state_for(key)
+        if state is None or state.versions is None:
+            continue
+        user_key = key[len(state.prefix) :]
+        if record.value is None:
+            state.versions.pop(user_key, None)
+            continue
+        version = -1
+        for name, raw in record.headers:
+            if name == VERSION_HEADER and len(raw) == 8:
+                version = int.from_bytes(raw, "big")
+        state.versions[user_key] = version
+
+
 def _note_loaded(
     state: MapState,
     p: int,
@@ -748,17 +812,36 @@ def unreadable_because(state: MapState, key: bytes, value: bytes, check_key: boo
 
 
 # -- flush records --------------------------------------------------------------------------
+#: The header of a data record of a map with versions that holds the key's version (8 bytes,
+#: big-endian).
+VERSION_HEADER = "kafkakv.version"
+
+
 def flush_records(
-    keys: Sequence[bytes], values: Sequence[bytes | None], covered: int, origin: bytes
+    keys: Sequence[bytes],
+    values: Sequence[bytes | None],
+    covered: int,
+    origin: bytes,
+    versions: Sequence[int] | None = None,
 ) -> tuple[list[Record], Record]:
     """The records of a flush covering the ops up to ``covered``: for the data topic the
     latest value of each key, then the flush point; for the ops topic the ``FLUSHED`` mark.
+    With ``versions`` (a map with versions), each value carries its key's version in a
+    :data:`VERSION_HEADER` header.
 
     >>> data, mark = flush_records([b"k"], [b"v"], 7, b"o" * 8)
     >>> [r.key for r in data], read_flush_point(data[-1].value), decode_op(mark.value).args
     ([b'k', b'\\x00kafkakv:flush-point'], 7, (7,))
+    >>> flush_records([b"k"], [b"v"], 7, b"o" * 8, [5])[0][0].headers
+    (('kafkakv.version', b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x05'),)
     """
-    records = records_of(keys, values)
+    if versions is None:
+        records = records_of(keys, values)
+    else:
+        records = [
+            Record(k, v, () if v is None else ((VERSION_HEADER, n.to_bytes(8, "big")),))
+            for k, v, n in zip(keys, values, versions, strict=True)
+        ]
     records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
     return records, Record(None, encode_op(OpCode.FLUSHED, origin, -1, [covered]))
 

@@ -12,9 +12,15 @@ record key is the record key of its first pair, which names the map and the part
 replica applies the whole batch at that one offset, pair by pair in order.
 
 A ``TRANSACT`` record is a transaction over keys of one map in one partition: its args are the
-expected store keys and values (nil: absent), then store keys and values to write (nil:
-remove). Every replica compares the expectations with its state at that offset
-(:func:`expectations_hold`) and applies all the writes, in order, or none of them.
+expected store keys and values (nil: absent), the store keys and versions expected of a map
+with versions (nil: absent), then store keys and values to write (nil: remove). Every replica
+compares the expectations with its state at that offset (:func:`expectations_hold`) and
+applies all the writes, in order, or none of them. ``SET_IF_VERSION`` sets a key of a map with
+versions when its version is the expected one.
+
+A map with versions gives each key the version of its last change: the offset of the ops
+record that changed it (values written again unchanged keep it). Compared by version, an
+update cannot be fooled by a value that changed and changed back.
 
 :func:`decide` is the state machine: given an op and the key's current value it returns the
 result for the caller and the new value. It is a pure function of its inputs, so every replica,
@@ -54,6 +60,7 @@ __all__ = [
     "Keep",
     "Op",
     "OpCode",
+    "Transaction",
     "decide",
     "decode_op",
     "encode_op",
@@ -76,7 +83,8 @@ class OpCode(enum.IntEnum):
     COMPUTE = 7
     MERGE = 8
     WRITE_MANY = 9  # args (store keys, values): a batch of puts and removes, one offset
-    TRANSACT = 10  # args (expected keys, expected values, keys, values): all or nothing
+    TRANSACT = 10  # args (expected keys, values, versioned keys, versions, keys, values)
+    SET_IF_VERSION = 11  # args (expected version or nil, new value)
     BARRIER = 16  # no key, no args: "how far does the log reach now"
     FLUSHED = 17  # no key, args (covered ops offset,): a flush covering it landed
 
@@ -139,7 +147,8 @@ _ARITY = {
     OpCode.COMPUTE: 2,
     OpCode.MERGE: 2,
     OpCode.WRITE_MANY: 2,
-    OpCode.TRANSACT: 4,
+    OpCode.TRANSACT: 6,
+    OpCode.SET_IF_VERSION: 2,
     OpCode.BARRIER: 0,
     OpCode.FLUSHED: 1,
 }
@@ -213,18 +222,39 @@ def write_many_args(args: tuple[Any, ...]) -> tuple[list[bytes], list[bytes | No
     return list(keys), list(values)
 
 
-def transaction_args(
-    args: tuple[Any, ...],
-) -> tuple[list[bytes], list[bytes | None], list[bytes], list[bytes | None]]:
-    """The expected keys and values, and the keys and values to write, of a ``TRANSACT``
-    op. Raises :class:`~kafkakv.errors.OperationFailedError` for a malformed one.
+def transaction_args(args: tuple[Any, ...]) -> Transaction:
+    """The parts of a ``TRANSACT`` op. Raises :class:`~kafkakv.errors.OperationFailedError`
+    for a malformed one.
 
-    >>> transaction_args(((b"a",), (None,), (b"b",), (b"1",)))
-    ([b'a'], [None], [b'b'], [b'1'])
+    >>> transaction_args(((b"a",), (None,), (b"c",), (7,), (b"b",), (b"1",))).versions
+    [7]
     """
-    expected_keys, expected_values = write_many_args(args[:2])
-    keys, values = write_many_args(args[2:])
-    return expected_keys, expected_values, keys, values
+    expected_keys, expected = write_many_args(args[:2])
+    keys, values = write_many_args(args[4:])
+    versioned, versions = args[2:4]
+    if (
+        type(versioned) is not tuple
+        or type(versions) is not tuple
+        or len(versioned) != len(versions)
+        or not {bytes}.issuperset(map(type, versioned))
+        or not _INT_OR_NIL.issuperset(map(type, versions))
+    ):
+        raise OperationFailedError("TRANSACT versions must be keys and ints or nil")
+    return Transaction(expected_keys, expected, list(versioned), list(versions), keys, values)
+
+
+class Transaction(NamedTuple):
+    """The parts of a ``TRANSACT`` op (see :func:`transaction_args`)."""
+
+    expected_keys: list[bytes]
+    expected: list[bytes | None]
+    versioned: list[bytes]
+    versions: list[int | None]
+    keys: list[bytes]
+    values: list[bytes | None]
+
+
+_INT_OR_NIL = frozenset({int, type(None)})
 
 
 def expectations_hold(

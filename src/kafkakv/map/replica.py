@@ -279,47 +279,59 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         expect: Mapping[K, V | None] | None = None,
         put: Mapping[K, V] | None = None,
         remove: Iterable[K] = (),
+        *,
+        expect_version: Mapping[K, int | None] | None = None,
     ) -> bool:
-        """If every key of ``expect`` has its expected value (None: absent), apply all of
-        ``put`` and ``remove``, and return True; otherwise change nothing and return False.
-        Decided in log order, the same on every replica: the whole transaction is one ops
-        record, so it is atomic by construction. Values compare as in
+        """If every key of ``expect`` has its expected value (None: absent), and every key of
+        ``expect_version`` its expected version (None: absent; a map with ``versions``),
+        apply all of ``put`` and ``remove``, and return True; otherwise change nothing and
+        return False. Decided in log order, the same on every replica: the whole
+        transaction is one ops record, so it is atomic by construction. Values compare as in
         :meth:`compare_and_set`.
 
         Every key must lie in one partition (:meth:`partition_of`): keys that share a hash
         tag, the part between the first ``{`` and the next ``}`` when the map was opened
         with ``hash_tags=True``, always do. Raises
         :class:`~kafkakv.errors.CrossPartitionError` (naming the partitions and their keys)
-        otherwise, ``ConfigError`` for a key both put and removed or nothing to do,
-        ``RecordTooLargeError`` when it does not fit one record; nothing is appended then.
+        otherwise, ``ConfigError`` for a key both put and removed, nothing to do, or
+        versions on a map without them, ``RecordTooLargeError`` when it does not fit one
+        record; nothing is appended then. See docs/maps.md, "Transactions".
         """
-        return bool(self._transaction(expect, put, remove, True).result())
+        return bool(self._transaction(expect, put, remove, expect_version, True).result())
 
     def transaction_async(
         self,
         expect: Mapping[K, V | None] | None = None,
         put: Mapping[K, V] | None = None,
         remove: Iterable[K] = (),
+        *,
+        expect_version: Mapping[K, int | None] | None = None,
     ) -> OpFuture[bool]:
         """:meth:`transaction` without waiting: a future of its bool."""
-        return self._transaction(expect, put, remove, False)
+        return self._transaction(expect, put, remove, expect_version, False)
 
     def _transaction(
         self,
         expect: Mapping[K, V | None] | None,
         put: Mapping[K, V] | None,
         remove: Iterable[K],
+        expect_version: Mapping[K, int | None] | None,
         wait: bool,
     ) -> OpFuture[bool]:
         expect, put, removed = dict(expect or {}), dict(put or {}), list(dict.fromkeys(remove))
+        versions = dict(expect_version or {})
+        if versions:
+            self._need_versions()
+            for version in versions.values():
+                _check_version(version)
         both = [k for k in removed if k in put]
         if both:
             raise ConfigError(f"a transaction cannot both put and remove {both!r}")
-        if not (expect or put or removed):
-            raise ConfigError("an empty transaction: give expect, put or remove")
+        if not (expect or versions or put or removed):
+            raise ConfigError("an empty transaction: give expect, expect_version, put or remove")
         where: dict[int, list[object]] = {}
         located: dict[Any, tuple[bytes, bytes]] = {}
-        for key in (*expect, *put, *removed):
+        for key in (*expect, *versions, *put, *removed):
             if key not in located:
                 encoded, record_key, p = self._locate(key)
                 located[key] = encoded, record_key
@@ -338,12 +350,54 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         args = (
             [located[k][0] for k in expect],
             [None if v is None else encode(v) for v in expect.values()],
+            [located[k][0] for k in versions],
+            list(versions.values()),
             [located[k][0] for k in (*put, *removed)],
             [*map(self._value, put.values()), *([None] * len(removed))],
         )
         (p,) = where
         record_key = next(iter(located.values()))[1]
         return self._engine.submit(None, OpCode.TRANSACT, record_key, p, args, wait)
+
+    # -- versions -------------------------------------------------------------------------
+    def _need_versions(self) -> None:
+        if self._state.versions is None:
+            raise ConfigError(
+                f"map {self.name!r} keeps no versions: create it with versions=True "
+                "(every replica opens it so)"
+            )
+
+    def get_versioned(self, key: K) -> tuple[V, int] | None:
+        """``(value, version)`` of ``key``, or None when absent, read together. The version is
+        the ops offset of the key's last change (-1: loaded from a data record written
+        without versions), the same on every replica. Needs a map with ``versions=True``.
+        Local, like ``m[k]`` (after a barrier when the map is linearizable)."""
+        self._need_versions()
+        encoded, _, p = self._locate(key)
+        self._barrier(p)
+        versions = self._state.versions
+        assert versions is not None
+        with self._engine.paused():  # the value and its version from one state
+            self._engine.check_usable()
+            raw, version = self._store.get(encoded), versions.get(encoded)
+        if raw is None or version is None:
+            return None
+        return self._values.decode(raw), version
+
+    def compare_version_and_set(self, key: K, version: int | None, new: V) -> bool:
+        """Set ``key`` to ``new`` if its version (:meth:`get_versioned`) is ``version``
+        (None: if absent). Unlike :meth:`compare_and_set`, a value that changed and changed
+        back does not match. Needs a map with ``versions=True``."""
+        return bool(self._set_if_version(key, version, new, True).result())
+
+    def compare_version_and_set_async(self, key: K, version: int | None, new: V) -> OpFuture[bool]:
+        """:meth:`compare_version_and_set` without waiting."""
+        return self._set_if_version(key, version, new, False)
+
+    def _set_if_version(self, key: K, version: int | None, new: V, wait: bool) -> OpFuture[bool]:
+        self._need_versions()
+        _check_version(version)
+        return self._submit(OpCode.SET_IF_VERSION, key, (version, self._value(new)), wait, False)
 
     def remove(self, key: K) -> V | None:
         """Delete ``key``; return the value it had or None."""
@@ -792,3 +846,8 @@ def _function_name(fn: str | Callable[..., Any]) -> str:
         if functions.lookup(name) is fn:
             return name
     raise UnknownFunctionError(getattr(fn, "__qualname__", repr(fn)))
+
+
+def _check_version(version: object) -> None:
+    if version is not None and (type(version) is not int or version < -1):
+        raise ConfigError(f"a version is an int >= -1 or None (absent), not {version!r}")

@@ -30,6 +30,7 @@ class MapSettings:
     others save.
     ``hash_tags``: keys place by their hash tag (see :mod:`kafkakv.map.keyspace`); fixed when
     the map is created, and every replica must say the same.
+    ``versions``: every key carries the ops offset of its last change; fixed likewise.
     """
 
     flush_period: int = 1000
@@ -38,6 +39,7 @@ class MapSettings:
     consistency: str = "local"
     barriers: str = "auto"
     hash_tags: bool = False
+    versions: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.flush_period, int) or self.flush_period < 1:
@@ -50,8 +52,9 @@ class MapSettings:
             raise ConfigError(
                 f"barriers must be one of {', '.join(BARRIERS)}, not {self.barriers!r}"
             )
-        if not isinstance(self.hash_tags, bool):
-            raise ConfigError(f"hash_tags must be True or False, not {self.hash_tags!r}")
+        for name in ("hash_tags", "versions"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, not {getattr(self, name)!r}")
         if self.consistency not in CONSISTENCY:
             raise ConfigError(
                 f"consistency must be one of {', '.join(CONSISTENCY)}, not {self.consistency!r}"

@@ -179,32 +179,47 @@ def create_topics(
 HASH_TAGS = "hash-tags"
 """The value of ``"placement"`` in the settings record of a map created with hash tags."""
 
+#: What a map without a settings record is: keys placed by murmur2, no versions.
+DEFAULT_SETTINGS: dict[str, object] = {"placement": "murmur2", "versions": False}
 
-def check_placement(log: Log, topics: MapTopics, hash_tags: bool, timeout: float) -> None:
-    """Make sure the map's keys are placed as ``hash_tags`` says, the way the map was
-    created: a map created with hash tags starts its data topic's partition 0 with a
-    settings record (:data:`~kafkakv.map.keyspace.SETTINGS_KEY`), written here when the map
-    is new (nothing in its ops or data topics yet). A replica that placed keys otherwise
-    would append ops of one key to two partitions, whose order no replica could tell.
-    Raises :class:`~kafkakv.errors.TopicMismatchError` when the map was created the other
-    way. Cost: one offset look-up, and one read of a record, per open; a new map with hash
-    tags, one append more."""
+
+def check_map_settings(
+    log: Log, topics: MapTopics, *, hash_tags: bool, versions: bool, timeout: float
+) -> None:
+    """Make sure the map is opened with the settings every replica must share, the ones it
+    was created with: how keys are placed (``hash_tags``) and whether keys carry versions.
+    A map created with other than the defaults starts its data topic's partition 0 with a
+    settings record (:data:`~kafkakv.map.keyspace.SETTINGS_KEY`, msgpack
+    ``{"placement": ..., "versions": ...}``), written here when the map is new (nothing in
+    its ops or data topics yet). Replicas that placed a key in two partitions would append
+    its ops to two logs whose order no replica can tell; replicas that disagreed on versions
+    would decide version compares differently. Raises
+    :class:`~kafkakv.errors.TopicMismatchError` naming the setting that differs. Cost: one
+    offset look-up and one read of a record per open; a new map with other settings, one
+    append more."""
+    wanted: dict[str, object] = {
+        "placement": HASH_TAGS if hash_tags else "murmur2",
+        "versions": versions,
+    }
     deadline = time.monotonic() + timeout
-    found = _placement(log, topics, deadline)
-    if found is None and hash_tags and _untouched(log, topics):
-        settings = msgpack.packb({"placement": HASH_TAGS})
-        log.append(topics.data, 0, [Record(SETTINGS_KEY, settings)], timeout=timeout)
-        found = _placement(log, topics, deadline)
-    if found != (HASH_TAGS if hash_tags else None):
-        made = "with hash tags" if found == HASH_TAGS else "without hash tags"
-        raise TopicMismatchError(
-            f"map topics {topics.data!r} were created {made} (hash_tags="
-            f"{found == HASH_TAGS}); every replica must open the map with the same hash_tags"
-        )
+    found = _settings(log, topics, deadline)
+    if found is None and wanted != DEFAULT_SETTINGS and _untouched(log, topics):
+        record = Record(SETTINGS_KEY, msgpack.packb(wanted))
+        log.append(topics.data, 0, [record], timeout=timeout)
+        found = _settings(log, topics, deadline)
+    made = {**DEFAULT_SETTINGS, **(found or {})}
+    for name, value in wanted.items():
+        if made.get(name) != value:
+            option = {"placement": "hash_tags", "versions": "versions"}[name]
+            was = made.get(name) == HASH_TAGS if name == "placement" else made.get(name)
+            raise TopicMismatchError(
+                f"map topics {topics.data!r} were created with {option}={was}; every replica "
+                f"must open the map with the same {option}"
+            )
 
 
-def _placement(log: Log, topics: MapTopics, deadline: float) -> str | None:
-    """The placement the data topic's settings record names (None: the default)."""
+def _settings(log: Log, topics: MapTopics, deadline: float) -> dict[str, object] | None:
+    """What the data topic's settings record says (None: there is none)."""
     data = topics.data
     start = log.start_offset(data, 0)
     if log.end_offset(data, 0) <= start:
@@ -216,12 +231,14 @@ def _placement(log: Log, topics: MapTopics, deadline: float) -> str | None:
     if first[0].key != SETTINGS_KEY:
         return None
     try:
-        placement = msgpack.unpackb(first[0].value or b"", raw=False)["placement"]
+        found = msgpack.unpackb(first[0].value or b"", raw=False)
+        if not isinstance(found, dict):
+            raise TypeError(f"a {type(found).__name__}, not a map")
     except Exception as exc:
         raise TopicMismatchError(
             f"{data}[0] starts with a settings record that does not read: {exc}"
         ) from exc
-    return str(placement)
+    return found
 
 
 def _untouched(log: Log, topics: MapTopics) -> bool:
