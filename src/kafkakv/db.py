@@ -312,6 +312,7 @@ class Database(Closeable):
         create: bool = True,
         hash_tags: bool = False,
         versions: bool = False,
+        expiry: bool = False,
     ) -> ReplicaMap[Any, Any]:
         """Open a replica of map ``name``, creating its topics if needed, and load it.
 
@@ -330,7 +331,9 @@ class Database(Closeable):
         partition (for :meth:`~kafkakv.map.ReplicaMap.transaction`); chosen when the map is
         created, and every replica must say the same. ``versions``: every key carries the
         ops offset of its last change (:meth:`~kafkakv.map.ReplicaMap.get_versioned`),
-        chosen when the map is created likewise; in-memory stores only. Other options: see
+        chosen when the map is created likewise; in-memory stores only. ``expiry``: keys may
+        be put with a time to live (``put(k, v, ttl=seconds)``), chosen likewise; in-memory
+        stores only. Other options: see
         :class:`~kafkakv.map.MapSettings`.
 
         Returns a :class:`SortedReplicaMap` when the store is ordered. For type checkers the
@@ -352,6 +355,7 @@ class Database(Closeable):
             barriers=barriers,
             hash_tags=hash_tags,
             versions=versions,
+            expiry=expiry,
         )
         spec = _MapSpec(name, key_codec, value_codec, store, store_path)
         maps = self._open(
@@ -531,12 +535,13 @@ class Database(Closeable):
         create: bool,
     ) -> list[ReplicaMap[Any, Any]]:
         self._check_open()
-        if settings.versions and any(
+        if (settings.versions or settings.expiry) and any(
             s.store == "lmdb" or (isinstance(s.store, Store) and s.store.persistent) for s in specs
         ):
+            what = "versions=True" if settings.versions else "expiry=True"
             raise ConfigError(
-                "versions=True needs an in-memory store ('dict' or 'sorted'): a store on disk "
-                "does not keep versions yet"
+                f"{what} needs an in-memory store ('dict' or 'sorted'): a store on disk does "
+                "not keep versions and deadlines yet"
             )
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
@@ -552,6 +557,7 @@ class Database(Closeable):
             topics,
             hash_tags=settings.hash_tags,
             versions=settings.versions,
+            expiry=settings.expiry,
             timeout=settings.timeout,
         )
         states = [spec.state(shared, private=self.log.private) for spec in specs]
@@ -736,6 +742,7 @@ _SETTING_NAMES = {
     "barriers",
     "hash_tags",
     "versions",
+    "expiry",
 }
 
 
@@ -775,6 +782,7 @@ class _Options(TypedDict, total=False):
     create: bool
     hash_tags: bool
     versions: bool
+    expiry: bool
 
 
 class _MapSpec:

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import heapq
 import itertools
 import logging
 import os
 import queue
+import random
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -72,7 +74,7 @@ from kafkakv.map.machine import (
     Tap,
     flush_records,
     load_batch,
-    load_versions,
+    load_headers,
     start_point,
 )
 from kafkakv.map.ops import OpCode, decode_op, encode_op, write_many_chunks
@@ -94,6 +96,7 @@ _FOLLOW_PAUSE = 0.0002  # what the follower waits after a wake-up before taking 
 _LOCAL_GRACE = 0.005  # the follower idles this long after a local writer applied
 _RETRY_PAUSE = 1.0  # the follower waits this long after the log could not answer
 _STALL_RETRY = 0.05  # a stalled partition looks for its missing function this often
+_REAP_JITTER = 0.05  # a reaper waits up to this long after a deadline (fewer duplicates)
 _NO_CHANGES: dict[bytes, bytes | None] = {}
 _RESERVED = frozenset(RESERVED_KEYS)
 
@@ -125,6 +128,12 @@ class ReplicaEngine:
         self.table = MapTable(maps)
         for state in maps:
             state.versions = {} if settings.versions else None
+            state.expiries = {} if settings.expiry else None
+        #: The data topic's headers say something (versions, deadlines): read them.
+        self._headers = settings.versions or settings.expiry
+        #: Keys to reap, ``(when, deadline, record key)``, earliest first (a map with expiry).
+        self._deadline_heap: list[tuple[float, int, bytes]] = []
+        self._reaper_wake = threading.Condition(threading.Lock())
         self.origin = os.urandom(8)
         self._seq = itertools.count()
         self._lock = threading.RLock()
@@ -174,11 +183,14 @@ class ReplicaEngine:
         for p in self.held:
             self._bootstrap(p, deadline)
         metrics.track(self)
-        for target, name in (
+        threads = [
             (self._follow, "follower"),
             (self._sender.run, "sender"),
             (self._flush_loop, "flusher"),
-        ):
+        ]
+        if self.settings.expiry:
+            threads.append((self._reap, "reaper"))
+        for target, name in threads:
             thread = threading.Thread(
                 target=target, name=f"kafkakv-{self.topics.data}-{name}", daemon=True
             )
@@ -209,6 +221,8 @@ class ReplicaEngine:
         self._stopped = True
         self._sender.stop()
         self._flush_queue.put(None)
+        with self._reaper_wake:
+            self._reaper_wake.notify_all()
         # The follower needs no join: it checks _stopped under the lock before applying.
         for thread in self._threads[1:]:
             if thread is not threading.current_thread():
@@ -448,11 +462,13 @@ class ReplicaEngine:
         values: Sequence[bytes | None],
         partitions: list[int] | None,
         wait: bool,
+        expires: int | None = None,
     ) -> BatchFuture:
         """Append a batch of puts (and removes: value None) of map ``state`` as ``WRITE_MANY``
         records, one per partition (``partitions[i]`` is the partition of ``keys[i]``; None:
         every key in partition 0) and size limit, and return one future for them all, whose
         result is how many keys had a value before. With ``wait``, apply up to them first.
+        With ``expires`` (a map with expiry), the puts expire then (``WRITE_MANY_TTL``).
         Every record is encoded, and checked against the size limit, before any is appended.
         """
         if self._closed or self._failure is not None:
@@ -481,9 +497,12 @@ class ReplicaEngine:
         batch = BatchFuture(len(chunks))
         records: dict[int, list[Record]] = {}
         parts: list[tuple[int, BatchPart, Record]] = []
+        code, extra = (
+            (OpCode.WRITE_MANY, ()) if expires is None else (OpCode.WRITE_MANY_TTL, (expires,))
+        )
         for p, (ks, vs) in chunks:
             seq = next(self._seq)
-            value = encode_op(OpCode.WRITE_MANY, self.origin, seq, (ks, vs))
+            value = encode_op(code, self.origin, seq, (ks, vs, *extra))
             record = _new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None))
             parts.append((seq, BatchPart(batch, not wait, p), record))
             records.setdefault(p, []).append(record)
@@ -578,7 +597,14 @@ class ReplicaEngine:
                     "the update may still be applied later"
                 )
             try:
-                if own is not None and machine.applied == offset and p not in self.stalled:
+                # A map with expiry decides by the record's timestamp, which the log gives
+                # it: read the record back rather than apply the bytes sent.
+                if (
+                    own is not None
+                    and machine.applied == offset
+                    and p not in self.stalled
+                    and not self.settings.expiry
+                ):
                     mine = _new_tuple(Record, (own[0], own[1], (), None, p, offset))
                     self._carry_out(p, machine.apply_batch((mine,), offset + 1))
                     progressed = True  # or stalled there: the loop's check raises it
@@ -658,6 +684,8 @@ class ReplicaEngine:
         self.machines[p].advance(step)
         if step.flush_due:
             self._flush_queue.put(p)
+        if step.expiring:
+            self._schedule(step.expiring)
         events, pending = self._events, self._pending
         events.extend(step.events)
         freed = 0
@@ -883,8 +911,9 @@ class ReplicaEngine:
                 values = machine.flush_values(keys)
                 # A key's version is the offset of its last change, which dirty holds.
                 versions = [machine.dirty[k] for k in keys] if self.settings.versions else None
+                deadlines = self._deadlines(keys) if self.settings.expiry else None
             # Outside the lock, which appliers are waiting for:
-            records, mark = flush_records(keys, values, covered, self.origin, versions)
+            records, mark = flush_records(keys, values, covered, self.origin, versions, deadlines)
             del keys, values
             # The mark last: replicas reading the ops wait the least (LogWriter.append).
             writer.append({(data, p): records, (ops, p): [mark]}, timeout=self.settings.timeout)
@@ -892,6 +921,68 @@ class ReplicaEngine:
             del records  # before collection resumes: see gcpause
         log.debug("flushed %d keys of %s[%d] up to ops offset %d", count, data, p, covered)
         return covered
+
+    # -- expiry (a map with expiry=True) ------------------------------------------------
+    def _schedule(self, expiring: Sequence[tuple[int, bytes]], delay: float = 0.0) -> None:
+        """Reap each ``(deadline, record key)`` ``delay`` ms after its deadline."""
+        if not expiring:
+            return
+        with self._reaper_wake:
+            heap = self._deadline_heap
+            earliest = heap[0][0] if heap else None
+            for deadline, key in expiring:
+                heapq.heappush(heap, (deadline + delay, deadline, key))
+            if earliest is None or heap[0][0] < earliest:
+                self._reaper_wake.notify()
+
+    def _deadlines(self, record_keys: Sequence[bytes]) -> list[int | None]:
+        """The deadline of each record key (None: none). Lock held."""
+        out: list[int | None] = []
+        for key in record_keys:
+            state = self.table.state_for(key)
+            if state is None or not state.expiries:
+                out.append(None)
+            else:
+                out.append(state.expiries.get(key[len(state.prefix) :]))
+        return out
+
+    def _reap(self) -> None:
+        """Background: when a key's deadline passes, append an ``EXPIRE`` op for it (every
+        replica removes it when applying that op, so stores and the data topic converge).
+        Sleeps until the earliest deadline: an idle map costs no CPU. Replicas reap the same
+        key independently, each after a random 0-50 ms, and skip a key already removed."""
+        heap = self._deadline_heap
+        while not self._stopped:
+            with self._reaper_wake:
+                now = time.time() * 1000
+                if not heap or heap[0][0] > now:
+                    wait = None if not heap else (heap[0][0] - now) / 1000
+                    self._reaper_wake.wait(_WAIT_SLICE if wait is None else min(wait, _WAIT_SLICE))
+                    continue
+                due = []
+                while heap and heap[0][0] <= now:
+                    due.append(heapq.heappop(heap))
+            time.sleep(random.uniform(0, _REAP_JITTER))
+            for _, deadline, key in due:
+                if self._stopped:
+                    return
+                self._expire(deadline, key)
+
+    def _expire(self, deadline: int, key: bytes) -> None:
+        state = self.table.state_for(key)
+        if state is None or state.expiries is None:
+            return
+        user_key = key[len(state.prefix) :]
+        with self._lock:
+            if state.expiries.get(user_key) != deadline or state.store.get(user_key) is None:
+                return  # put again, removed, or reaped by another replica meanwhile
+        p = self.partition_of(key)
+        try:
+            self.submit(None, OpCode.EXPIRE, key, p, (deadline,), False)
+        except KafkaKVError as exc:  # closing, or too many in flight: the next replica reaps
+            if not self._stopped:
+                log.warning("could not reap key %r of %s: %s", key, state.name, exc)
+                self._schedule([(deadline, key)], time.time() * 1000 - deadline + 1000)
 
     # -- bootstrap ----------------------------------------------------------------------
     def _bootstrap(self, p: int, deadline: float) -> None:
@@ -955,7 +1046,7 @@ class ReplicaEngine:
         while True:
             with gc_paused():  # one tuple per record, none of them garbage: see gcpause
                 entries: list[Entry] | list[Record]
-                if self._reads_entries and not self.settings.versions:  # versions: headers
+                if self._reads_entries and not self._headers:
                     entries, position = self.log.read_entries(
                         data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
                     )
@@ -966,8 +1057,8 @@ class ReplicaEngine:
                 if not entries:  # stop on an empty read, not at an offset: gaps cannot stall it
                     return flushed
                 loaded = load_batch(self.table, p, entries, data)
-                if self.settings.versions:
-                    load_versions(self.table, cast("list[Record]", entries))
+                if self._headers:
+                    self._schedule(load_headers(self.table, cast("list[Record]", entries)))
                 if loaded.errors:
                     self.errors.extend(loaded.errors)
                 for state in self.maps:

@@ -40,6 +40,7 @@ from kafkakv.map.ops import (
     KEEP,
     Keep,
     OpCode,
+    Transaction,
     decide,
     decode_op,
     encode_op,
@@ -51,6 +52,7 @@ from kafkakv.store.base import Positions, Store
 
 __all__ = [
     "CHANGE",
+    "EXPIRES_HEADER",
     "FAILED",
     "RESULT",
     "VERSION_HEADER",
@@ -64,7 +66,7 @@ __all__ = [
     "Tap",
     "flush_records",
     "load_batch",
-    "load_versions",
+    "load_headers",
     "read_flush_point",
     "start_point",
 ]
@@ -92,6 +94,9 @@ class MapState:
     #: For a map with versions: each key's version, the ops offset of its last change (-1:
     #: loaded from a data record that did not say). None for a map without versions.
     versions: dict[bytes, int] | None = None
+    #: For a map with expiry: the deadline (ms since the epoch) of each key put with a time
+    #: to live. None for a map without expiry.
+    expiries: dict[bytes, int] | None = None
     #: Store keys whose key or value this replica's codecs cannot read (a record another
     #: program wrote, a replica with other codecs): kept as written, so that every replica
     #: holds the same bytes, and left out of iteration and len() here.
@@ -166,7 +171,16 @@ class Step:
     with ``Positions(applied, flushed)`` to every store, publish ``applied``, note ``errors``
     and the ``stall``, queue a flush when ``flush_due``, then run ``events``."""
 
-    __slots__ = ("applied", "changes", "errors", "events", "flush_due", "flushed", "stall")
+    __slots__ = (
+        "applied",
+        "changes",
+        "errors",
+        "events",
+        "expiring",
+        "flush_due",
+        "flushed",
+        "stall",
+    )
 
     def __init__(self) -> None:
         self.applied = 0
@@ -176,6 +190,8 @@ class Step:
         self.errors: list[ApplyError] = []
         self.stall: Stall | None = None
         self.flush_due = False
+        #: ``(deadline, record key)`` of each key given a deadline (for the engine's reaper).
+        self.expiring: list[tuple[int, bytes]] = []
 
     @property
     def positions(self) -> Positions:
@@ -252,7 +268,11 @@ class PartitionMachine:
         and the step's ``applied`` is its offset, so applying resumes there.
         """
         first = self.maps.maps[0]
-        if len(records) >= BULK_MIN and self.maps.plain and not (first.listeners or first.taps):
+        if (
+            len(records) >= BULK_MIN
+            and self.maps.plain
+            and not (first.listeners or first.taps or first.expiries)
+        ):
             step = self.apply_puts(records, after)
             if step is not None:
                 return step
@@ -286,7 +306,7 @@ class PartitionMachine:
             plain_overlay: dict[bytes, bytes | None] = {}
             changes[id(plain)] = plain_overlay
         next_flush = self.next_flush
-        for key, value, _, _, _, offset in records:
+        for key, value, _, ts, _, offset in records:
             assert offset is not None
             last = offset
             try:
@@ -313,27 +333,52 @@ class PartitionMachine:
                 user_key = key[len(state.prefix) :]
                 overlay = changes.setdefault(id(state), {})
             current = overlay[user_key] if user_key in overlay else state.store.get(user_key)
+            expiries = state.expiries
+            if expiries and user_key in expiries and expiries[user_key] <= (ts or 0):
+                stored, current = current, None  # expired by this record's time: absent
             new: bytes | Keep | None
             result: Any
             try:
                 if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
                     result, new = current, args[0]
-                elif code is OpCode.WRITE_MANY:  # its changes are made; the result is a count
-                    result, new = self._write_many(state, overlay, args, offset, mine, step), KEEP
+                elif code is OpCode.WRITE_MANY or code is OpCode.WRITE_MANY_TTL:
+                    # Its changes are made; the result is a count.
+                    result = self._write_many(state, overlay, args, offset, mine, step, ts or 0)
+                    new = KEEP
                     if mine:  # toward the flush period, a batch counts as its pairs
                         next_flush -= len(args[0]) - 1
                         self.next_flush = next_flush
                 elif code is OpCode.TRANSACT:  # its changes are made; the result is a bool
-                    result, new = self._transact(state, overlay, args, offset, mine, step), KEEP
-                    if mine and len(args[4]) > 1:  # as a batch
-                        next_flush -= len(args[4]) - 1
+                    t = transaction_args(args)
+                    result = self._transact(state, overlay, t, offset, mine, step, ts or 0)
+                    new = KEEP
+                    if mine and len(t.keys) > 1:  # as a batch
+                        next_flush -= len(t.keys) - 1
                         self.next_flush = next_flush
                 elif code is OpCode.SET_IF_VERSION:
                     expected_version, value = args
-                    result = _versions_of(state, [user_key]) == [expected_version]
+                    (version,) = _versions_of(state, [user_key])
+                    result = (None if current is None else version) == expected_version
                     new = value if result and type(value) is bytes else KEEP
                     if result and new is KEEP:
                         raise OperationFailedError("SET_IF_VERSION needs a bytes value")
+                elif code is OpCode.PUT_TTL:
+                    _expiries_of(state)
+                    value, deadline = args
+                    if type(value) is not bytes or type(deadline) is not int:
+                        raise OperationFailedError("PUT_TTL needs a bytes value and an int")
+                    result, new = current, value
+                elif code is OpCode.EXPIRE:
+                    (deadline,) = args
+                    result = (
+                        current is None
+                        and expiries is not None
+                        and expiries.get(user_key) == deadline
+                        and overlay.get(user_key, state.store.get(user_key)) is not None
+                    )
+                    if result:
+                        current = stored  # removed: the change is from the expired value
+                    new = None if result else KEEP
                 else:
                     result, new = decide(code, args, current, user_key, state.keys, state.values)
             except UnknownFunctionError as exc:
@@ -350,6 +395,9 @@ class PartitionMachine:
                 overlay[user_key] = new
                 dirty[key] = offset
                 self._changed(state, key, user_key, current, new, offset, mine, step)
+            if expiries is not None and new is not KEEP:
+                deadline = args[1] if code is OpCode.PUT_TTL else None
+                self._expire_at(state, key, user_key, deadline, offset, step)
             if mine:
                 events.append((RESULT, seq, result))
                 if offset >= next_flush:
@@ -405,15 +453,22 @@ class PartitionMachine:
         offset: int,
         mine: bool,
         step: Step,
+        ts: int = 0,
     ) -> int:
         """Apply a ``WRITE_MANY`` op at ``offset``, pair by pair, as puts and removes would be;
         return how many of its keys had a value before. A batch of new values for distinct
         keys, with no listener, takes C-level passes instead of a loop per pair. Raises
         OperationFailedError for a malformed op (nothing changed)."""
-        keys, values = write_many_args(args)
+        keys, values = write_many_args(args[:2])
+        deadline = None
+        if len(args) == 3:  # WRITE_MANY_TTL
+            _expiries_of(state)
+            deadline = args[2]
+            if type(deadline) is not int:
+                raise OperationFailedError("WRITE_MANY_TTL needs an int deadline")
         prefix, dirty, store = state.prefix, self.dirty, state.store
         if (
-            not (state.listeners or state.taps)
+            not (state.listeners or state.taps or state.expiries or deadline is not None)
             and None not in values
             and len(set(keys)) == len(keys)
             and (not overlay or overlay.keys().isdisjoint(keys))
@@ -438,7 +493,7 @@ class PartitionMachine:
                 for k in keys:
                     state.unreadable.pop(k, None)
             return len(previous) - absent
-        return self._write_pairs(state, overlay, keys, values, offset, mine, step)
+        return self._write_pairs(state, overlay, keys, values, offset, mine, step, ts, deadline)
 
     def _write_pairs(
         self,
@@ -449,13 +504,21 @@ class PartitionMachine:
         offset: int,
         mine: bool,
         step: Step,
+        ts: int = 0,
+        deadline: int | None = None,
     ) -> int:
         """Write ``values`` (None: remove) to ``keys`` of ``state`` in order, as puts and
-        removes would, for the op at ``offset``; return how many keys had a value."""
-        prefix, dirty, store = state.prefix, self.dirty, state.store
+        removes would, for the op at ``offset`` (record time ``ts``; the puts expiring at
+        ``deadline``, if given); return how many keys had a value."""
+        prefix, dirty, store, expiries = state.prefix, self.dirty, state.store, state.expiries
         had = 0
         for user_key, value in zip(keys, values, strict=True):
             current = overlay[user_key] if user_key in overlay else store.get(user_key)
+            if expiries is not None:
+                if user_key in expiries and expiries[user_key] <= ts:
+                    current = None  # expired: absent
+                when = None if value is None else deadline
+                self._expire_at(state, prefix + user_key, user_key, when, offset, step)
             if current is None:
                 if value is None:
                     continue  # removing an absent key: nothing changes
@@ -472,25 +535,57 @@ class PartitionMachine:
         self,
         state: MapState,
         overlay: dict[bytes, bytes | None],
-        args: tuple[Any, ...],
+        t: Transaction,
         offset: int,
         mine: bool,
         step: Step,
+        ts: int,
     ) -> bool:
-        """Decide a ``TRANSACT`` op at ``offset``: when every expectation holds, write all
-        its pairs and return True; otherwise change nothing and return False. Raises
-        OperationFailedError for a malformed op or a value that does not compare (nothing
-        changed)."""
-        t = transaction_args(args)
-        store = state.store
-        current = [overlay[k] if k in overlay else store.get(k) for k in t.expected_keys]
+        """Decide a ``TRANSACT`` op ``t`` at ``offset`` (record time ``ts``): when every
+        expectation holds, write all its pairs and return True; otherwise change nothing and
+        return False. Raises OperationFailedError for a value that does not compare or
+        versions on a map without them (nothing changed)."""
+        store, expiries = state.store, state.expiries
+
+        def live(k: bytes) -> bytes | None:
+            if expiries and k in expiries and expiries[k] <= ts:
+                return None
+            return overlay[k] if k in overlay else store.get(k)
+
+        current = [live(k) for k in t.expected_keys]
         if not expectations_hold(t.expected, current, state.values):
             return False
-        if t.versioned and _versions_of(state, t.versioned) != t.versions:
-            return False
-        keys, values = t.keys, t.values
-        self._write_pairs(state, overlay, keys, values, offset, mine, step)
+        if t.versioned:
+            versions = _versions_of(state, t.versioned)
+            alive = [
+                None if live(k) is None else v for k, v in zip(t.versioned, versions, strict=True)
+            ]
+            if alive != t.versions:
+                return False
+        self._write_pairs(state, overlay, t.keys, t.values, offset, mine, step, ts)
         return True
+
+    def _expire_at(
+        self,
+        state: MapState,
+        key: bytes,
+        user_key: bytes,
+        deadline: int | None,
+        offset: int,
+        step: Step,
+    ) -> None:
+        """Key ``user_key`` of ``state`` (record key ``key``) was written at ``offset``: it
+        expires at ``deadline`` from now on (None: never). A changed deadline makes the key
+        dirty, so that the next flush writes it."""
+        expiries = state.expiries
+        assert expiries is not None
+        if deadline is None:
+            if expiries.pop(user_key, None) is not None:
+                self.dirty[key] = offset
+        elif expiries.get(user_key) != deadline:
+            expiries[user_key] = deadline
+            self.dirty[key] = offset
+            step.expiring.append((deadline, key))
 
     def apply_puts(self, records: Sequence[Record], after: int) -> Step | None:
         """:meth:`apply_batch` for the common bulk batch, a pass of C-level operations per
@@ -636,6 +731,16 @@ class PartitionMachine:
         return [key, *(prefix + k for k in keys)]
 
 
+def _expiries_of(state: MapState) -> dict[bytes, int]:
+    """The map's deadlines. Raises OperationFailedError, the same on every replica, for a
+    map without expiry."""
+    if state.expiries is None:
+        raise OperationFailedError(
+            f"map {state.name!r} has no expiry (open it with expiry=True when it is created)"
+        )
+    return state.expiries
+
+
 def _versions_of(state: MapState, keys: Sequence[bytes]) -> list[int | None]:
     """The versions of ``keys`` (None: absent). Raises OperationFailedError, the same on
     every replica, for a map without versions."""
@@ -730,26 +835,45 @@ def load_batch(
     return Loaded(changes, flushed, errors)
 
 
-def load_versions(table: MapTable, records: Sequence[Record]) -> None:
-    """Take the versions of a batch of data records into the maps (with versions) they belong
-    to: each record's :data:`VERSION_HEADER`, -1 when it has none (written without versions:
-    every replica reads it alike); a tombstone forgets the key's version."""
+def load_headers(table: MapTable, records: Sequence[Record]) -> list[tuple[int, bytes]]:
+    """Take what the headers of a batch of data records say into the maps they belong to:
+    for a map with versions each key's :data:`VERSION_HEADER` (-1 when it has none: written
+    without versions, every replica reads it alike), for a map with expiry each key's
+    :data:`EXPIRES_HEADER`. A tombstone forgets both. Returns ``(deadline, record key)`` of
+    each deadline loaded."""
+    expiring: list[tuple[int, bytes]] = []
     for record in records:
         key = record.key
         if key is None or key in RESERVED_KEYS:
             continue
         state = table.state_for(key)
-        if state is None or state.versions is None:
+        if state is None:
+            continue
+        versions, expiries = state.versions, state.expiries
+        if versions is None and expiries is None:
             continue
         user_key = key[len(state.prefix) :]
         if record.value is None:
-            state.versions.pop(user_key, None)
+            if versions is not None:
+                versions.pop(user_key, None)
+            if expiries is not None:
+                expiries.pop(user_key, None)
             continue
-        version = -1
+        version, deadline = -1, None
         for name, raw in record.headers:
             if name == VERSION_HEADER and len(raw) == 8:
                 version = int.from_bytes(raw, "big")
-        state.versions[user_key] = version
+            elif name == EXPIRES_HEADER and len(raw) == 8:
+                deadline = int.from_bytes(raw, "big")
+        if versions is not None:
+            versions[user_key] = version
+        if expiries is not None:
+            if deadline is None:
+                expiries.pop(user_key, None)
+            else:
+                expiries[user_key] = deadline
+                expiring.append((deadline, key))
+    return expiring
 
 
 def _note_loaded(
@@ -815,6 +939,9 @@ def unreadable_because(state: MapState, key: bytes, value: bytes, check_key: boo
 #: The header of a data record of a map with versions that holds the key's version (8 bytes,
 #: big-endian).
 VERSION_HEADER = "kafkakv.version"
+#: The header of a data record of a map with expiry that holds the key's deadline (ms since
+#: the epoch, 8 bytes, big-endian).
+EXPIRES_HEADER = "kafkakv.expires"
 
 
 def flush_records(
@@ -823,11 +950,12 @@ def flush_records(
     covered: int,
     origin: bytes,
     versions: Sequence[int] | None = None,
+    deadlines: Sequence[int | None] | None = None,
 ) -> tuple[list[Record], Record]:
     """The records of a flush covering the ops up to ``covered``: for the data topic the
     latest value of each key, then the flush point; for the ops topic the ``FLUSHED`` mark.
-    With ``versions`` (a map with versions), each value carries its key's version in a
-    :data:`VERSION_HEADER` header.
+    A value carries its key's version (``versions``, a map with versions) and deadline
+    (``deadlines``, a map with expiry; None: none) in headers.
 
     >>> data, mark = flush_records([b"k"], [b"v"], 7, b"o" * 8)
     >>> [r.key for r in data], read_flush_point(data[-1].value), decode_op(mark.value).args
@@ -835,13 +963,18 @@ def flush_records(
     >>> flush_records([b"k"], [b"v"], 7, b"o" * 8, [5])[0][0].headers
     (('kafkakv.version', b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x05'),)
     """
-    if versions is None:
+    if versions is None and deadlines is None:
         records = records_of(keys, values)
     else:
-        records = [
-            Record(k, v, () if v is None else ((VERSION_HEADER, n.to_bytes(8, "big")),))
-            for k, v, n in zip(keys, values, versions, strict=True)
-        ]
+        records = []
+        for i, (k, v) in enumerate(zip(keys, values, strict=True)):
+            headers: list[tuple[str, bytes]] = []
+            if v is not None:
+                if versions is not None:
+                    headers.append((VERSION_HEADER, versions[i].to_bytes(8, "big")))
+                if deadlines is not None and deadlines[i] is not None:
+                    headers.append((EXPIRES_HEADER, int(deadlines[i] or 0).to_bytes(8, "big")))
+            records.append(Record(k, v, tuple(headers)))
     records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
     return records, Record(None, encode_op(OpCode.FLUSHED, origin, -1, [covered]))
 

@@ -18,6 +18,12 @@ compares the expectations with its state at that offset (:func:`expectations_hol
 applies all the writes, in order, or none of them. ``SET_IF_VERSION`` sets a key of a map with
 versions when its version is the expected one.
 
+A map with expiry keeps, for each key put with a time to live, its deadline (milliseconds since
+the epoch, from the writer's clock). A key is expired for an op when its deadline is at or
+before the op record's timestamp, which every replica reads alike: the op decides as if the
+key were absent. ``EXPIRE`` removes it, once its deadline is at or before that record's own
+timestamp and still the key's.
+
 A map with versions gives each key the version of its last change: the offset of the ops
 record that changed it (values written again unchanged keep it). Compared by version, an
 update cannot be fooled by a value that changed and changed back.
@@ -85,6 +91,9 @@ class OpCode(enum.IntEnum):
     WRITE_MANY = 9  # args (store keys, values): a batch of puts and removes, one offset
     TRANSACT = 10  # args (expected keys, values, versioned keys, versions, keys, values)
     SET_IF_VERSION = 11  # args (expected version or nil, new value)
+    PUT_TTL = 12  # args (value, deadline): a put that expires at deadline (ms since epoch)
+    WRITE_MANY_TTL = 13  # args (store keys, values, deadline): WRITE_MANY whose puts expire
+    EXPIRE = 14  # args (deadline,): remove the key if it still expires at deadline
     BARRIER = 16  # no key, no args: "how far does the log reach now"
     FLUSHED = 17  # no key, args (covered ops offset,): a flush covering it landed
 
@@ -149,6 +158,9 @@ _ARITY = {
     OpCode.WRITE_MANY: 2,
     OpCode.TRANSACT: 6,
     OpCode.SET_IF_VERSION: 2,
+    OpCode.PUT_TTL: 2,
+    OpCode.WRITE_MANY_TTL: 3,
+    OpCode.EXPIRE: 1,
     OpCode.BARRIER: 0,
     OpCode.FLUSHED: 1,
 }

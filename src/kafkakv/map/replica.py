@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import time
 from collections.abc import (
     Callable,
     ItemsView,
@@ -39,6 +40,7 @@ from kafkakv.errors import (
 from kafkakv.lifecycle import Closeable
 from kafkakv.map.deepcheck import deep_check
 from kafkakv.map.engine import ReplicaEngine
+from kafkakv.map.expiry import view_of
 from kafkakv.map.feed import ChangeFeed, Cursor, Snapshot
 from kafkakv.map.futures import OpFuture
 from kafkakv.map.keyspace import check_update_key
@@ -71,7 +73,10 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
     def __init__(self, engine: ReplicaEngine, state: MapState) -> None:
         self._engine = engine
         self._state = state
-        self._store = state.store
+        # Reads of a map with expiry skip keys past their deadline (see kafkakv.map.expiry).
+        self._store = (
+            state.store if state.expiries is None else view_of(state.store, state.expiries)
+        )
         self._keys = state.keys
         self._values = state.values
         self._prefix = state.prefix
@@ -81,7 +86,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         self._direct = len(engine.held) == engine.partition_count
         self._single = engine.partition_count == 1
         self._key_bytes = self._keys.fast_encode or self._keys.encode
-        self._lookup = state.store.lookup()
+        self._lookup = self._store.lookup()
         self._decode = None if self._values.decodes_as_is else self._values.decode
 
     # -- identity -----------------------------------------------------------------------
@@ -245,9 +250,42 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         except concurrent.futures.TimeoutError:
             raise OperationTimeoutError(f"{code.name} on {key!r} did not complete") from None
 
-    def put(self, key: K, value: V) -> V | None:
-        """Set ``key``; return the previous value or None. One append, one read."""
+    def put(self, key: K, value: V, ttl: float | None = None) -> V | None:
+        """Set ``key``; return the previous value or None. One append, one read. With ``ttl``
+        (a map with ``expiry=True``), the key expires after ``ttl`` seconds: it then reads as
+        absent everywhere and is removed (see docs/maps.md, "Expiry"); a put without
+        ``ttl`` clears an expiry."""
+        if ttl is not None:
+            return cast("V | None", self._call(OpCode.PUT_TTL, key, *self._with_ttl(value, ttl)))
         return cast("V | None", self._call(OpCode.PUT, key, self._value(value)))
+
+    def _with_ttl(self, value: V, ttl: float) -> tuple[bytes, int]:
+        """The args of a ``PUT_TTL``: the value, and the deadline ``ttl`` seconds from now."""
+        return self._value(value), self._deadline(ttl)
+
+    def _deadline(self, ttl: float) -> int:
+        if self._state.expiries is None:
+            raise ConfigError(
+                f"map {self.name!r} has no expiry: create it with expiry=True (every replica "
+                "opens it so) to put keys with a ttl"
+            )
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 10**9:
+            raise ConfigError(f"ttl is a positive number of seconds, not {ttl!r}")
+        return int((time.time() + ttl) * 1000)
+
+    def ttl(self, key: K) -> float | None:
+        """The seconds ``key`` has left to live, or None when it does not expire. Raises
+        KeyError when it is absent (or expired already). A map with ``expiry=True``."""
+        if self._state.expiries is None:
+            raise ConfigError(f"map {self.name!r} has no expiry: create it with expiry=True")
+        encoded, _, p = self._locate(key)
+        self._barrier(p)
+        with self._engine.paused():
+            deadline = self._state.expiries.get(encoded)
+            present = self._store.get(encoded) is not None
+        if not present:
+            raise KeyError(key)
+        return None if deadline is None else max(0.0, deadline / 1000 - time.time())
 
     def __setitem__(self, key: K, value: V) -> None:
         # The previous value is not returned, so not decoded: replacing one that does not
@@ -474,7 +512,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             pairs = other
         self.put_all(itertools.chain(pairs, cast("Iterable[tuple[K, V]]", kwargs.items())))
 
-    def put_all(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> int:
+    def put_all(
+        self, pairs: Mapping[K, V] | Iterable[tuple[K, V]], ttl: float | None = None
+    ) -> int:
         """Set each key to its value, as :meth:`put` would one by one, in a few large records:
         the fast way to write many keys. Returns how many of the keys had a value before.
 
@@ -483,8 +523,8 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         atomic: when it fails (OperationTimeoutError, a log error), records before the failing
         one may have been applied. Raises EncodeError for a key or value the codecs refuse,
         and RecordTooLargeError for a pair over the topic's record limit, before anything is
-        appended."""
-        return cast("int", self._wait(self._put_all(pairs, True), "put_all"))
+        appended. ``ttl``: as for :meth:`put`, the same for every key."""
+        return cast("int", self._wait(self._put_all(pairs, True, ttl), "put_all"))
 
     def remove_all(self, keys: Iterable[K]) -> int:
         """Delete each of ``keys``, as :meth:`remove` would one by one, in a few large records
@@ -497,7 +537,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         except concurrent.futures.TimeoutError:
             raise OperationTimeoutError(f"{what} did not complete") from None
 
-    def _put_all(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]], wait: bool) -> OpFuture:
+    def _put_all(
+        self, pairs: Mapping[K, V] | Iterable[tuple[K, V]], wait: bool, ttl: float | None = None
+    ) -> OpFuture:
         # One snapshot of the pairs (a mapping that changes meanwhile, another replica say,
         # could list its keys and its values in two orders); the last value of a key wins.
         latest = pairs if type(pairs) is dict else dict(_pairs_of(pairs))
@@ -505,13 +547,20 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         if any(v is None for v in given):
             raise EncodeError("None is not a value: use remove_all() to delete keys")
         values = self._values.encode_many(given)
-        return self._many(list(latest), values, wait)
+        deadline = None if ttl is None else self._deadline(ttl)
+        return self._many(list(latest), values, wait, deadline)
 
     def _remove_all(self, keys: Iterable[K], wait: bool) -> OpFuture:
         distinct = list(dict.fromkeys(keys))
         return self._many(distinct, [None] * len(distinct), wait)
 
-    def _many(self, keys: list[K], values: Sequence[bytes | None], wait: bool) -> OpFuture:
+    def _many(
+        self,
+        keys: list[K],
+        values: Sequence[bytes | None],
+        wait: bool,
+        deadline: int | None = None,
+    ) -> OpFuture:
         encoded = self._keys.encode_many(keys)
         engine, prefix = self._engine, self._prefix
         partitions = None
@@ -524,16 +573,18 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
                 raise WrongPartitionError(
                     f"keys in partitions {outside}; this replica holds {list(self.partitions)}"
                 )
-        return engine.submit_many(self._state, encoded, values, partitions, wait)
+        return engine.submit_many(self._state, encoded, values, partitions, wait, deadline)
 
     def clear(self) -> None:
         """Remove every key this replica holds, as :meth:`remove_all` does."""
         self.remove_all(list(self))
 
     # -- updates (async) ----------------------------------------------------------------
-    def put_async(self, key: K, value: V) -> OpFuture[V | None]:
+    def put_async(self, key: K, value: V, ttl: float | None = None) -> OpFuture[V | None]:
         """Like :meth:`put`, returning at once a future of the previous value. At most
         ``max_in_flight`` are unapplied; beyond that the call waits (back-pressure)."""
+        if ttl is not None:
+            return self._submit(OpCode.PUT_TTL, key, self._with_ttl(value, ttl), False)
         if value is None:  # the hot path of bulk loads: _value and _submit inlined
             raise EncodeError("None is not a value: use remove() to delete a key")
         if self._single:  # one partition, held: no partition to find
@@ -546,10 +597,12 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         args = (self._values.encode(value),)
         return self._engine.submit(self._state, OpCode.PUT, record_key, p, args, False)
 
-    def put_all_async(self, pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> OpFuture[int]:
+    def put_all_async(
+        self, pairs: Mapping[K, V] | Iterable[tuple[K, V]], ttl: float | None = None
+    ) -> OpFuture[int]:
         """Like :meth:`put_all`, returning at once one future of the count. Its records take
         slots of ``max_in_flight`` (one per record)."""
-        return self._put_all(pairs, False)
+        return self._put_all(pairs, False, ttl)
 
     def remove_all_async(self, keys: Iterable[K]) -> OpFuture[int]:
         """Like :meth:`remove_all`, returning at once one future of the count."""

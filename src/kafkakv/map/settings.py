@@ -31,6 +31,7 @@ class MapSettings:
     ``hash_tags``: keys place by their hash tag (see :mod:`kafkakv.map.keyspace`); fixed when
     the map is created, and every replica must say the same.
     ``versions``: every key carries the ops offset of its last change; fixed likewise.
+    ``expiry``: keys may be put with a time to live; fixed likewise.
     """
 
     flush_period: int = 1000
@@ -40,6 +41,7 @@ class MapSettings:
     barriers: str = "auto"
     hash_tags: bool = False
     versions: bool = False
+    expiry: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.flush_period, int) or self.flush_period < 1:
@@ -52,7 +54,7 @@ class MapSettings:
             raise ConfigError(
                 f"barriers must be one of {', '.join(BARRIERS)}, not {self.barriers!r}"
             )
-        for name in ("hash_tags", "versions"):
+        for name in ("hash_tags", "versions", "expiry"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, not {getattr(self, name)!r}")
         if self.consistency not in CONSISTENCY:

@@ -180,26 +180,35 @@ HASH_TAGS = "hash-tags"
 """The value of ``"placement"`` in the settings record of a map created with hash tags."""
 
 #: What a map without a settings record is: keys placed by murmur2, no versions.
-DEFAULT_SETTINGS: dict[str, object] = {"placement": "murmur2", "versions": False}
+DEFAULT_SETTINGS: dict[str, object] = {"placement": "murmur2", "versions": False, "expiry": False}
 
 
 def check_map_settings(
-    log: Log, topics: MapTopics, *, hash_tags: bool, versions: bool, timeout: float
+    log: Log,
+    topics: MapTopics,
+    *,
+    hash_tags: bool,
+    versions: bool,
+    expiry: bool = False,
+    timeout: float,
 ) -> None:
     """Make sure the map is opened with the settings every replica must share, the ones it
-    was created with: how keys are placed (``hash_tags``) and whether keys carry versions.
+    was created with: how keys are placed (``hash_tags``), whether keys carry versions, and
+    whether they may expire.
     A map created with other than the defaults starts its data topic's partition 0 with a
     settings record (:data:`~kafkakv.map.keyspace.SETTINGS_KEY`, msgpack
-    ``{"placement": ..., "versions": ...}``), written here when the map is new (nothing in
+    ``{"placement": ..., "versions": ..., "expiry": ...}``), written here when the map is new (nothing in
     its ops or data topics yet). Replicas that placed a key in two partitions would append
     its ops to two logs whose order no replica can tell; replicas that disagreed on versions
-    would decide version compares differently. Raises
+    would decide version compares differently, and so would replicas that disagreed on
+    expiry about keys past their deadline. Raises
     :class:`~kafkakv.errors.TopicMismatchError` naming the setting that differs. Cost: one
     offset look-up and one read of a record per open; a new map with other settings, one
     append more."""
     wanted: dict[str, object] = {
         "placement": HASH_TAGS if hash_tags else "murmur2",
         "versions": versions,
+        "expiry": expiry,
     }
     deadline = time.monotonic() + timeout
     found = _settings(log, topics, deadline)
@@ -210,7 +219,7 @@ def check_map_settings(
     made = {**DEFAULT_SETTINGS, **(found or {})}
     for name, value in wanted.items():
         if made.get(name) != value:
-            option = {"placement": "hash_tags", "versions": "versions"}[name]
+            option = {"placement": "hash_tags"}.get(name, name)
             was = made.get(name) == HASH_TAGS if name == "placement" else made.get(name)
             raise TopicMismatchError(
                 f"map topics {topics.data!r} were created with {option}={was}; every replica "

@@ -1,0 +1,125 @@
+"""What readers of a map with expiry see: its store without the keys past their deadline.
+
+The replica's state machine decides each op by the op record's timestamp (see
+:mod:`kafkakv.map.ops`), so every replica decides alike; reads go by the reader's own clock, so
+that a key reads as absent as soon as its deadline passes here, before the ``EXPIRE`` op that
+removes it is applied. :class:`LiveView` (and :class:`OrderedLiveView` over an ordered store)
+wraps the store for :class:`~kafkakv.map.ReplicaMap`'s reads: every read skips expired keys;
+writes are the engine's and go to the store itself.
+
+>>> from kafkakv.store.memory import DictStore
+>>> store, deadlines = DictStore(), {}
+>>> store.write({b"old": b"1", b"new": b"2", b"forever": b"3"}, {})
+>>> deadlines.update({b"old": 1000, b"new": now_ms() + 60_000})
+>>> view = LiveView(store, deadlines)
+>>> view.get(b"old"), view.get(b"new"), len(view), sorted(view)
+(None, b'2', 2, [b'forever', b'new'])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+from kafkakv.store.base import OrderedStore, Positions, Store
+
+__all__ = ["LiveView", "OrderedLiveView", "now_ms", "view_of"]
+
+
+def now_ms() -> float:
+    """This process's clock, in milliseconds since the epoch (what deadlines are in)."""
+    return time.time() * 1000
+
+
+class LiveView(Store):
+    """``store`` as readers see it: keys whose deadline (in ``deadlines``, ms) has passed by
+    this process's clock are absent. Reads cost one dict look-up more per key while any key
+    has a deadline, nothing more otherwise."""
+
+    def __init__(self, store: Store, deadlines: Mapping[bytes, int]) -> None:
+        self.store = store
+        self.deadlines = deadlines
+        self.persistent = store.persistent
+
+    def _expired(self, key: bytes) -> bool:
+        deadline = self.deadlines.get(key)
+        return deadline is not None and deadline <= now_ms()
+
+    def get(self, key: bytes) -> bytes | None:
+        if self.deadlines and self._expired(key):
+            return None
+        return self.store.get(key)
+
+    def lookup(self) -> Callable[[bytes], bytes | None]:
+        return self.get
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return [self.get(k) for k in keys]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, bytes) and self.get(key) is not None
+
+    def __len__(self) -> int:
+        if not self.deadlines:
+            return len(self.store)
+        now, get = now_ms(), self.store.get
+        gone = sum(1 for k, d in list(self.deadlines.items()) if d <= now and get(k) is not None)
+        return len(self.store) - gone
+
+    def keys(self) -> Iterator[bytes]:
+        return (k for k in iter(self.store) if not (self.deadlines and self._expired(k)))
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return (kv for kv in self.store.items() if not (self.deadlines and self._expired(kv[0])))
+
+    def positions(self) -> dict[int, Positions]:
+        return self.store.positions()
+
+    def write(
+        self, changes: Mapping[bytes, bytes | None], positions: Mapping[int, Positions]
+    ) -> None:
+        self.store.write(changes, positions)
+
+    def drop_partition(self, partition: int, keys: Iterable[bytes] | None = None) -> None:
+        self.store.drop_partition(partition, keys)
+
+    def check(self) -> list[str]:
+        return self.store.check()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class OrderedLiveView(LiveView, OrderedStore):
+    """:class:`LiveView` of an ordered store: navigation steps over expired keys."""
+
+    store: OrderedStore
+
+    def _edge(
+        self, lo: bytes | None, hi: bytes | None, inclusive: tuple[bool, bool], reverse: bool
+    ) -> bytes | None:
+        found = self.store._edge(lo, hi, inclusive, reverse)
+        while found is not None and self.deadlines and self._expired(found):
+            if reverse:  # on below it, within the bounds
+                found = self.store._edge(lo, found, (inclusive[0], False), True)
+            else:
+                found = self.store._edge(found, hi, (False, inclusive[1]), False)
+        return found
+
+    def range(
+        self,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        *,
+        inclusive: tuple[bool, bool] = (True, False),
+        reverse: bool = False,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        pairs = self.store.range(start, stop, inclusive=inclusive, reverse=reverse)
+        return (kv for kv in pairs if not (self.deadlines and self._expired(kv[0])))
+
+
+def view_of(store: Store, deadlines: Mapping[bytes, int]) -> Store:
+    """The live view of ``store`` (ordered when it is)."""
+    if isinstance(store, OrderedStore):
+        return OrderedLiveView(store, deadlines)
+    return LiveView(store, deadlines)

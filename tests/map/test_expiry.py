@@ -1,0 +1,186 @@
+"""Expiry (``expiry=True``): keys put with a time to live read as absent once their deadline
+passes, are removed by ``EXPIRE`` ops that every replica applies, and leave the data topic.
+
+Two clocks are involved, and the tests pin each down: the state machine decides by the op
+record's timestamp (pure tests drive it with chosen timestamps), and reads go by the reader's
+clock (map tests wait for real deadlines, short ones).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from kafkakv.codecs import codec_for
+from kafkakv.errors import ConfigError, TopicMismatchError
+from kafkakv.log.base import Record
+from kafkakv.map import SortedReplicaMap
+from kafkakv.map.machine import MapState, MapTable, PartitionMachine, Step
+from kafkakv.map.ops import OpCode, encode_op
+from kafkakv.store.memory import DictStore
+from tests.map.conftest import OpenMap, compact_if_possible, local_logs, shared_logs
+from tests.map.test_map_protocol import read_all
+from tests.waiting import wait_for
+
+in_memory = pytest.mark.parametrize("store_kind", ["dict", "sorted"])
+"""Deadlines live in memory (a store on disk is refused)."""
+
+STR, JSON = codec_for("str"), codec_for("json")
+
+
+# -- the state machine, by record time -------------------------------------------------------
+def _machine() -> tuple[PartitionMachine, MapState]:
+    state = MapState("m", b"", STR, JSON, DictStore(), expiries={})
+    return PartitionMachine(0, MapTable([state]), b"me" * 4, 1000, "ops"), state
+
+
+def _apply(machine: PartitionMachine, state: MapState, *ops: tuple[Any, ...]) -> Step:
+    """Apply ``(key, code, args, timestamp)`` ops as one batch and write the step."""
+    first = machine.applied
+    records = [
+        Record(k, encode_op(code, b"other!!!", i, args), (), ts, 0, first + i)
+        for i, (k, code, args, ts) in enumerate(ops)
+    ]
+    step = machine.apply_batch(records, first + len(records))
+    state.store.write(step.changes.get(id(state), {}), {0: step.positions})
+    machine.advance(step)
+    return step
+
+
+def test_ops_decide_by_their_records_time_and_expire_removes_only_its_own_deadline() -> None:
+    machine, state = _machine()
+    _apply(machine, state, (b"k", OpCode.PUT_TTL, (b"1", 5000), 1000))
+    assert state.expiries == {b"k": 5000}
+    # Before the deadline (record time 4999) the key is there; at it, it is absent.
+    _apply(machine, state, (b"k", OpCode.PUT_IF_ABSENT, (b"2",), 4999))
+    assert state.store.get(b"k") == b"1"
+    _apply(machine, state, (b"k", OpCode.EXPIRE, (5000,), 4999))  # too early: nothing
+    assert state.store.get(b"k") == b"1"
+    _apply(machine, state, (b"k", OpCode.EXPIRE, (4000,), 6000))  # not its deadline
+    assert state.store.get(b"k") == b"1"
+    step = _apply(machine, state, (b"k", OpCode.EXPIRE, (5000,), 5000))
+    assert state.store.get(b"k") is None and state.expiries == {}
+    assert b"k" in machine.dirty and step.errors == []
+    # An expired key is absent for a put-if-absent, which sets it (and clears the deadline).
+    _apply(machine, state, (b"j", OpCode.PUT_TTL, (b"1", 5000), 1000))
+    _apply(machine, state, (b"j", OpCode.PUT_IF_ABSENT, (b"2",), 5000))
+    assert state.store.get(b"j") == b"2" and state.expiries == {}
+    # A plain put clears a deadline; a batch with a deadline sets one on each of its puts.
+    _apply(machine, state, (b"a", OpCode.WRITE_MANY_TTL, ((b"a", b"b"), (b"1", None), 9000), 1))
+    assert state.expiries == {b"a": 9000}
+    step = _apply(machine, state, (b"a", OpCode.PUT, (b"1",), 2))
+    assert state.expiries == {} and state.store.get(b"a") == b"1"
+    assert step.expiring == []
+
+
+def test_a_map_without_expiry_refuses_expiring_ops_alike() -> None:
+    state = MapState("m", b"", STR, JSON, DictStore())
+    machine = PartitionMachine(0, MapTable([state]), b"me" * 4, 1000, "ops")
+    step = _apply(machine, state, (b"k", OpCode.PUT_TTL, (b"1", 5000), 1000))
+    assert "has no expiry" in step.errors[0].error and state.store.get(b"k") is None
+
+
+# -- maps -----------------------------------------------------------------------------------
+@in_memory
+def test_expired_keys_read_as_absent_then_every_replica_removes_them(open_map: OpenMap) -> None:
+    writer = open_map(expiry=True, partitions=2, flush_period=100_000)
+    reader = open_map(expiry=True, partitions=2, flush_period=100_000)
+    with reader.changes(timeout=5) as feed:
+        writer.put("a", 1, ttl=0.4)
+        writer.put_async("b", 2, ttl=0.4).result(timeout=30)
+        writer.put_all({"c": 3, "d": 4}, ttl=0.4)
+        writer.put_all_async({"e": 5}, ttl=60).result(timeout=30)
+        writer.put("f", 6, ttl=0.4)
+        writer.put("f", 7)  # a put without ttl clears the deadline
+        reader.sync()
+        assert reader.ttl("a") is not None and 0 < reader.ttl("a") <= 0.4  # type: ignore[operator]
+        assert reader.ttl("f") is None
+        wait_for(lambda: not {"a", "b", "c", "d"} & (set(writer) | set(reader)), 10)
+        for m in (writer, reader):
+            assert dict(m) == {"e": 5, "f": 7} and len(m) == 2
+            assert m.get("c") is None and "d" not in m
+            with pytest.raises(KeyError):
+                m["b"]
+            with pytest.raises(KeyError):
+                m.ttl("a")
+        # The EXPIRE ops arrive: the stores let go of the keys, and the feed tells it.
+        gone = {"a", "b", "c", "d"}
+
+        def removed() -> bool:
+            stores = [m._state.store for m in (writer, reader)]
+            return all(s.get(k.encode()) is None for s in stores for k in gone)
+
+        wait_for(removed, 10, "every replica to apply the EXPIRE ops")
+        feed.timeout = 0.2  # everything is applied: take what is queued
+        told = [(c.key, c.new) for c in feed if c.new is None]
+        assert {k for k, _ in told} == gone
+    assert 59 < reader.ttl("e") <= 60  # type: ignore[operator]
+
+
+@local_logs
+@pytest.mark.parametrize("store_kind", ["dict"])
+def test_expired_keys_leave_the_data_topic_and_a_fresh_replica_never_holds_them(
+    open_map: OpenMap,
+) -> None:
+    m = open_map(expiry=True, flush_period=100_000)
+    m.put_all({f"short{i}": i for i in range(20)}, ttl=0.3)
+    m.put_all({f"long{i}": i for i in range(5)}, ttl=3600)
+    m.flush()  # the short ones reach the data topic with their deadlines
+    wait_for(lambda: m._state.store.get(b"short0") is None, 10, "the EXPIRE ops")
+    wait_for(lambda: all(m._state.store.get(f"short{i}".encode()) is None for i in range(20)), 10)
+    m.flush()
+    engine = m._engine
+    compact_if_possible(engine.log, engine.topics.data)
+    fresh = open_map(expiry=True)
+    assert dict(fresh) == {f"long{i}": i for i in range(5)}
+    assert all(fresh._state.store.get(f"short{i}".encode()) is None for i in range(20))
+    assert 3500 < fresh.ttl("long0") <= 3600  # type: ignore[operator]
+    data = read_all(engine.log, engine.topics.data, 0)
+    latest = {r.key: r for r in data}
+    assert all(latest[f"short{i}".encode()].value is None for i in range(20))
+    assert all(("kafkakv.expires" in dict(latest[f"long{i}".encode()].headers)) for i in range(5))
+
+
+@pytest.mark.parametrize("store_kind", ["sorted"])
+def test_a_sorted_map_steps_over_expired_keys(open_map: OpenMap) -> None:
+    m = open_map(expiry=True, key_codec="str")
+    assert isinstance(m, SortedReplicaMap)
+    m.put_all({"a": 1, "c": 3, "e": 5})
+    m.put_all({"b": 2, "d": 4, "f": 6}, ttl=0.2)
+    with m._engine.paused():  # no EXPIRE op applies meanwhile: the reads alone skip them
+        time.sleep(0.25)
+        assert m._state.store.get(b"b") is not None
+        assert m.first_key() == "a" and m.last_key() == "e"
+        assert m.ceiling_key("b") == "c" and m.floor_key("f") == "e"
+        assert m.higher_key("c") == "e" and m.lower_key("c") == "a"
+        assert [k for k, _ in m.range("a", "z")] == ["a", "c", "e"]
+        assert dict(m) == {"a": 1, "c": 3, "e": 5} and len(m) == 3 and "b" not in m
+
+
+@in_memory
+def test_expiry_is_refused_where_the_map_has_none(open_map: OpenMap, map_name: str) -> None:
+    plain = open_map()
+    with pytest.raises(ConfigError, match="has no expiry"):
+        plain.put("k", 1, ttl=1)
+    with pytest.raises(ConfigError, match="has no expiry"):
+        plain.put_all({"k": 1}, ttl=1)
+    with pytest.raises(ConfigError, match="has no expiry"):
+        plain.ttl("k")
+    m = open_map(map_name + "-e", expiry=True)
+    for bad in (0, -1, "1", True, float("nan"), 1e12):
+        with pytest.raises(ConfigError):
+            m.put("k", 1, ttl=bad)  # type: ignore[arg-type]
+    assert "k" not in m
+    with pytest.raises(ConfigError, match="in-memory store"):
+        open_map(map_name + "-disk", expiry=True, store="lmdb")
+
+
+@shared_logs
+@pytest.mark.parametrize("store_kind", ["dict"])
+def test_expiry_is_fixed_when_the_map_is_created(open_map: OpenMap) -> None:
+    m = open_map(expiry=True)
+    m.put("k", 1, ttl=60)
+    with pytest.raises(TopicMismatchError, match="expiry=True"):
+        open_map()
