@@ -4,15 +4,19 @@
 - the apply lag is the log's end offset minus the applied position, and a scrape stays
   bounded when the log does not answer, or while an applier holds the replica;
 - updates in flight, flush durations, errors;
-- a replica stopped on a function not registered here says so, naming the function.
+- a replica stopped on a function not registered here says so, naming the function;
+- a child made by fork does not report the replicas it inherited.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -21,6 +25,7 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+import kafkakv
 from kafkakv import functions
 from kafkakv.codecs import codec_for
 from kafkakv.errors import FunctionError
@@ -357,3 +362,38 @@ def test_a_stalled_replica_names_the_missing_function(open_map: OpenMap, adding:
     samples = scrape()
     assert _stalled(peer, p)(samples) == 0 and _stalled(peer, p, adding)(samples) is None
     assert value(samples, "kafkakv_map_apply_lag", peer, partition=str(p)) == 0
+
+
+# -- fork -------------------------------------------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_child_made_by_fork_reports_its_own_replicas_only(tmp_path: Path) -> None:
+    path = str(tmp_path / "log")
+    with kafkakv.connect(path) as db:
+        m = db.map("forked")
+        m["k"] = 1
+        parent = m._engine.origin.hex()
+        assert any(s.labels.get("replica") == parent for s in scrape())
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit code
+            code = 1
+            try:
+                with kafkakv.connect(path) as own:
+                    mine = own.map("forked")._engine.origin.hex()
+                    replicas = {s.labels.get("replica") for s in scrape()}
+                    code = 0 if mine in replicas and parent not in replicas else 2
+            finally:
+                os._exit(code)
+        statuses: list[int] = []
+
+        def exited() -> bool:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            statuses.append(status)
+            return done != 0
+
+        try:
+            wait_for(exited, 30, "the forked child to exit")
+        except AssertionError:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        assert os.waitstatus_to_exitcode(statuses[-1]) == 0

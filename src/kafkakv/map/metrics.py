@@ -28,7 +28,8 @@ metric                                    type       meaning (labels: map, topic
 
 ``replica`` tells apart replicas of one map in one process (the engine's origin id, in hex).
 Maps that share a topic set (``db.maps``) share one replica: their series other than
-``unreadable_keys`` are the replica's, the same under each map's name.
+``unreadable_keys`` are the replica's, the same under each map's name. A child made by fork
+reports only the replicas it opened.
 
 Everything is read from the replicas when Prometheus scrapes (or
 ``prometheus_client.generate_latest`` runs), except what cannot be: the applier adds each
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import threading
 import time
 import weakref
@@ -110,6 +112,8 @@ class _EndOffsets:
         self._log = log
         self._topic = topic
         self._partitions = tuple(partitions)
+        #: The process the replica belongs to: a child made by fork does not report it.
+        self.pid = os.getpid()
         #: partition: (end offset, time.monotonic() when the log gave it)
         self.seen: dict[int, tuple[int, float]] = {}
         self.done = threading.Event()
@@ -224,8 +228,9 @@ class _MapCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         f = _Families()
+        pid = os.getpid()
         with _lock:
-            engines = list(_engines.items())
+            engines = [(engine, ends) for engine, ends in _engines.items() if ends.pid == pid]
         for _, ends in engines:
             ends.refresh()
         deadline = time.monotonic() + SCRAPE_WAIT
