@@ -147,6 +147,7 @@ class ReplicaEngine:
         # applies a step of its own, whose events run after the ones before them.
         self._events: collections.deque[tuple[int, Any, Any]] = collections.deque()
         self.errors = ErrorLog()
+        self.flush_times = metrics.FlushTimes()  # of the flushes that wrote
         self._slots = Slots(settings.max_in_flight)
         self._sender = Sender(
             self._send_batch, batch=_SEND_BATCH, linger=_LINGER, wait_slice=_WAIT_SLICE
@@ -865,6 +866,13 @@ class ReplicaEngine:
         writer is reopened and the whole decision made again, once; a second failure raises,
         e.g. :class:`~kafkakv.errors.FencedError` (nothing was written, nothing is lost).
         """
+        started = time.perf_counter()
+        covered = self._flush(p)
+        if covered is not None:
+            self.flush_times.observe(time.perf_counter() - started)
+        return covered
+
+    def _flush(self, p: int) -> int | None:
         self.check_usable()
         request = msgpack.packb([self.origin, self.machines[p].applied])  # who asked, and how far
         self.log.append(

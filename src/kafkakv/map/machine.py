@@ -169,7 +169,9 @@ class Step:
     """What applying one batch decided, for the engine to carry out in this order: write
     ``changes`` (per map, keyed by ``id(map_state)``; each value new bytes or None for removed)
     with ``Positions(applied, flushed)`` to every store, publish ``applied``, note ``errors``
-    and the ``stall``, queue a flush when ``flush_due``, then run ``events``."""
+    and the ``stall``, queue a flush when ``flush_due``, then run ``events``. ``updates``
+    counts the update records decided (whatever their outcome; not control records, records
+    that do not decode, nor those after a stall)."""
 
     __slots__ = (
         "applied",
@@ -180,6 +182,7 @@ class Step:
         "flush_due",
         "flushed",
         "stall",
+        "updates",
     )
 
     def __init__(self) -> None:
@@ -192,6 +195,7 @@ class Step:
         self.flush_due = False
         #: ``(deadline, record key)`` of each key given a deadline (for the engine's reaper).
         self.expiring: list[tuple[int, bytes]] = []
+        self.updates = 0
 
     @property
     def positions(self) -> Positions:
@@ -217,6 +221,8 @@ class PartitionMachine:
     (-1: none), ``dirty`` each record key changed since that flush point with the offset of
     its last change. ``origin`` identifies this replica's own updates in the ops records;
     every ``flush_period`` own ops a flush is due. ``topic`` names the ops topic in errors.
+    ``updates`` counts the update records applied since the machine was made (see
+    :attr:`Step.updates`; the records of a data topic loaded at bootstrap are not updates).
     """
 
     __slots__ = (
@@ -231,6 +237,7 @@ class PartitionMachine:
         "origin",
         "partition",
         "topic",
+        "updates",
     )
 
     def __init__(
@@ -243,6 +250,7 @@ class PartitionMachine:
         self.topic = topic
         self.applied = 0
         self.flushed = -1
+        self.updates = 0
         self.dirty: dict[bytes, int] = {}
         #: The offset from which an own op makes a flush due.
         self.next_flush = flush_period - 1
@@ -283,6 +291,7 @@ class PartitionMachine:
         if step.applied < self.applied:
             raise AssertionError(f"position going back from {self.applied} to {step.applied}")
         self.applied = step.applied
+        self.updates += step.updates
 
     def step_over(self, after: int) -> bool:
         """Offsets below ``after`` hold nothing to apply (Kafka's transaction markers): move
@@ -300,6 +309,7 @@ class PartitionMachine:
         dirty = self.dirty
         last = self.applied - 1
         stalled = False  # True: stopped at the record at offset ``last``
+        skipped = 0  # records decided that are no update: counted off the rare branches only
         table = self.maps
         plain = table.maps[0] if table.plain else None
         if plain is not None:  # one map, record key = store key: resolved once per batch
@@ -313,13 +323,16 @@ class PartitionMachine:
                 code, op_origin, seq, args = decode_op(value)
             except DecodeError as exc:
                 errors.append(ApplyError(p, offset, str(exc), key, ops))
+                skipped += 1
                 continue
             if code >= OpCode.BARRIER:  # control records
+                skipped += 1
                 if code is OpCode.FLUSHED:
                     self.mark_flushed(args[0])
                     next_flush = self.next_flush
                 continue
             if key is None:
+                skipped += 1
                 continue
             mine = op_origin == origin
             if plain is not None:
@@ -405,6 +418,8 @@ class PartitionMachine:
                     next_flush = self.next_flush
         step.applied = last if stalled else max(after, last + 1)
         step.flushed = self.flushed
+        decided = [r[5] for r in records].index(last) if stalled else len(records)
+        step.updates = decided - skipped
         return step
 
     def _changed(
@@ -635,6 +650,7 @@ class PartitionMachine:
         step.changes[id(state)] = dict(zip(keys, values, strict=True))
         step.applied = max(after, offsets[-1] + 1)
         step.flushed = self.flushed
+        step.updates = len(records)
         return step
 
     # -- flushing -------------------------------------------------------------------------
