@@ -147,6 +147,8 @@ class BackupHeader:
         try:
             doc = json.loads(line)
         except (ValueError, UnicodeDecodeError):
+            if FORMAT.encode() in line:  # a header, damaged or cut short
+                raise CorruptBackupError("damaged or truncated header", line=1) from None
             doc = None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise NotABackupError(f"not a kafkakv map backup (no {FORMAT!r} header line)")
@@ -382,14 +384,11 @@ def _opened(file: str | os.PathLike[str]) -> Iterator[tuple[IO[bytes], BackupHea
             raise BackupIOError(f"cannot read backup {path}: {exc.strerror or exc}") from exc
         if not first:
             raise NotABackupError(f"{path} is empty: not a kafkakv map backup")
-        if not first.endswith(b"\n"):
-            # A header cut short, or a first line longer than any header.
-            try:
-                BackupHeader.parse(first)
-            except NotABackupError as exc:
-                raise NotABackupError(f"{path}: {exc}") from None
-            raise CorruptBackupError(f"{path}: truncated in its header", line=1)
         try:
+            if not first.endswith(b"\n"):  # a header cut short, or a line longer than any
+                if FORMAT.encode() in first:
+                    raise CorruptBackupError("truncated in its header", line=1)
+                raise NotABackupError(f"not a kafkakv map backup (no {FORMAT!r} header line)")
             header = BackupHeader.parse(first)
         except (NotABackupError, CorruptBackupError) as exc:
             raise type(exc)(f"{path}: {exc}", **_line_of(exc)) from None
