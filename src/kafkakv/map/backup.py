@@ -329,7 +329,7 @@ def _write(
     try:  # as open() would create it (mode 0o666 less the umask), unlike mkstemp's 0o600
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:
-        raise BackupIOError(f"cannot write backup {path}: {exc}") from exc
+        raise BackupIOError(f"cannot write backup {path}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(header.to_line())
@@ -347,7 +347,7 @@ def _write(
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         if isinstance(exc, OSError):
-            raise BackupIOError(f"cannot write backup {path}: {exc}") from exc
+            raise BackupIOError(f"cannot write backup {path}: {exc.strerror or exc}") from exc
         raise
     _sync_directory(directory)
 
