@@ -19,6 +19,7 @@ import pytest
 
 import kafkakv
 import kafkakv.map.backup
+from kafkakv.dev import Cluster
 from kafkakv.errors import (
     BackupError,
     BackupIOError,
@@ -38,6 +39,8 @@ from kafkakv.map.backup import (
     restore,
     verify,
 )
+from tests.conftest import KAFKA_TIMEOUT
+from tests.kafka_cluster import unique_topic
 from tests.map.conftest import OpenMap, log_options
 
 one_store = pytest.mark.parametrize("store_kind", ["dict"])
@@ -92,6 +95,34 @@ def test_a_backup_restores_every_pair_byte_for_byte(
     with db.map("copy", create=False) as copy:
         assert copy.partition_count == 3
         assert dict(copy.items()) == dict(m.items())
+
+
+def test_a_backup_moves_from_the_embedded_log_to_kafka_and_back(
+    kafka_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Embedded (3 partitions) -> Kafka (3) -> embedded (2): the same bytes all the way."""
+    name, kafka = unique_topic("backup"), "kafka://" + kafka_cluster.bootstrap
+    with kafkakv.connect(tmp_path / "first") as db:
+        m = db.map(name, partitions=3)
+        m.put_all({f"k{i}": {"n": i, "t": "é" * (i % 5)} for i in range(3000)})
+        db.map(name, key_codec="bytes", value_codec="bytes")[b"\xfe\xff"] = b"\x00raw"
+        m.sync()
+        expected = dict(m.encoded_snapshot().items)
+        backup(m, tmp_path / "from-embedded")
+    with kafkakv.connect(kafka, timeout=KAFKA_TIMEOUT) as db:
+        report = restore(db, name, tmp_path / "from-embedded", timeout=KAFKA_TIMEOUT)
+        assert report.put == 3001
+        with db.map(name, create=False, timeout=KAFKA_TIMEOUT) as m:
+            assert m.partition_count == 3
+            assert dict(m.encoded_snapshot().items) == expected
+            header = backup(m, tmp_path / "from-kafka")
+    assert header.pairs == 3001 and header.map == name
+    assert dict(read_pairs(tmp_path / "from-kafka")) == expected
+    with kafkakv.connect(tmp_path / "second") as db:
+        restore(db, name, tmp_path / "from-kafka", partitions=2)
+        assert stored(db, name) == expected
+        with db.map(name, create=False) as m:
+            assert m.partition_count == 2 and m.check(deep=True) == []
 
 
 @one_store
