@@ -12,7 +12,7 @@ import base64
 import doctest
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,6 +55,12 @@ def db(target: str) -> Iterator[kafkakv.Database]:
         yield opened
 
 
+@pytest.fixture
+def unique(map_name: str) -> Callable[[str], str]:
+    """``unique(tag)``: a name of the test's own (the Kafka cluster is shared by the session)."""
+    return lambda tag: f"{map_name}-{tag}"
+
+
 def stored(db: kafkakv.Database, name: str) -> dict[bytes, bytes]:
     """The bytes map ``name`` holds, as a fresh replica loads them from the log."""
     with db.map(name, key_codec="bytes", value_codec="bytes", create=False) as m:
@@ -70,7 +76,7 @@ def test_doctests_of_the_module_pass() -> None:
 
 
 def test_a_backup_restores_every_pair_byte_for_byte(
-    open_map: OpenMap, db: kafkakv.Database, tmp_path: Path
+    open_map: OpenMap, db: kafkakv.Database, tmp_path: Path, unique: Callable[[str], str]
 ) -> None:
     """Keys and values as encoded, those the backing-up replica cannot decode included; the
     header names the map, its partitions, the cursor, the codecs and the count."""
@@ -88,11 +94,11 @@ def test_a_backup_restores_every_pair_byte_for_byte(
     assert read_header(tmp_path / "m.backup") == header == verify(tmp_path / "m.backup")
     assert dict(read_pairs(tmp_path / "m.backup")) == before
 
-    report = restore(db, "copy", tmp_path / "m.backup")
+    report = restore(db, unique("copy"), tmp_path / "m.backup")
     assert (report.put, report.overwritten, report.removed) == (502, 0, 0)
     assert report.header == header
-    assert stored(db, "copy") == before
-    with db.map("copy", create=False) as copy:
+    assert stored(db, unique("copy")) == before
+    with db.map(unique("copy"), create=False) as copy:
         assert copy.partition_count == 3
         assert dict(copy.items()) == dict(m.items())
 
@@ -127,13 +133,13 @@ def test_a_backup_moves_from_the_embedded_log_to_kafka_and_back(
 
 @one_store
 def test_an_empty_map_backs_up_and_restores(
-    open_map: OpenMap, db: kafkakv.Database, tmp_path: Path
+    open_map: OpenMap, db: kafkakv.Database, tmp_path: Path, unique: Callable[[str], str]
 ) -> None:
     m = open_map(partitions=2)
     header = backup(m, tmp_path / "empty")
     assert header.pairs == 0 and header.checksum == checksum([])
-    assert restore(db, "copy", tmp_path / "empty").put == 0
-    assert stored(db, "copy") == {}
+    assert restore(db, unique("copy"), tmp_path / "empty").put == 0
+    assert stored(db, unique("copy")) == {}
 
 
 @one_store
@@ -228,16 +234,18 @@ def saved(open_map: OpenMap, tmp_path: Path) -> Path:
 
 
 @one_store
-def test_a_map_with_keys_is_refused_unless_replace(db: kafkakv.Database, saved: Path) -> None:
-    target = db.map("target", partitions=2)
+def test_a_map_with_keys_is_refused_unless_replace(
+    db: kafkakv.Database, saved: Path, unique: Callable[[str], str]
+) -> None:
+    target = db.map(unique("target"), partitions=2)
     target.put_all({"b": 20, "x": 9})
     with pytest.raises(MapNotEmptyError, match="holds 2 keys") as caught:
-        restore(db, "target", saved)
+        restore(db, unique("target"), saved)
     assert caught.value.count == 2
     target.sync()
     assert dict(target.items()) == {"b": 20, "x": 9}  # nothing written
 
-    report = restore(db, "target", saved, replace=True)
+    report = restore(db, unique("target"), saved, replace=True)
     assert (report.put, report.overwritten, report.removed) == (3, 1, 1)
     target.sync()
     assert dict(target.items()) == {"a": 1, "b": 2, "c": 3}
@@ -245,15 +253,15 @@ def test_a_map_with_keys_is_refused_unless_replace(db: kafkakv.Database, saved: 
 
 @one_store
 def test_restore_creates_the_map_with_the_backups_partitions_or_fills_another_count(
-    db: kafkakv.Database, saved: Path
+    db: kafkakv.Database, saved: Path, unique: Callable[[str], str]
 ) -> None:
     """A missing map is created with the backup's partition count (or ``partitions``); an
     existing one with another count takes the pairs, each in the partition of its key."""
-    restore(db, "created", saved)
-    restore(db, "five", saved, partitions=5)
-    db.map("one", partitions=1).close()
-    restore(db, "one", saved)
-    for name, count in (("created", 2), ("five", 5), ("one", 1)):
+    restore(db, unique("created"), saved)
+    restore(db, unique("five"), saved, partitions=5)
+    db.map(unique("one"), partitions=1).close()
+    restore(db, unique("one"), saved)
+    for name, count in ((unique("created"), 2), (unique("five"), 5), (unique("one"), 1)):
         with db.map(name, create=False) as m:
             assert m.partition_count == count
             assert dict(m.items()) == {"a": 1, "b": 2, "c": 3}
@@ -264,28 +272,32 @@ def test_restore_creates_the_map_with_the_backups_partitions_or_fills_another_co
 
 
 @one_store
-def test_restore_into_a_map_sharing_topics(db: kafkakv.Database, saved: Path) -> None:
-    db.map("neighbour", topics="shared", partitions=2)["a"] = "kept"
-    restore(db, "mine", saved, topics="shared")
-    with db.map("mine", topics="shared", create=False) as mine:
+def test_restore_into_a_map_sharing_topics(
+    db: kafkakv.Database, saved: Path, unique: Callable[[str], str]
+) -> None:
+    db.map(unique("neighbour"), topics=unique("shared"), partitions=2)["a"] = "kept"
+    restore(db, unique("mine"), saved, topics=unique("shared"))
+    with db.map(unique("mine"), topics=unique("shared"), create=False) as mine:
         assert dict(mine.items()) == {"a": 1, "b": 2, "c": 3}
-    with db.map("neighbour", topics="shared", create=False) as neighbour:
+    with db.map(unique("neighbour"), topics=unique("shared"), create=False) as neighbour:
         assert dict(neighbour.items()) == {"a": "kept"}
 
 
 @one_store
 def test_progress_is_reported_per_stage(
-    open_map: OpenMap, db: kafkakv.Database, tmp_path: Path
+    open_map: OpenMap, db: kafkakv.Database, tmp_path: Path, unique: Callable[[str], str]
 ) -> None:
     m = open_map()
     m.put_all({f"k{i}": i for i in range(40_000)})
     calls: list[tuple[str, int, int]] = []
     backup(m, tmp_path / "big", progress=lambda *call: calls.append(call))
     assert calls[-1] == ("write", 40_000, 40_000) and len(calls) == 3
-    target = db.map("target")
+    target = db.map(unique("target"))
     target["gone"] = 0
     calls.clear()
-    restore(db, "target", tmp_path / "big", replace=True, progress=lambda *c: calls.append(c))
+    restore(
+        db, unique("target"), tmp_path / "big", replace=True, progress=lambda *c: calls.append(c)
+    )
     stages = [c[0] for c in calls]
     assert stages == sorted(stages, key=["verify", "restore", "remove"].index)
     assert ("verify", 40_000, 40_000) in calls and ("restore", 40_000, 40_000) in calls
@@ -353,23 +365,25 @@ def _damaged(saved: Path, tmp_path: Path) -> Iterator[tuple[str, bytes, type[Exc
 
 @one_store
 def test_damaged_or_foreign_files_are_refused_before_anything_is_written(
-    db: kafkakv.Database, saved: Path, tmp_path: Path
+    db: kafkakv.Database, saved: Path, tmp_path: Path, unique: Callable[[str], str]
 ) -> None:
     assert verify(saved).pairs == 3
     for what, content, error, fragment in _damaged(saved, tmp_path):
         path = tmp_path / "damaged"
         path.write_bytes(content)
         with pytest.raises(error, match=fragment):
-            restore(db, "target", path)
+            restore(db, unique("target"), path)
         with pytest.raises(error):
             verify(path)
         with pytest.raises(UnknownMapError):  # nothing created, let alone written
-            db.map("target", create=False)
+            db.map(unique("target"), create=False)
         assert what
 
 
-def test_missing_files_raise_backup_io_errors(db: kafkakv.Database, tmp_path: Path) -> None:
-    for call in (read_header, verify, lambda p: restore(db, "target", p)):
+def test_missing_files_raise_backup_io_errors(
+    db: kafkakv.Database, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    for call in (read_header, verify, lambda p: restore(db, unique("target"), p)):
         with pytest.raises(BackupIOError, match=r"cannot read backup .*missing") as caught:
             call(tmp_path / "missing")
         assert isinstance(caught.value, OSError)
@@ -377,7 +391,7 @@ def test_missing_files_raise_backup_io_errors(db: kafkakv.Database, tmp_path: Pa
     with pytest.raises(BackupIOError):
         verify(tmp_path)  # a directory
     with pytest.raises(UnknownMapError):
-        db.map("target", create=False)
+        db.map(unique("target"), create=False)
 
 
 def test_a_header_written_by_another_tool_is_read() -> None:
