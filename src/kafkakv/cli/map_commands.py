@@ -503,7 +503,8 @@ def backup_command(
     "--partitions",
     type=click.IntRange(min=1),
     default=None,
-    help="Partitions of the map when the restore creates it  [default: the backup's].",
+    help="Partitions of the map when the restore creates it (an existing map must have as "
+    "many)  [default: the backup's; for an existing map, its own].",
 )
 @pass_target
 def restore_command(

@@ -480,8 +480,9 @@ def restore(
     First the whole file is checked (:func:`verify`): a missing, foreign or damaged file
     raises before anything is written. Then the map is opened with the ``bytes`` codecs (a
     replica of its own, closed at the end) and created when missing, with ``partitions``
-    (default: the backup's). An existing map may have another partition count than the
-    backup's: each key goes to the partition its bytes choose in the target, as any put.
+    (default: the backup's; an existing map must have as many, when given). An existing map
+    may have another partition count than the backup's: each key goes to the partition its
+    bytes choose in the target, as any put.
     ``topics``: the map shares those topics with others (see :meth:`Database.map`).
 
     Without ``replace``, a map that holds keys raises :class:`~kafkakv.errors.MapNotEmptyError`
@@ -490,7 +491,8 @@ def restore(
     meanwhile). Writes go through ``put_all`` and ``remove_all`` in chunks of 16,384 pairs:
     the restore as a whole is not atomic, and an error midway (OperationTimeoutError after
     ``timeout``, a log error) leaves the chunks before it written; running it again with
-    ``replace`` finishes it. Costs two streamed reads of the file; memory holds the target's
+    ``replace`` finishes it (so does a file changed between the check and the writing,
+    which raises CorruptBackupError midway). Costs two streamed reads of the file; memory holds the target's
     replica, and with ``replace`` the set of the backup's keys.
 
     The target's replicas must use the codecs named in the header (``report.header``) to read
