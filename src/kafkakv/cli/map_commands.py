@@ -473,10 +473,10 @@ def _database(target: MapTarget) -> Iterator[Database]:
 def backup_command(
     target: MapTarget, name: str, file: str, key_codec: str, value_codec: str
 ) -> None:
-    """Write a backup of map NAME to FILE (replaced if it exists): every key and value as
-    stored, with the cursor of the moment they were read at.
+    """Write a backup of map NAME, with its cursor, to FILE.
 
-    Syncs first, so the backup holds every update completed before the command started; the
+    FILE (replaced if it exists) gets every key and value as stored, and the cursor of the
+    moment they were read at. Syncs first, so the backup holds every update completed before the command started; the
     pairs are copied with applying paused, then written to a temporary file renamed to FILE.
     The bytes are copied as they are: --key-codec and --value-codec only name the codecs in
     the backup's header. The format (JSON lines, base64 pairs, a checksum) is described in
