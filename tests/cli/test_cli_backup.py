@@ -100,6 +100,27 @@ def test_restore_creates_the_map_with_partitions_given(tmp_path: Path, saved: Pa
         assert five.partition_count == 5 and len(five) == 3
 
 
+def test_restore_takes_the_backups_creation_options_or_the_ones_given(
+    tmp_path: Path, name: str
+) -> None:
+    fill(tmp_path / "log", name, {"{t}a": 1, "{t}b": 2}, partitions=3, hash_tags=True)
+    result = cli(tmp_path / "log", "backup", name, str(tmp_path / "f"))
+    assert_clean_error(result, "created with hash_tags=True")
+    ok(cli(tmp_path / "log", "backup", name, str(tmp_path / "f"), "--hash-tags"))
+    assert read_header(tmp_path / "f").hash_tags
+    ok(cli(tmp_path / "log", "restore", "tagged", str(tmp_path / "f")))
+    assert contents(tmp_path / "log", "tagged", hash_tags=True) == {"{t}a": 1, "{t}b": 2}
+    fill(tmp_path / "log", "plain", {"x": 0}, partitions=3)
+    result = cli(tmp_path / "log", "restore", "plain", str(tmp_path / "f"), "--replace")
+    assert_clean_error(result, "created with hash_tags=False")
+    ok(
+        cli(
+            tmp_path / "log", "restore", "plain", str(tmp_path / "f"), "--replace", "--no-hash-tags"
+        )
+    )
+    assert contents(tmp_path / "log", "plain") == {"{t}a": 1, "{t}b": 2}
+
+
 def test_errors_are_clean_lines_with_exit_code_2(tmp_path: Path, name: str, saved: Path) -> None:
     log = tmp_path / "log"
     assert_clean_error(cli(log, "restore", "t", str(tmp_path / "missing")), "cannot read backup")

@@ -27,6 +27,7 @@ from kafkakv.errors import (
     CorruptBackupError,
     MapNotEmptyError,
     NotABackupError,
+    TopicMismatchError,
     UnknownMapError,
 )
 from kafkakv.map.backup import (
@@ -269,6 +270,35 @@ def test_restore_creates_the_map_with_the_backups_partitions_or_fills_another_co
             for key in "abc":
                 with db.map(name, create=False, shard=[m.partition_of(key)]) as shard:
                     assert shard[key] == ord(key) - ord("a") + 1
+
+
+@one_store
+def test_the_creation_options_go_with_the_backup(
+    open_map: OpenMap, db: kafkakv.Database, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    """hash_tags and versions are in the header; a restore creates the map with them (or
+    with the ones given), and an existing map must have been created with them."""
+    m = open_map(partitions=4, hash_tags=True, versions=True, store="dict")
+    m.put_all({"{u1}a": 1, "{u1}b": 2, "plain": 3})
+    header = backup(m, tmp_path / "tagged")
+    assert (header.hash_tags, header.versions) == (True, True)
+    restore(db, unique("copy"), tmp_path / "tagged")
+    with pytest.raises(TopicMismatchError, match="hash_tags"):
+        db.map(unique("copy"), create=False)
+    with db.map(unique("copy"), create=False, hash_tags=True, versions=True) as copy:
+        assert copy.transaction(expect={"{u1}a": 1}, put={"{u1}b": 20})  # one partition
+        assert copy.get_versioned("plain") is not None
+        assert dict(copy.items()) == {"{u1}a": 1, "{u1}b": 20, "plain": 3}
+
+    with db.map(unique("plain"), partitions=4) as written:  # settled: no longer untouched
+        written["x"] = 0
+    with pytest.raises(TopicMismatchError, match="hash_tags"):
+        restore(db, unique("plain"), tmp_path / "tagged", replace=True)
+    restore(db, unique("plain"), tmp_path / "tagged", replace=True, hash_tags=False, versions=False)
+    with db.map(unique("plain"), create=False) as plain:
+        assert dict(plain.items()) == {"{u1}a": 1, "{u1}b": 2, "plain": 3}
+    plain_header = backup(open_map(unique("untagged")), tmp_path / "untagged")
+    assert (plain_header.hash_tags, plain_header.versions) == (False, False)
 
 
 @one_store

@@ -452,37 +452,68 @@ def _progress_bar() -> Iterator[Progress | None]:
 
 
 @contextmanager
-def _database(target: MapTarget) -> Iterator[Database]:
-    """A database on the group's log (created when missing, as ``put`` does)."""
+def _database(target: MapTarget, *, create: bool) -> Iterator[Database]:
+    """A database on the group's log; a missing log directory is created only with
+    ``create`` (as ``put`` does), else an error."""
     path = require_log(target.path)
     check_target(path)
     if path.startswith("kafka://"):
-        waits: dict[str, Any] = {} if target.timeout is None else {"timeout": target.timeout}
-        with connect(path, **waits) as db:
+        with connect(path, **_waits(target)) as db:
             yield db
         return
+    if not create and not os.path.isdir(path):
+        raise CommandError(f"no log at {path}: the directory does not exist")
     with connect(path, background_cleaner=False) as db:
         yield db
+
+
+def _waits(target: MapTarget) -> dict[str, Any]:
+    return {} if target.timeout is None else {"timeout": target.timeout}
+
+
+_tags_flag = click.option(
+    "--hash-tags",
+    is_flag=True,
+    help="The map was created with hash tags (db.map(hash_tags=True)).",
+)
+_versions_flag = click.option(
+    "--versions",
+    is_flag=True,
+    help="The map was created with versions (db.map(versions=True)).",
+)
 
 
 @map_group.command("backup")
 @click.argument("name")
 @click.argument("file", type=click.Path(dir_okay=False))
 @codec_options()
+@_tags_flag
+@_versions_flag
 @pass_target
 def backup_command(
-    target: MapTarget, name: str, file: str, key_codec: str, value_codec: str
+    target: MapTarget,
+    name: str,
+    file: str,
+    key_codec: str,
+    value_codec: str,
+    hash_tags: bool,
+    versions: bool,
 ) -> None:
     """Write a backup of map NAME, with its cursor, to FILE.
 
     FILE (replaced if it exists) gets every key and value as stored, and the cursor of the
-    moment they were read at. Syncs first, so the backup holds every update completed before the command started; the
-    pairs are copied with applying paused, then written to a temporary file renamed to FILE.
-    The bytes are copied as they are: --key-codec and --value-codec only name the codecs in
-    the backup's header. The format (JSON lines, base64 pairs, a checksum) is described in
-    docs/maps.md. A map that does not exist is an error (exit code 2); nothing is created.
+    moment they were read at. Syncs first, so the backup holds every update completed
+    before the command started; the pairs are copied with applying paused, then written to
+    a temporary file renamed to FILE. The bytes are copied as they are: --key-codec and
+    --value-codec only name the codecs in the backup's header. The format (JSON lines,
+    base64 pairs, a checksum) is described in docs/maps.md. A map that does not exist is an
+    error (exit code 2); nothing is created.
     """
-    with target.open(name, key_codec, value_codec) as m:
+    options = {"hash_tags": hash_tags, "versions": versions, **_waits(target)}
+    with (
+        _database(target, create=False) as db,
+        db.map(name, key_codec=key_codec, value_codec=value_codec, create=False, **options) as m,
+    ):
         m.sync()
         with _progress_bar() as progress:
             header = backup(m, file, progress=progress)
@@ -506,22 +537,47 @@ def backup_command(
     help="Partitions of the map when the restore creates it (an existing map must have as "
     "many)  [default: the backup's; for an existing map, its own].",
 )
+@click.option(
+    "--hash-tags/--no-hash-tags",
+    default=None,
+    help="Keys place by their {hash tag}, as db.map(hash_tags=...): a new map is created so, "
+    "an existing one must have been  [default: as the backed-up map].",
+)
+@click.option(
+    "--versions/--no-versions",
+    default=None,
+    help="Keys carry versions, as db.map(versions=...); likewise  [default: as the backed-up map].",
+)
 @pass_target
 def restore_command(
-    target: MapTarget, name: str, file: str, replace: bool, partitions: int | None
+    target: MapTarget,
+    name: str,
+    file: str,
+    replace: bool,
+    partitions: int | None,
+    hash_tags: bool | None,
+    versions: bool | None,
 ) -> None:
     """Put the pairs of backup FILE into map NAME, byte for byte.
 
     The whole file is checked first: a missing, foreign, truncated or damaged file is an
     error (exit code 2) and nothing is written. A missing map is created (with the backup's
-    partition count unless --partitions); an existing one may have another count, each key
+    partition count unless --partitions, and the backed-up map's hash tags and versions
+    unless told otherwise); an existing one may have another partition count, each key
     going to the partition its bytes choose. A map that holds keys is refused unless
     --replace. Open the restored map with the codecs the summary names.
     """
-    with _database(target) as db, _progress_bar() as progress:
-        options: dict[str, Any] = {} if target.timeout is None else {"timeout": target.timeout}
+    with _database(target, create=True) as db, _progress_bar() as progress:
         report = restore(
-            db, name, file, replace=replace, partitions=partitions, progress=progress, **options
+            db,
+            name,
+            file,
+            replace=replace,
+            partitions=partitions,
+            hash_tags=hash_tags,
+            versions=versions,
+            progress=progress,
+            **_waits(target),
         )
     header = report.header
     removed = f", {report.removed:,} removed" if replace else ""

@@ -18,8 +18,9 @@ library, ``head -1`` shows what a file holds, and a truncated file is plain to s
   ``"map"`` (the name), ``"partitions"`` (the topics' partition count), ``"cursor"`` (the
   position of the snapshot, ``str(cursor)`` as ``"0:120,1:98"``), ``"key_codec"`` and
   ``"value_codec"`` (names of the codecs that encoded the bytes), ``"pairs"`` (how many lines
-  follow), ``"checksum"`` (``"sha256:"`` and 64 hex digits) and ``"created"`` (ISO 8601, UTC).
-  Readers ignore fields they do not know.
+  follow), ``"checksum"`` (``"sha256:"`` and 64 hex digits), ``"created"`` (ISO 8601, UTC),
+  and the options the map was created with, ``"hash_tags"`` and ``"versions"`` (booleans,
+  false when absent). Readers ignore fields they do not know.
 - Then one line per pair: a JSON array of two strings, the key's bytes and the value's bytes
   in standard base64 (RFC 4648, with padding): ``["YWxpY2U=","eyJiYWxhbmNlIjoxMH0="]``. This
   module writes them in key-byte order, so equal maps give equal files; a reader takes any
@@ -111,6 +112,8 @@ class BackupHeader:
     pairs: int
     checksum: str
     created: str
+    hash_tags: bool = False
+    versions: bool = False
 
     def to_line(self) -> bytes:
         """The header as its JSON line.
@@ -130,6 +133,8 @@ class BackupHeader:
             "pairs": self.pairs,
             "checksum": self.checksum,
             "created": self.created,
+            "hash_tags": self.hash_tags,
+            "versions": self.versions,
         }
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
@@ -175,6 +180,9 @@ class BackupHeader:
         checksum = doc["checksum"]
         if not (checksum.startswith("sha256:") and _is_hex(checksum[7:], 64)):
             raise CorruptBackupError(f"damaged header: checksum {checksum!r}", line=1)
+        for name in ("hash_tags", "versions"):  # optional: False when absent
+            if type(doc.get(name, False)) is not bool:
+                raise CorruptBackupError(f"damaged header: field {name!r} is {doc[name]!r}", line=1)
         try:
             cursor = Cursor.parse(doc["cursor"])
         except CursorError as exc:
@@ -188,6 +196,8 @@ class BackupHeader:
             doc["pairs"],
             checksum,
             doc["created"],
+            doc.get("hash_tags", False),
+            doc.get("versions", False),
         )
 
 
@@ -308,6 +318,7 @@ def backup(
         len(pairs),
         checksum(pairs),
         datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **m.creation_options,
     )
     _write(file, header, pairs, progress)
     return header
@@ -471,6 +482,8 @@ def restore(
     *,
     replace: bool = False,
     partitions: int | None = None,
+    hash_tags: bool | None = None,
+    versions: bool | None = None,
     topics: str | None = None,
     timeout: float = 30.0,
     progress: Progress | None = None,
@@ -482,7 +495,10 @@ def restore(
     replica of its own, closed at the end) and created when missing, with ``partitions``
     (default: the backup's; an existing map must have as many, when given). An existing map
     may have another partition count than the backup's: each key goes to the partition its
-    bytes choose in the target, as any put.
+    bytes choose in the target, as any put. ``hash_tags`` and ``versions`` (default: the
+    backup's) are passed to :meth:`Database.map` likewise: a new map is created with them, an
+    existing one must have been created with them (else TopicMismatchError). Versions are
+    not in a backup: each restored key's version is the offset of its restoring record.
     ``topics``: the map shares those topics with others (see :meth:`Database.map`).
 
     Without ``replace``, a map that holds keys raises :class:`~kafkakv.errors.MapNotEmptyError`
@@ -500,7 +516,13 @@ def restore(
     starts from its own.
     """
     header = verify(file, progress=progress)
-    options: dict[str, Any] = {"key_codec": "bytes", "value_codec": "bytes", "timeout": timeout}
+    options: dict[str, Any] = {
+        "key_codec": "bytes",
+        "value_codec": "bytes",
+        "timeout": timeout,
+        "hash_tags": header.hash_tags if hash_tags is None else hash_tags,
+        "versions": header.versions if versions is None else versions,
+    }
     if topics is not None:
         options["topics"] = topics
     try:

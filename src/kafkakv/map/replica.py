@@ -674,6 +674,13 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         keys, values = self._keys, self._values
         return keys.name or type(keys).__name__, values.name or type(values).__name__
 
+    @property
+    def creation_options(self) -> dict[str, bool]:
+        """The options fixed when the map was created, which every replica passes to
+        :meth:`~kafkakv.Database.map` alike: ``{"hash_tags": ..., "versions": ...}``."""
+        settings = self._engine.settings
+        return {"hash_tags": settings.hash_tags, "versions": settings.versions}
+
     def encoded_items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) pair as its codecs encoded it, for exporters that copy bytes
         (the Spark data source): no decoding, one pass over the store. Local, like ``items``
