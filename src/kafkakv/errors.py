@@ -57,6 +57,16 @@
         │                                 other partitions, or lies past the log's end
         ├── CursorExpiredError            the log no longer holds what follows a cursor (a
         │                                 flush covered it): restart from a snapshot
+        ├── BackupError                   a map backup that cannot be taken or restored (a
+        │   │                             sharded replica holds only part of the map)
+        │   ├── BackupIOError (OSError)   the system refused to read or write a backup file
+        │   │                             (missing, no permission, disk full)
+        │   ├── NotABackupError           a file that is not a kafkakv map backup, or of a
+        │   │                             format version this kafkakv does not read
+        │   ├── CorruptBackupError        a backup truncated or damaged: a line that does not
+        │   │                             parse, a pair count or checksum unlike its header's
+        │   └── MapNotEmptyError          a restore into a map that holds keys, without
+        │                                 ``replace``
         ├── DataLossError                 ops a replica needs were removed before a flush
         │                                 covered them (ops retention too small)
         ├── UnknownMapError (KeyError)    ``create=False`` (or a reading command) for a map
@@ -84,8 +94,11 @@ have errors of their own, in :mod:`kafkakv.dev.errors`; the database never raise
 from __future__ import annotations
 
 __all__ = [
+    "BackupError",
+    "BackupIOError",
     "ClosedError",
     "ConfigError",
+    "CorruptBackupError",
     "CorruptLogError",
     "CrossPartitionError",
     "CursorError",
@@ -103,6 +116,8 @@ __all__ = [
     "LogIOError",
     "LogUnavailableError",
     "MapError",
+    "MapNotEmptyError",
+    "NotABackupError",
     "NotALogError",
     "OffsetOutOfRangeError",
     "OperationFailedError",
@@ -295,6 +310,41 @@ class CursorExpiredError(MapError):
         super().__init__(message)
         self.partition = partition
         self.flushed = flushed
+
+
+class BackupError(MapError):
+    """A backup of a map cannot be taken or restored (see :mod:`kafkakv.map.backup`): a
+    sharded replica holds only part of the map, for one; the subclasses say the rest."""
+
+
+class BackupIOError(BackupError, OSError):
+    """The operating system refused to read or write a backup file (it does not exist, no
+    permission, disk full); ``__cause__`` holds the original ``OSError``. Nothing was
+    restored, and a backup being written leaves no file behind."""
+
+
+class NotABackupError(BackupError):
+    """The file is not a kafkakv map backup (its first line is not a backup header), or it
+    is of a format version this kafkakv does not read. Nothing was restored."""
+
+
+class CorruptBackupError(BackupError):
+    """The backup is truncated or damaged: a header field or a line that does not parse, or
+    pairs whose count or checksum differ from the header's. Found before anything is
+    restored. ``line`` is the first line found wrong (1 is the header), when one is."""
+
+    def __init__(self, message: str, *, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+class MapNotEmptyError(BackupError):
+    """A restore into a map that holds keys, without ``replace``: nothing was written.
+    ``count`` is the number of keys it holds."""
+
+    def __init__(self, message: str, *, count: int) -> None:
+        super().__init__(message)
+        self.count = count
 
 
 class DataLossError(MapError):

@@ -3,9 +3,10 @@
 Every command parses its arguments, opens the map through :func:`kafkakv.connect` and
 :meth:`kafkakv.Database.map`, calls the :class:`~kafkakv.ReplicaMap` API and prints the answer.
 Only ``put`` creates: the log directory and the map's topics (one partition) when missing, as
-``db.map`` does. ``get``, ``del``, ``dump`` and ``watch`` open the map with ``create=False``: on
-a map that does not exist they print ``error: there is no map ...`` (exit code 2) and create
-nothing. Whatever the command, existing topics are checked before anything is created.
+``db.map`` does; and ``restore`` (with the backup's partition count). ``get``, ``del``, ``dump``,
+``watch`` and ``backup`` open the map with ``create=False``: on a map that does not exist they
+print ``error: there is no map ...`` (exit code 2) and create nothing. Whatever the command,
+existing topics are checked before anything is created.
 
 KEY and VALUE arguments become objects of their codec: ``str`` keeps the text, ``bytes`` takes
 its UTF-8 bytes, ``int`` reads an integer, ``json`` and ``msgpack`` read a JSON document
@@ -37,8 +38,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
 
-from kafkakv import ReplicaMap, connect
+from kafkakv import Database, ReplicaMap, connect
 from kafkakv.cli.errors import CommandError
 from kafkakv.cli.options import (
     codec_options,
@@ -50,6 +54,7 @@ from kafkakv.codecs import JsonCodec
 from kafkakv.db import check_target
 from kafkakv.errors import DecodeError, ResultDecodeError
 from kafkakv.map import Change, ChangeFeed
+from kafkakv.map.backup import Progress, backup, restore
 
 __all__ = ["map_group", "parse_arg", "to_json", "to_json_ready"]
 
@@ -164,11 +169,11 @@ pass_target = click.make_pass_decorator(MapTarget)
 @request_timeout_option
 @click.pass_context
 def map_group(ctx: click.Context, path: str | None, request_timeout: float | None) -> None:
-    """Read, write and watch a replicated map.
+    """Read, write, watch, back up and restore a replicated map.
 
-    Only put creates the map NAME (and the log directory) when missing; get, del, dump and
-    watch on a map that does not exist fail with exit code 2 and create nothing. KEY and
-    VALUE are given as JSON under the json and msgpack codecs.
+    Only put and restore create the map NAME (and the log directory) when missing; get, del,
+    dump, watch and backup on a map that does not exist fail with exit code 2 and create
+    nothing. KEY and VALUE are given as JSON under the json and msgpack codecs.
     """
     ctx.obj = MapTarget(path, request_timeout)
 
@@ -408,3 +413,176 @@ def _next_change(feed: ChangeFeed[Any, Any], wait: float) -> Change[Any, Any] | 
     """The feed's next change within ``wait`` seconds, or None."""
     feed.timeout = wait
     return next(feed, None)
+
+
+# -- backup and restore (kafkakv.map.backup) ----------------------------------------------
+
+_STAGES = {
+    "write": "writing the backup",
+    "verify": "checking the backup",
+    "restore": "restoring",
+    "remove": "removing keys not in the backup",
+}
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Progress | None]:
+    """A progress callback drawing a bar on stderr when stderr is a terminal, else None (no
+    output: logs and pipes get the summary line only)."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    with RichProgress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def report(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(_STAGES.get(stage, stage), total=total)
+            bar.update(tasks[stage], completed=done)
+
+        yield report
+
+
+@contextmanager
+def _database(target: MapTarget, *, create: bool) -> Iterator[Database]:
+    """A database on the group's log; a missing log directory is created only with
+    ``create`` (as ``put`` does), else an error."""
+    path = require_log(target.path)
+    check_target(path)
+    if path.startswith("kafka://"):
+        with connect(path, **_waits(target)) as db:
+            yield db
+        return
+    if not create and not os.path.isdir(path):
+        raise CommandError(f"no log at {path}: the directory does not exist")
+    with connect(path, background_cleaner=False) as db:
+        yield db
+
+
+def _waits(target: MapTarget) -> dict[str, Any]:
+    return {} if target.timeout is None else {"timeout": target.timeout}
+
+
+_tags_flag = click.option(
+    "--hash-tags",
+    is_flag=True,
+    help="The map was created with hash tags (db.map(hash_tags=True)).",
+)
+_versions_flag = click.option(
+    "--versions",
+    is_flag=True,
+    help="The map was created with versions (db.map(versions=True)).",
+)
+
+
+@map_group.command("backup")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False))
+@codec_options()
+@_tags_flag
+@_versions_flag
+@pass_target
+def backup_command(
+    target: MapTarget,
+    name: str,
+    file: str,
+    key_codec: str,
+    value_codec: str,
+    hash_tags: bool,
+    versions: bool,
+) -> None:
+    """Write a backup of map NAME, with its cursor, to FILE.
+
+    FILE (replaced if it exists) gets every key and value as stored, and the cursor of the
+    moment they were read at. Syncs first, so the backup holds every update completed
+    before the command started; the pairs are copied with applying paused, then written to
+    a temporary file renamed to FILE. The bytes are copied as they are: --key-codec and
+    --value-codec only name the codecs in the backup's header. The format (JSON lines,
+    base64 pairs, a checksum) is described in docs/maps.md. A map that does not exist is an
+    error (exit code 2); nothing is created.
+    """
+    options = {"hash_tags": hash_tags, "versions": versions, **_waits(target)}
+    with (
+        _database(target, create=False) as db,
+        db.map(name, key_codec=key_codec, value_codec=value_codec, create=False, **options) as m,
+    ):
+        m.sync()
+        with _progress_bar() as progress:
+            header = backup(m, file, progress=progress)
+    click.echo(
+        f"backed up {header.pairs:,} pairs of map {name!r} at cursor {header.cursor} to {file}"
+    )
+
+
+@map_group.command("restore")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Replace the map's contents: put the backup's pairs, remove every other key.",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Partitions of the map when the restore creates it (an existing map must have as "
+    "many)  [default: the backup's; for an existing map, its own].",
+)
+@click.option(
+    "--hash-tags/--no-hash-tags",
+    default=None,
+    help="Keys place by their {hash tag}, as db.map(hash_tags=...): a new map is created so, "
+    "an existing one must have been  [default: as the backed-up map].",
+)
+@click.option(
+    "--versions/--no-versions",
+    default=None,
+    help="Keys carry versions, as db.map(versions=...); likewise  [default: as the backed-up map].",
+)
+@pass_target
+def restore_command(
+    target: MapTarget,
+    name: str,
+    file: str,
+    replace: bool,
+    partitions: int | None,
+    hash_tags: bool | None,
+    versions: bool | None,
+) -> None:
+    """Put the pairs of backup FILE into map NAME, byte for byte.
+
+    The whole file is checked first: a missing, foreign, truncated or damaged file is an
+    error (exit code 2) and nothing is written. A missing map is created (with the backup's
+    partition count unless --partitions, and the backed-up map's hash tags and versions
+    unless told otherwise); an existing one may have another partition count, each key
+    going to the partition its bytes choose. A map that holds keys is refused unless
+    --replace. Open the restored map with the codecs the summary names.
+    """
+    with _database(target, create=True) as db, _progress_bar() as progress:
+        report = restore(
+            db,
+            name,
+            file,
+            replace=replace,
+            partitions=partitions,
+            hash_tags=hash_tags,
+            versions=versions,
+            progress=progress,
+            **_waits(target),
+        )
+    header = report.header
+    removed = f", {report.removed:,} removed" if replace else ""
+    click.echo(
+        f"restored {report.put:,} pairs into map {name!r} ({report.overwritten:,} overwritten"
+        f"{removed}) from a backup of map {header.map!r} at cursor {header.cursor}; "
+        f"its codecs: --key-codec {header.key_codec} --value-codec {header.value_codec}"
+    )

@@ -705,6 +705,35 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             self._engine.check_usable()
             return Snapshot(dict(self._decoded()), self.cursor())
 
+    def encoded_snapshot(self) -> Snapshot[bytes, bytes]:
+        """As :meth:`snapshot`, with every key and value as its codec encoded it: nothing
+        decoded, nothing left out (keys this replica's codecs cannot read included). What a
+        backup writes (:mod:`kafkakv.map.backup`). O(n) with updates waiting meanwhile, but
+        only to copy references: no encoding, no I/O."""
+        self._barrier()
+        with self._engine.paused():
+            self._engine.check_usable()
+            return Snapshot(dict(self._store.items()), self.cursor())
+
+    @property
+    def partition_count(self) -> int:
+        """The number of partitions of the map's topics (:attr:`partitions`: those held)."""
+        return self._engine.partition_count
+
+    @property
+    def codec_names(self) -> tuple[str, str]:
+        """The names of this replica's key and value codecs, as ``("str", "json")``; a codec
+        without a name is named by its class."""
+        keys, values = self._keys, self._values
+        return keys.name or type(keys).__name__, values.name or type(values).__name__
+
+    @property
+    def creation_options(self) -> dict[str, bool]:
+        """The options fixed when the map was created, which every replica passes to
+        :meth:`~kafkakv.Database.map` alike: ``{"hash_tags": ..., "versions": ...}``."""
+        settings = self._engine.settings
+        return {"hash_tags": settings.hash_tags, "versions": settings.versions}
+
     def encoded_items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) pair as its codecs encoded it, for exporters that copy bytes
         (the Spark data source): no decoding, one pass over the store. Local, like ``items``
