@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import inspect
 import logging
 import os
@@ -310,9 +311,9 @@ class Database(Closeable):
         max_in_flight: int = 10_000,
         topics: str | None = None,
         create: bool = True,
-        hash_tags: bool = False,
-        versions: bool = False,
-        expiry: bool = False,
+        hash_tags: bool | None = None,
+        versions: bool | None = None,
+        expiry: bool | None = None,
     ) -> ReplicaMap[Any, Any]:
         """Open a replica of map ``name``, creating its topics if needed, and load it.
 
@@ -329,11 +330,11 @@ class Database(Closeable):
         (the map's name then prefixes its record keys). ``hash_tags``: place keys by the
         part between ``{`` and ``}`` when they have one, so that keys sharing it share a
         partition (for :meth:`~kafkakv.map.ReplicaMap.transaction`); chosen when the map is
-        created, and every replica must say the same. ``versions``: every key carries the
-        ops offset of its last change (:meth:`~kafkakv.map.ReplicaMap.get_versioned`),
-        chosen when the map is created likewise; in-memory stores only. ``expiry``: keys may
-        be put with a time to live (``put(k, v, ttl=seconds)``), chosen likewise; in-memory
-        stores only. Other options: see
+        created (None, the default: as created; False for a new map). ``versions``: every
+        key carries the ops offset of its last change
+        (:meth:`~kafkakv.map.ReplicaMap.get_versioned`), chosen when the map is created
+        likewise. ``expiry``: keys may be put with a time to live (``put(k, v, ttl=s)``),
+        likewise. Maps with versions or expiry need an in-memory store. Other options: see
         :class:`~kafkakv.map.MapSettings`.
 
         Returns a :class:`SortedReplicaMap` when the store is ordered. For type checkers the
@@ -535,14 +536,6 @@ class Database(Closeable):
         create: bool,
     ) -> list[ReplicaMap[Any, Any]]:
         self._check_open()
-        if (settings.versions or settings.expiry) and any(
-            s.store == "lmdb" or (isinstance(s.store, Store) and s.store.persistent) for s in specs
-        ):
-            what = "versions=True" if settings.versions else "expiry=True"
-            raise ConfigError(
-                f"{what} needs an in-memory store ('dict' or 'sorted'): a store on disk does "
-                "not keep versions and deadlines yet"
-            )
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ConfigError(f"map names repeat: {names}")
@@ -552,7 +545,7 @@ class Database(Closeable):
         count = create_topics(self.log, plan)  # only now: a refusal above leaves nothing behind
         if count != plan.partitions:  # another process created a topic meanwhile
             held = _held_partitions(shard, count)
-        check_map_settings(
+        created = check_map_settings(
             self.log,
             topics,
             hash_tags=settings.hash_tags,
@@ -560,6 +553,20 @@ class Database(Closeable):
             expiry=settings.expiry,
             timeout=settings.timeout,
         )
+        settings = dataclasses.replace(
+            settings,
+            hash_tags=created["hash_tags"],
+            versions=created["versions"],
+            expiry=created["expiry"],
+        )
+        if (settings.versions or settings.expiry) and any(
+            s.store == "lmdb" or (isinstance(s.store, Store) and s.store.persistent) for s in specs
+        ):
+            what = "versions" if settings.versions else "expiry"
+            raise ConfigError(
+                f"map {base!r} has {what}, which needs an in-memory store ('dict' or 'sorted'): "
+                "a store on disk does not keep versions and deadlines yet"
+            )
         states = [spec.state(shared, private=self.log.private) for spec in specs]
         max_bytes = int(self.log.topic_config(topics.ops)["max.message.bytes"])
         engine = ReplicaEngine(self.log, topics, count, held, states, settings, max_bytes)
@@ -780,9 +787,9 @@ class _Options(TypedDict, total=False):
     max_in_flight: int
     topics: str | None
     create: bool
-    hash_tags: bool
-    versions: bool
-    expiry: bool
+    hash_tags: bool | None
+    versions: bool | None
+    expiry: bool | None
 
 
 class _MapSpec:

@@ -277,15 +277,16 @@ def test_the_creation_options_go_with_the_backup(
     open_map: OpenMap, db: kafkakv.Database, tmp_path: Path, unique: Callable[[str], str]
 ) -> None:
     """hash_tags and versions are in the header; a restore creates the map with them (or
-    with the ones given), and an existing map must have been created with them."""
+    with the ones given), and an existing map must have been created with the ones given."""
     m = open_map(partitions=4, hash_tags=True, versions=True, store="dict")
     m.put_all({"{u1}a": 1, "{u1}b": 2, "plain": 3})
     header = backup(m, tmp_path / "tagged")
     assert (header.hash_tags, header.versions) == (True, True)
     restore(db, unique("copy"), tmp_path / "tagged")
     with pytest.raises(TopicMismatchError, match="hash_tags"):
-        db.map(unique("copy"), create=False)
-    with db.map(unique("copy"), create=False, hash_tags=True, versions=True) as copy:
+        db.map(unique("copy"), create=False, hash_tags=False)
+    with db.map(unique("copy"), create=False) as copy:  # as it was created
+        assert copy.creation_options == {"hash_tags": True, "versions": True, "expiry": False}
         assert copy.transaction(expect={"{u1}a": 1}, put={"{u1}b": 20})  # one partition
         assert copy.get_versioned("plain") is not None
         assert dict(copy.items()) == {"{u1}a": 1, "{u1}b": 20, "plain": 3}

@@ -183,4 +183,6 @@ def test_expiry_is_fixed_when_the_map_is_created(open_map: OpenMap) -> None:
     m = open_map(expiry=True)
     m.put("k", 1, ttl=60)
     with pytest.raises(TopicMismatchError, match="expiry=True"):
-        open_map()
+        open_map(expiry=False)
+    adopted = open_map()  # None: as the map was created
+    assert adopted.creation_options["expiry"] and 59 < adopted.ttl("k") <= 60  # type: ignore[operator]

@@ -471,24 +471,10 @@ def _waits(target: MapTarget) -> dict[str, Any]:
     return {} if target.timeout is None else {"timeout": target.timeout}
 
 
-_tags_flag = click.option(
-    "--hash-tags",
-    is_flag=True,
-    help="The map was created with hash tags (db.map(hash_tags=True)).",
-)
-_versions_flag = click.option(
-    "--versions",
-    is_flag=True,
-    help="The map was created with versions (db.map(versions=True)).",
-)
-
-
 @map_group.command("backup")
 @click.argument("name")
 @click.argument("file", type=click.Path(dir_okay=False))
 @codec_options()
-@_tags_flag
-@_versions_flag
 @pass_target
 def backup_command(
     target: MapTarget,
@@ -496,8 +482,6 @@ def backup_command(
     file: str,
     key_codec: str,
     value_codec: str,
-    hash_tags: bool,
-    versions: bool,
 ) -> None:
     """Write a backup of map NAME, with its cursor, to FILE.
 
@@ -509,7 +493,7 @@ def backup_command(
     base64 pairs, a checksum) is described in docs/maps.md. A map that does not exist is an
     error (exit code 2); nothing is created.
     """
-    options = {"hash_tags": hash_tags, "versions": versions, **_waits(target)}
+    options = _waits(target)
     with (
         _database(target, create=False) as db,
         db.map(name, key_codec=key_codec, value_codec=value_codec, create=False, **options) as m,
@@ -548,6 +532,11 @@ def backup_command(
     default=None,
     help="Keys carry versions, as db.map(versions=...); likewise  [default: as the backed-up map].",
 )
+@click.option(
+    "--expiry/--no-expiry",
+    default=None,
+    help="Keys may expire, as db.map(expiry=...); likewise  [default: as the backed-up map].",
+)
 @pass_target
 def restore_command(
     target: MapTarget,
@@ -557,6 +546,7 @@ def restore_command(
     partitions: int | None,
     hash_tags: bool | None,
     versions: bool | None,
+    expiry: bool | None,
 ) -> None:
     """Put the pairs of backup FILE into map NAME, byte for byte.
 
@@ -576,6 +566,7 @@ def restore_command(
             partitions=partitions,
             hash_tags=hash_tags,
             versions=versions,
+            expiry=expiry,
             progress=progress,
             **_waits(target),
         )

@@ -114,6 +114,7 @@ class BackupHeader:
     created: str
     hash_tags: bool = False
     versions: bool = False
+    expiry: bool = False
 
     def to_line(self) -> bytes:
         """The header as its JSON line.
@@ -135,6 +136,7 @@ class BackupHeader:
             "created": self.created,
             "hash_tags": self.hash_tags,
             "versions": self.versions,
+            "expiry": self.expiry,
         }
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
@@ -180,7 +182,7 @@ class BackupHeader:
         checksum = doc["checksum"]
         if not (checksum.startswith("sha256:") and _is_hex(checksum[7:], 64)):
             raise CorruptBackupError(f"damaged header: checksum {checksum!r}", line=1)
-        for name in ("hash_tags", "versions"):  # optional: False when absent
+        for name in ("hash_tags", "versions", "expiry"):  # optional: False when absent
             if type(doc.get(name, False)) is not bool:
                 raise CorruptBackupError(f"damaged header: field {name!r} is {doc[name]!r}", line=1)
         try:
@@ -198,6 +200,7 @@ class BackupHeader:
             doc["created"],
             doc.get("hash_tags", False),
             doc.get("versions", False),
+            doc.get("expiry", False),
         )
 
 
@@ -484,6 +487,7 @@ def restore(
     partitions: int | None = None,
     hash_tags: bool | None = None,
     versions: bool | None = None,
+    expiry: bool | None = None,
     topics: str | None = None,
     timeout: float = 30.0,
     progress: Progress | None = None,
@@ -495,10 +499,11 @@ def restore(
     replica of its own, closed at the end) and created when missing, with ``partitions``
     (default: the backup's; an existing map must have as many, when given). An existing map
     may have another partition count than the backup's: each key goes to the partition its
-    bytes choose in the target, as any put. ``hash_tags`` and ``versions`` (default: the
-    backup's) are passed to :meth:`Database.map` likewise: a new map is created with them, an
+    bytes choose in the target, as any put. ``hash_tags``, ``versions`` and ``expiry``
+    (default: the backup's) are passed to :meth:`Database.map` likewise: a new map is created with them, an
     existing one must have been created with them (else TopicMismatchError). Versions are
-    not in a backup: each restored key's version is the offset of its restoring record.
+    not in a backup: each restored key's version is the offset of its restoring record. Nor
+    are deadlines: restored keys do not expire.
     ``topics``: the map shares those topics with others (see :meth:`Database.map`).
 
     Without ``replace``, a map that holds keys raises :class:`~kafkakv.errors.MapNotEmptyError`
@@ -522,6 +527,7 @@ def restore(
         "timeout": timeout,
         "hash_tags": header.hash_tags if hash_tags is None else hash_tags,
         "versions": header.versions if versions is None else versions,
+        "expiry": header.expiry if expiry is None else expiry,
     }
     if topics is not None:
         options["topics"] = topics

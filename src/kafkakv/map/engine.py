@@ -124,13 +124,15 @@ class ReplicaEngine:
         self.settings = settings
         self.max_record_bytes = max_record_bytes
         self.maps = list(maps)
-        self.keyspace = KeySpace(partition_count, settings.hash_tags, shared=bool(maps[0].prefix))
+        self.keyspace = KeySpace(
+            partition_count, bool(settings.hash_tags), shared=bool(maps[0].prefix)
+        )
         self.table = MapTable(maps)
         for state in maps:
             state.versions = {} if settings.versions else None
             state.expiries = {} if settings.expiry else None
         #: The data topic's headers say something (versions, deadlines): read them.
-        self._headers = settings.versions or settings.expiry
+        self._headers = bool(settings.versions or settings.expiry)
         #: Keys to reap, ``(when, deadline, record key)``, earliest first (a map with expiry).
         self._deadline_heap: list[tuple[float, int, bytes]] = []
         self._reaper_wake = threading.Condition(threading.Lock())

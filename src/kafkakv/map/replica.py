@@ -730,9 +730,14 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
     @property
     def creation_options(self) -> dict[str, bool]:
         """The options fixed when the map was created, which every replica passes to
-        :meth:`~kafkakv.Database.map` alike: ``{"hash_tags": ..., "versions": ...}``."""
+        :meth:`~kafkakv.Database.map` alike: ``{"hash_tags": ..., "versions": ...,
+        "expiry": ...}``."""
         settings = self._engine.settings
-        return {"hash_tags": settings.hash_tags, "versions": settings.versions}
+        return {
+            "hash_tags": bool(settings.hash_tags),
+            "versions": bool(settings.versions),
+            "expiry": bool(settings.expiry),
+        }
 
     def encoded_items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) pair as its codecs encoded it, for exporters that copy bytes

@@ -29,7 +29,9 @@ class MapSettings:
     ``"per-read"`` appends one barrier record per call and exists only to measure what the
     others save.
     ``hash_tags``: keys place by their hash tag (see :mod:`kafkakv.map.keyspace`); fixed when
-    the map is created, and every replica must say the same.
+    the map is created (recorded in its data topic), so a replica that says True or False
+    must say what the map was created with. None (the default): as the map was created;
+    False for a new map.
     ``versions``: every key carries the ops offset of its last change; fixed likewise.
     ``expiry``: keys may be put with a time to live; fixed likewise.
     """
@@ -39,9 +41,9 @@ class MapSettings:
     max_in_flight: int = 10_000
     consistency: str = "local"
     barriers: str = "auto"
-    hash_tags: bool = False
-    versions: bool = False
-    expiry: bool = False
+    hash_tags: bool | None = None
+    versions: bool | None = None
+    expiry: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.flush_period, int) or self.flush_period < 1:
@@ -55,8 +57,10 @@ class MapSettings:
                 f"barriers must be one of {', '.join(BARRIERS)}, not {self.barriers!r}"
             )
         for name in ("hash_tags", "versions", "expiry"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be True or False, not {getattr(self, name)!r}")
+            if getattr(self, name) not in (None, True, False):
+                raise ConfigError(
+                    f"{name} must be True, False or None (as created), not {getattr(self, name)!r}"
+                )
         if self.consistency not in CONSISTENCY:
             raise ConfigError(
                 f"consistency must be one of {', '.join(CONSISTENCY)}, not {self.consistency!r}"

@@ -187,44 +187,55 @@ def check_map_settings(
     log: Log,
     topics: MapTopics,
     *,
-    hash_tags: bool,
-    versions: bool,
-    expiry: bool = False,
+    hash_tags: bool | None,
+    versions: bool | None,
+    expiry: bool | None = None,
     timeout: float,
-) -> None:
-    """Make sure the map is opened with the settings every replica must share, the ones it
-    was created with: how keys are placed (``hash_tags``), whether keys carry versions, and
-    whether they may expire.
+) -> dict[str, bool]:
+    """The settings every replica of the map must share, as it was created: how keys are
+    placed (``hash_tags``), whether keys carry versions, whether they may expire. Each is
+    taken from the map when None, and checked against it otherwise.
+
     A map created with other than the defaults starts its data topic's partition 0 with a
     settings record (:data:`~kafkakv.map.keyspace.SETTINGS_KEY`, msgpack
-    ``{"placement": ..., "versions": ..., "expiry": ...}``), written here when the map is new (nothing in
-    its ops or data topics yet). Replicas that placed a key in two partitions would append
-    its ops to two logs whose order no replica can tell; replicas that disagreed on versions
-    would decide version compares differently, and so would replicas that disagreed on
-    expiry about keys past their deadline. Raises
-    :class:`~kafkakv.errors.TopicMismatchError` naming the setting that differs. Cost: one
+    ``{"placement": ..., "versions": ..., "expiry": ...}``), written here when the map is
+    new (nothing in its ops or data topics yet) and asked for with non-defaults. Replicas
+    that placed a key in two partitions would append its ops to two logs whose order no
+    replica can tell; replicas that disagreed on versions would decide version compares
+    differently, and so would replicas that disagreed on expiry about keys past their
+    deadline. Raises :class:`~kafkakv.errors.TopicMismatchError` naming the setting that
+    differs. Returns ``{"hash_tags": ..., "versions": ..., "expiry": ...}``. Cost: one
     offset look-up and one read of a record per open; a new map with other settings, one
     append more."""
-    wanted: dict[str, object] = {
-        "placement": HASH_TAGS if hash_tags else "murmur2",
-        "versions": versions,
-        "expiry": expiry,
-    }
+    asked = {"hash_tags": hash_tags, "versions": versions, "expiry": expiry}
     deadline = time.monotonic() + timeout
     found = _settings(log, topics, deadline)
-    if found is None and wanted != DEFAULT_SETTINGS and _untouched(log, topics):
-        record = Record(SETTINGS_KEY, msgpack.packb(wanted))
+    if found is None and any(asked.values()) and _untouched(log, topics):
+        record = Record(SETTINGS_KEY, msgpack.packb(_recorded(asked)))
         log.append(topics.data, 0, [record], timeout=timeout)
         found = _settings(log, topics, deadline)
     made = {**DEFAULT_SETTINGS, **(found or {})}
-    for name, value in wanted.items():
-        if made.get(name) != value:
-            option = {"placement": "hash_tags"}.get(name, name)
-            was = made.get(name) == HASH_TAGS if name == "placement" else made.get(name)
+    created = {
+        "hash_tags": made.get("placement") == HASH_TAGS,
+        "versions": made.get("versions") is True,
+        "expiry": made.get("expiry") is True,
+    }
+    for name, value in asked.items():
+        if value is not None and value != created[name]:
             raise TopicMismatchError(
-                f"map topics {topics.data!r} were created with {option}={was}; every replica "
-                f"must open the map with the same {option}"
+                f"map topics {topics.data!r} were created with {name}={created[name]}; every "
+                f"replica must open the map with the same {name} (or leave it None: as created)"
             )
+    return created
+
+
+def _recorded(asked: Mapping[str, bool | None]) -> dict[str, object]:
+    """The settings record's value for a new map asked to have ``asked``."""
+    return {
+        "placement": HASH_TAGS if asked["hash_tags"] else "murmur2",
+        "versions": bool(asked["versions"]),
+        "expiry": bool(asked["expiry"]),
+    }
 
 
 def _settings(log: Log, topics: MapTopics, deadline: float) -> dict[str, object] | None:
