@@ -223,6 +223,21 @@ def test_bad_records_raise_type_errors_and_append_nothing(
     assert log.end_offset(topic, 0) == 0
 
 
+def test_a_large_batch_with_headers_and_timestamps_round_trips(log: Log, topic: str) -> None:
+    """Many records at once, some with headers or timestamps among plain ones (a backend may
+    send plain batches another way)."""
+    log.create_topic(topic, 1)
+    records = [
+        Record(f"k{i}".encode(), b"v", [("n", str(i).encode())] if i % 3 == 0 else (), None)
+        for i in range(50)
+    ]
+    records[7] = Record(b"k7", b"v", (), 1_600_000_000_000)
+    log.append(topic, 0, records)
+    got = log.read(topic, 0, 0, max_records=100)
+    assert [list(r.headers) for r in got] == [list(r.headers) for r in records]
+    assert got[7].timestamp == 1_600_000_000_000
+
+
 def test_append_needs_a_sequence_of_records(log: Log, topic: str) -> None:
     log.create_topic(topic, 1)
     with pytest.raises(TypeError):

@@ -192,8 +192,8 @@ _BATCH_MIN = 8  # plain rows at least this many are queued with one produce_batc
 # stall every other thread of the process for half a second)
 _BATCH_MAX = 10_000
 _QUEUE_FULL = KafkaError._QUEUE_FULL
-_PLAIN_META = {(None, None)}
-_meta = itemgetter(2, 3)  # a checked row's (headers, timestamp)
+_PLAIN = (None, None)  # the headers and timestamp of a plain row
+_meta = itemgetter(2, 3)  # a checked row's (headers, timestamp): headers are a list, unhashable
 
 
 def _unreachable(
@@ -262,7 +262,7 @@ def _produce(
     that tail keeps the order."""
     refused: Refused = []
     callback: dict[str, DeliveryCallback] = {} if cb is None else {"on_delivery": cb}
-    if len(rows) >= _BATCH_MIN and set(map(_meta, rows)) == _PLAIN_META:
+    if len(rows) >= _BATCH_MIN and all(meta == _PLAIN for meta in map(_meta, rows)):
         for i in range(0, len(rows), _BATCH_MAX):
             messages: list[dict[str, Any]] = [
                 {"key": k, "value": v} for k, v, _, _ in rows[i : i + _BATCH_MAX]
