@@ -1,7 +1,7 @@
 """kafkakv: a replicated key-value database for Python on a partitioned log."""
 
 from kafkakv import codecs, errors, functions, metrics
-from kafkakv.db import Database, connect
+from kafkakv.db import Database, connect, connect_async
 from kafkakv.directory import Directory, DirectoryRecord, RecordError
 from kafkakv.errors import KafkaKVError
 from kafkakv.log import EmbeddedLog, FsyncPolicy, Log, LogWriter, Record, partition_for
@@ -34,6 +34,7 @@ __all__ = [
     "__version__",
     "codecs",
     "connect",
+    "connect_async",
     "errors",
     "functions",
     "metrics",

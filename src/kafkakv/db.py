@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import dataclasses
 import inspect
@@ -74,6 +75,14 @@ def connect(target: str | os.PathLike[str] | Log, **log_options: Any) -> Databas
     if text.startswith("kafka://"):
         return Database(_kafka_log(text, log_options), owns_log=True)
     return Database(_construct(EmbeddedLog, text, **log_options), owns_log=True)
+
+
+async def connect_async(target: str | os.PathLike[str] | Log, **log_options: Any) -> Database:
+    """:func:`connect` without blocking the event loop (reaching Kafka takes round trips):
+    it runs in a worker thread. ``async with await kafkakv.connect_async(...) as db`` is
+    not needed: the database is an ordinary context manager, and
+    :meth:`Database.close_async` closes it from a coroutine."""
+    return await asyncio.to_thread(connect, target, **log_options)
 
 
 _MEMORY = "memory://"
@@ -364,7 +373,15 @@ class Database(Closeable):
         )
         return maps[0]
 
-    # Typed as map() is.
+    async def map_async(self, name: str, **options: Any) -> ReplicaMap[Any, Any]:
+        """:meth:`map` without blocking the event loop: creating topics and loading the
+        replica run in a worker thread. Takes the same options."""
+        return await asyncio.to_thread(lambda: self.map(name, **options))
+
+    async def sorted_map_async(self, name: str, **options: Any) -> SortedReplicaMap[Any, Any]:
+        """:meth:`sorted_map` without blocking the event loop (see :meth:`map_async`)."""
+        return await asyncio.to_thread(lambda: self.sorted_map(name, **options))
+
     @overload
     def sorted_map(
         self, name: str, *, key_codec: _Str = ..., value_codec: _Str, **options: Unpack[_Options]
@@ -640,6 +657,10 @@ class Database(Closeable):
         # By identity: a directory is a Mapping, and == would compare every entry.
         with self._lock:
             self._directories = [d for d in self._directories if d is not directory]
+
+    async def close_async(self, timeout: float | None = None) -> None:
+        """:meth:`close` without blocking the event loop (draining runs in a worker thread)."""
+        await asyncio.to_thread(self.close, timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Close every map and directory opened here, then the log if this database opened

@@ -8,6 +8,7 @@ the calling thread returns once its own record is applied here (one append plus 
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import itertools
 import time
@@ -646,6 +647,33 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         """
         self._engine.check_usable()
         self._engine.sync(self.partitions, timeout)
+
+    # -- asyncio ----------------------------------------------------------------------
+    # Updates have awaitable forms already (the *_async methods return futures that a
+    # coroutine awaits without blocking); these are the calls that wait in the caller.
+    async def sync_async(self, timeout: float | None = None) -> None:
+        """:meth:`sync` without blocking the event loop (the barrier waits in a thread)."""
+        await asyncio.to_thread(self.sync, timeout)
+
+    async def get_async(self, key: K, default: Any = None) -> Any:
+        """:meth:`get` for a coroutine: a local map answers at once; a linearizable map waits
+        for its barrier in a worker thread, not on the event loop."""
+        if not self._linearizable:
+            return self.get(key, default)
+        return await asyncio.to_thread(self.get, key, default)
+
+    async def get_versioned_async(self, key: K) -> tuple[V, int] | None:
+        """:meth:`get_versioned` without blocking the event loop."""
+        return await asyncio.to_thread(self.get_versioned, key)
+
+    async def snapshot_async(self) -> Snapshot[K, V]:
+        """:meth:`snapshot` (every key and value, with its cursor) without blocking the event
+        loop: O(n), in a worker thread."""
+        return await asyncio.to_thread(self.snapshot)
+
+    async def close_async(self) -> None:
+        """:meth:`close` without blocking the event loop (draining runs in a worker thread)."""
+        await asyncio.to_thread(self.close)
 
     def flush(self) -> None:
         """Flush every held partition to the data topic now (normally automatic)."""
