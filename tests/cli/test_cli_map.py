@@ -425,3 +425,22 @@ def test_watch_ctrl_c_exits_0(log_dir: Path, name: str) -> None:
             proc.wait()
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+def test_put_with_a_ttl_creates_a_map_with_expiry_and_get_meta_shows_it(
+    log_dir: Path, name: str
+) -> None:
+    """put --ttl creates the map with expiry; get --meta prints the seconds left; the key
+    reads as absent once they run out; a map created without expiry refuses --ttl."""
+    assert ok(cli(log_dir, "put", name, "k", "1", "--ttl", "60")) == ""
+    shown = json.loads(ok(cli(log_dir, "get", name, "k", "--meta")))
+    assert shown["value"] == 1 and 55 < shown["ttl"] <= 60
+    ok(cli(log_dir, "put", name, "gone", "2", "--ttl", "0.2"))
+    time.sleep(0.3)
+    assert cli(log_dir, "get", name, "gone").exit_code == 1
+    ok(cli(log_dir, "put", name, "k", "3"))  # without --ttl: no longer expires
+    assert json.loads(ok(cli(log_dir, "get", name, "k", "--meta"))) == {"value": 3, "ttl": None}
+    api_put(log_dir, name + "-plain", {"a": 1})
+    assert_clean_error(cli(log_dir, "put", name + "-plain", "a", "2", "--ttl", "5"), "expiry")
+    result = cli(log_dir, "put", name, "a", "2", "--ttl", "5", "--if-absent")
+    assert_clean_error(result, "--ttl and --if-absent")

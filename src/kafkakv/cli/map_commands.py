@@ -141,7 +141,7 @@ class MapTarget:
 
     @contextmanager
     def open(
-        self, name: str, key_codec: str, value_codec: str, *, create: bool = False
+        self, name: str, key_codec: str, value_codec: str, *, create: bool = False, **more: Any
     ) -> Iterator[ReplicaMap[Any, Any]]:
         """Connect, open map ``name`` and close both after.
 
@@ -150,7 +150,13 @@ class MapTarget:
         path = require_log(self.path)
         check_target(path)  # host:port without kafka:// is refused, not made a directory
         waits: dict[str, Any] = {} if self.timeout is None else {"timeout": self.timeout}
-        options = {"key_codec": key_codec, "value_codec": value_codec, "create": create, **waits}
+        options = {
+            "key_codec": key_codec,
+            "value_codec": value_codec,
+            "create": create,
+            **waits,
+            **more,
+        }
         if path.startswith("kafka://"):
             with connect(path, **waits) as db:
                 yield db.map(name, **options)
@@ -216,22 +222,42 @@ def _absent(name: str, key: object) -> click.exceptions.Exit:
     is_flag=True,
     help="Sync first: see every update completed anywhere before the call.",
 )
+@click.option(
+    "--meta",
+    is_flag=True,
+    help='Print {"value": ...} with the key\'s "version" and "ttl" (seconds left, null: none) '
+    "when the map has versions or expiry.",
+)
 @pass_target
 def get_command(
-    target: MapTarget, name: str, key: str, key_codec: str, value_codec: str, linearizable: bool
+    target: MapTarget,
+    name: str,
+    key: str,
+    key_codec: str,
+    value_codec: str,
+    linearizable: bool,
+    meta: bool,
 ) -> None:
     """Print KEY's value as JSON; exit code 1 when absent.
 
     A map that does not exist is an error (exit code 2); nothing is created.
     """
     k = _parse(key, key_codec, "KEY")
+    doc: dict[str, object] = {}
     with target.open(name, key_codec, value_codec) as m:
         if linearizable:
             m.sync()
         value = m.get(k)
+        if meta and value is not None:
+            options = m.creation_options
+            if options["versions"]:
+                found = m.get_versioned(k)
+                doc["version"] = None if found is None else found[1]
+            if options["expiry"]:
+                doc["ttl"] = m.ttl(k) if k in m else None
     if value is None:
         raise _absent(name, k)
-    click.echo(to_json(value))
+    click.echo(_line({"value": value, **doc}) if meta else to_json(value))
 
 
 @map_group.command("put")
@@ -244,6 +270,13 @@ def get_command(
     is_flag=True,
     help="Set only if KEY is absent; prints the value it already had (nothing: it was set).",
 )
+@click.option(
+    "--ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="KEY expires after SECONDS (a map created with expiry; a new map is created so).",
+)
 @_force_option
 @pass_target
 def put_command(
@@ -254,21 +287,25 @@ def put_command(
     key_codec: str,
     value_codec: str,
     if_absent: bool,
+    ttl: float | None,
     force: bool,
 ) -> None:
     """Set KEY to VALUE and print the previous value (nothing when there was none).
 
-    Creates the log directory and the map when they do not exist. Existing topics are
-    checked first: a refusal (wrong settings, another map's topic, a topic another program
-    wrote: see kafkakv init-existing) creates nothing.
+    Creates the log directory and the map when they do not exist (with expiry when --ttl
+    is given). Existing topics are checked first: a refusal (wrong settings, another map's
+    topic, a topic another program wrote: see kafkakv init-existing) creates nothing.
     """
+    if ttl is not None and if_absent:
+        raise CommandError("--ttl and --if-absent do not go together")
     k = _parse(key, key_codec, "KEY")
     v = _parse(value, value_codec, "VALUE")
-    with target.open(name, key_codec, value_codec, create=True) as m:
+    more = {} if ttl is None else {"expiry": True}
+    with target.open(name, key_codec, value_codec, create=True, **more) as m:
         if not force:
             _check_current(m, name, k, value_codec)
         try:
-            previous = m.put_if_absent(k, v) if if_absent else m.put(k, v)
+            previous = m.put_if_absent(k, v) if if_absent else m.put(k, v, ttl=ttl)
         except ResultDecodeError as exc:
             _show_undecoded(exc)
             return
