@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import kafkakv
-from kafkakv.log import Log
+from kafkakv.log import Log, Record
 from tests.doubles import ForwardingLog
+from tests.map.conftest import log_options, shared_logs
 
 T = TypeVar("T")
 
@@ -21,11 +22,19 @@ SLOW = 0.3  # seconds each end-offset look-up of the slow log takes
 
 
 class SlowEndLog(ForwardingLog):
-    """The embedded log whose end offsets take SLOW seconds to learn (a far broker)."""
+    """A log whose end offsets take SLOW seconds to learn, and whose appends SLOW seconds to
+    land (a far broker): a barrier waits for one or the other (the embedded log's barriers
+    read the end offset, Kafka's append a barrier record)."""
 
     def end_offset(self, topic: str, partition: int) -> int:
         time.sleep(SLOW)
         return self.inner.end_offset(topic, partition)
+
+    def append(
+        self, topic: str, partition: int, records: Sequence[Record], *, timeout: float | None = None
+    ) -> int:
+        time.sleep(SLOW)
+        return self.inner.append(topic, partition, records, timeout=timeout)
 
 
 async def _ticking(work: Callable[[], Awaitable[T]]) -> tuple[T, int]:
@@ -45,25 +54,32 @@ async def _ticking(work: Callable[[], Awaitable[T]]) -> tuple[T, int]:
         ticker.cancel()
 
 
-def test_opening_syncing_reading_and_closing_leave_the_loop_running(tmp_path: Path) -> None:
-    path = str(tmp_path / "log")
-    with kafkakv.connect(path) as db:
-        db.map("m").put_all({f"k{i}": i for i in range(2000)})
-    inner = kafkakv.connect(path).log
+@shared_logs
+def test_opening_syncing_reading_and_closing_leave_the_loop_running(
+    target: str, map_name: str
+) -> None:
+    options = log_options(target)
+    with kafkakv.connect(target, **options) as db:
+        db.map(map_name).put_all({f"k{i}": i for i in range(2000)})
+    inner = kafkakv.connect(target, **options).log
     slow: Log = SlowEndLog(inner)
 
     ticks: dict[str, int] = {}
 
     async def main() -> tuple[Any, int, bool]:
         db = await kafkakv.connect_async(slow)
-        m, ticks["open"] = await _ticking(lambda: db.map_async("m", consistency="linearizable"))
-        writer = await db.map_async("m")
+        m, ticks["open"] = await _ticking(
+            lambda: db.map_async(map_name, consistency="linearizable")
+        )
+        writer = await db.map_async(map_name)
         await writer.put_async("fresh", 1)
         got, ticks["get"] = await _ticking(lambda: m.get_async("fresh"))
         _, ticks["sync"] = await _ticking(lambda: m.sync_async())
         snap, ticks["snapshot"] = await _ticking(m.snapshot_async)
         done = await writer.transaction_async(expect={"fresh": 1}, put={"fresh": 2})
-        _, ticks["open versioned"] = await _ticking(lambda: db.map_async("v", versions=True))
+        _, ticks["open versioned"] = await _ticking(
+            lambda: db.map_async(map_name + "-v", versions=True)
+        )
         _, ticks["close"] = await _ticking(lambda: db.close_async())
         return got, len(snap.items), done
 
