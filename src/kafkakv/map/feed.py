@@ -445,9 +445,7 @@ class ChangeFeed(Generic[K, V]):
             if change is not None:
                 return change
             self._check_replica()
-            wait = (
-                _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
-            )
+            wait = _slice(deadline)
             if wait <= 0:
                 raise StopIteration
             with self._cond:
@@ -469,9 +467,7 @@ class ChangeFeed(Generic[K, V]):
             if change is not None:
                 return change
             self._check_replica()
-            wait = (
-                _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
-            )
+            wait = _slice(deadline)
             if wait <= 0:
                 raise StopAsyncIteration
             woken = asyncio.Event()
@@ -500,6 +496,13 @@ class ChangeFeed(Generic[K, V]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _slice(deadline: float | None) -> float:
+    """How long a waiting step sleeps before it looks again (<= 0: its time is up)."""
+    if deadline is None:
+        return _WAIT_SLICE
+    return min(_WAIT_SLICE, deadline - time.monotonic())
 
 
 def _collector(told: list[_Item]) -> Callable[[int, int, bytes, bytes | None, bytes | None], None]:
