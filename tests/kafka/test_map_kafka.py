@@ -119,3 +119,28 @@ def test_bootstrap_steps_over_commit_markers_and_aborted_records(
         fresh = fresh_db.map(name, timeout=10)
         assert time.monotonic() - began < 5
         assert fresh == m == {f"k{j}": 39 for j in range(5)}
+
+
+def test_a_map_whose_data_topic_starts_with_an_aborted_transaction_opens(
+    kafka_cluster: Cluster, url: str, db: kafkakv.Database, name: str
+) -> None:
+    """Opening a map reads the first record of its data topic (a settings record, when the
+    map has one). An aborted transaction there holds offsets no reader sees: the open steps
+    over them rather than wait for a record at the start offset until its timeout."""
+    db.map(name)  # the topics, nothing written yet
+    producer = Producer(
+        {"bootstrap.servers": kafka_cluster.bootstrap, "transactional.id": f"{name}-zombie"}
+    )
+    producer.init_transactions(KAFKA_TIMEOUT)
+    producer.begin_transaction()
+    producer.produce(name, key=b"k", value=b"-1", partition=0)
+    producer.flush(KAFKA_TIMEOUT)
+    producer.abort_transaction(KAFKA_TIMEOUT)
+    wait_for(lambda: db.log.end_offset(name, 0) >= 2, KAFKA_TIMEOUT, "abort marker")
+    with kafkakv.connect(url, timeout=KAFKA_TIMEOUT) as writer_db:
+        writer_db.map(name)["a"] = 1
+    began = time.monotonic()
+    with kafkakv.connect(url, timeout=KAFKA_TIMEOUT) as fresh_db:
+        fresh = fresh_db.map(name, timeout=10)
+        assert time.monotonic() - began < 5
+        assert fresh == {"a": 1} and fresh.creation_options["hash_tags"] is False

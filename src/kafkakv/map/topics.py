@@ -241,14 +241,18 @@ def _recorded(asked: Mapping[str, bool | None]) -> dict[str, object]:
 def _settings(log: Log, topics: MapTopics, deadline: float) -> dict[str, object] | None:
     """What the data topic's settings record says (None: there is none)."""
     data = topics.data
-    start = log.start_offset(data, 0)
-    if log.end_offset(data, 0) <= start:
-        return None
-    while not (first := log.read(data, 0, start, max_records=1)):
-        if time.monotonic() > deadline:  # a Kafka reader not caught up with the end offset
-            raise TopicMismatchError(f"{data}[0] has records, but none could be read")
-        time.sleep(0.05)
-    if first[0].key != SETTINGS_KEY:
+    position, end = log.start_offset(data, 0), log.end_offset(data, 0)
+    first: list[Record] = []
+    # The first record, stepping over offsets that hold none (Kafka's transaction markers,
+    # records compaction removed): read_batch says where to read next.
+    while not first and position < end:
+        first, after = log.read_batch(data, 0, position, max_records=1)
+        if not first and after <= position:  # nothing read: a reader not caught up yet
+            if time.monotonic() > deadline:
+                raise TopicMismatchError(f"{data}[0] has records, but none could be read")
+            time.sleep(0.05)
+        position = max(position, after)
+    if not first or first[0].key != SETTINGS_KEY:
         return None
     try:
         found = msgpack.unpackb(first[0].value or b"", raw=False)
