@@ -343,7 +343,8 @@ class Database(Closeable):
         key carries the ops offset of its last change
         (:meth:`~kafkakv.map.ReplicaMap.get_versioned`), chosen when the map is created
         likewise. ``expiry``: keys may be put with a time to live (``put(k, v, ttl=s)``),
-        likewise. Maps with versions or expiry need an in-memory store. Other options: see
+        likewise. A replica of a map with versions or expiry keeps them in memory: with a
+        store on disk it reloads the data topic when it opens. Other options: see
         :class:`~kafkakv.map.MapSettings`.
 
         Returns a :class:`SortedReplicaMap` when the store is ordered. For type checkers the
@@ -576,14 +577,6 @@ class Database(Closeable):
             versions=created["versions"],
             expiry=created["expiry"],
         )
-        if (settings.versions or settings.expiry) and any(
-            s.store == "lmdb" or (isinstance(s.store, Store) and s.store.persistent) for s in specs
-        ):
-            what = "versions" if settings.versions else "expiry"
-            raise ConfigError(
-                f"map {base!r} has {what}, which needs an in-memory store ('dict' or 'sorted'): "
-                "a store on disk does not keep versions and deadlines yet"
-            )
         states = [spec.state(shared, private=self.log.private) for spec in specs]
         max_bytes = int(self.log.topic_config(topics.ops)["max.message.bytes"])
         engine = ReplicaEngine(self.log, topics, count, held, states, settings, max_bytes)

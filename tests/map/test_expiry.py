@@ -25,9 +25,6 @@ from tests.map.conftest import OpenMap, compact_if_possible, local_logs, shared_
 from tests.map.test_map_protocol import read_all
 from tests.waiting import wait_for
 
-in_memory = pytest.mark.parametrize("store_kind", ["dict", "sorted"])
-"""Deadlines live in memory (a store on disk is refused)."""
-
 STR, JSON = codec_for("str"), codec_for("json")
 
 
@@ -84,7 +81,6 @@ def test_a_map_without_expiry_refuses_expiring_ops_alike() -> None:
 
 
 # -- maps -----------------------------------------------------------------------------------
-@in_memory
 def test_expired_keys_read_as_absent_then_every_replica_removes_them(open_map: OpenMap) -> None:
     writer = open_map(expiry=True, partitions=2, flush_period=100_000)
     reader = open_map(expiry=True, partitions=2, flush_period=100_000)
@@ -161,7 +157,6 @@ def test_a_sorted_map_steps_over_expired_keys(open_map: OpenMap) -> None:
         assert dict(m) == {"a": 1, "c": 3, "e": 5} and len(m) == 3 and "b" not in m
 
 
-@in_memory
 def test_expiry_is_refused_where_the_map_has_none(open_map: OpenMap, map_name: str) -> None:
     plain = open_map()
     with pytest.raises(ConfigError, match="has no expiry"):
@@ -175,8 +170,6 @@ def test_expiry_is_refused_where_the_map_has_none(open_map: OpenMap, map_name: s
         with pytest.raises(ConfigError):
             m.put("k", 1, ttl=bad)  # type: ignore[arg-type]
     assert "k" not in m
-    with pytest.raises(ConfigError, match="in-memory store"):
-        open_map(map_name + "-disk", expiry=True, store="lmdb")
 
 
 @shared_logs

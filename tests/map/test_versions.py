@@ -15,18 +15,15 @@ import pytest
 
 from kafkakv.errors import ConfigError, OperationFailedError, TopicMismatchError
 from kafkakv.map.ops import OpCode
+from kafkakv.store import LmdbStore
 from tests.map.conftest import OpenMap, compact_if_possible, shared_logs
 from tests.map.test_map_protocol import _seed
-
-in_memory = pytest.mark.parametrize("store_kind", ["dict", "sorted"])
-"""Versions live in memory (a store on disk is refused)."""
 
 
 def _versions(m: Any) -> dict[Any, tuple[Any, int] | None]:
     return {k: m.get_versioned(k) for k in sorted(m)}
 
 
-@in_memory
 def test_versions_are_the_offset_of_each_keys_last_change_on_every_replica(
     open_map: OpenMap,
 ) -> None:
@@ -66,7 +63,6 @@ def test_versions_are_the_offset_of_each_keys_last_change_on_every_replica(
     assert _versions(later) == expected
 
 
-@in_memory
 def test_a_compare_by_version_is_not_fooled_by_a_value_that_came_back(open_map: OpenMap) -> None:
     m = open_map(versions=True)
     m["k"] = "a"
@@ -93,7 +89,6 @@ def test_a_compare_by_version_is_not_fooled_by_a_value_that_came_back(open_map: 
     assert m.compare_version_and_set_async("k", -5 + 5, "z").result(timeout=30) is False
 
 
-@in_memory
 def test_versions_are_refused_where_the_map_has_none(open_map: OpenMap, map_name: str) -> None:
     plain = open_map()
     plain["k"] = 1
@@ -114,8 +109,6 @@ def test_versions_are_refused_where_the_map_has_none(open_map: OpenMap, map_name
     for bad in (1.5, "3", -2, True):
         with pytest.raises(ConfigError):
             versioned.compare_version_and_set("k", bad, 1)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="in-memory store"):
-        open_map(map_name + "-disk", versions=True, store="lmdb")
 
 
 @shared_logs
@@ -131,8 +124,8 @@ def test_versions_are_fixed_when_the_map_is_created(open_map: OpenMap, map_name:
         open_map(map_name + "-plain", versions=True)
 
 
-@in_memory
 def test_versions_survive_compaction_and_a_restart(open_map: OpenMap) -> None:
+    """Also with a store on disk, which reloads the data topic to learn them again."""
     m = open_map(versions=True, flush_period=100_000)
     m.put_all({f"k{i}": i for i in range(50)})
     for i in range(0, 50, 3):
@@ -144,3 +137,8 @@ def test_versions_survive_compaction_and_a_restart(open_map: OpenMap) -> None:
     expected = _versions(m)
     assert all(v is not None and v[1] >= 0 for v in expected.values())
     assert _versions(open_map(versions=True)) == expected
+    store = m._state.store
+    if isinstance(store, LmdbStore):  # reopened on the same store, it reloads, not resumes
+        m.close()
+        again = open_map(versions=True, store="lmdb", store_path=store.path)
+        assert _versions(again) == expected

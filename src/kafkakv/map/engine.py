@@ -1028,7 +1028,8 @@ class ReplicaEngine:
                 state.store.write({}, {p: Positions(machine.applied, machine.flushed)})
 
     def _resume_point(self, p: int) -> Positions | None:
-        if not all(state.store.persistent for state in self.maps):
+        # Versions and deadlines live in memory: a store on disk reloads to learn them again.
+        if self._headers or not all(state.store.persistent for state in self.maps):
             return None
         seen = [state.store.positions().get(p) for state in self.maps]
         first = seen[0]
