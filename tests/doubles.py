@@ -17,6 +17,7 @@ from kafkakv.log.base import (
     CleanResult,
     EntryBatch,
     FailureCallback,
+    LatestBatch,
     Log,
     LogWriter,
     Problem,
@@ -134,6 +135,19 @@ class ForwardingLog(Log):
         max_bytes: int = 1 << 20,
     ) -> EntryBatch:
         return self.inner.read_entries(
+            topic, partition, offset, max_records=max_records, max_bytes=max_bytes
+        )
+
+    def read_latest(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> LatestBatch:
+        return self.inner.read_latest(
             topic, partition, offset, max_records=max_records, max_bytes=max_bytes
         )
 

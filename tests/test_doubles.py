@@ -53,6 +53,7 @@ def test_a_forwarding_log_answers_as_its_inner_log_does() -> None:
     assert log.read("t", 0, 0, max_records=1) == inner.read("t", 0, 0, max_records=1)
     assert log.read_batch("t", 0, 0) == inner.read_batch("t", 0, 0)
     assert log.read_entries("t", 0, 0) == inner.read_entries("t", 0, 0)
+    assert log.read_latest("t", 0, 0) == inner.read_latest("t", 0, 0)
     assert (log.start_offset("t", 0), log.end_offset("t", 0)) == (0, 2)
     assert log.wait("t", 1, 0, 0) and log.wait_any({("t", 1): 1}, 0) == set()
     assert [r.records_out for r in log.compact("t")] == [1, 1]

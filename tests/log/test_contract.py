@@ -174,6 +174,46 @@ def test_read_entries_are_the_records_keys_values_and_offsets(log: Log, topic: s
     assert entries[-1] == (b"gone", None, last.offset) and after >= last.offset + 1  # type: ignore[operator]
 
 
+def test_read_latest_is_the_last_value_of_each_key_among_the_records_read(
+    log: Log, topic: str
+) -> None:
+    log.create_topic(topic, 1)
+    log.append(topic, 0, [Record(b"k%d" % (i % 7), b"v%d" % i) for i in range(30)])
+    log.append(topic, 0, [Record(b"k3", None), Record(None, b"no key", headers=[("h", b"1")])])
+    log.append(topic, 0, [Record(b"k%d" % (i % 5), b"w%d" % i) for i in range(12)])
+    records = log.read(topic, 0, 0, max_records=1000)
+    assert len(records) == 44
+    for start, limit in ((0, 1000), (7, 5), (29, 3), (30, 2), (31, 10), (40, 10)):
+        offset = offset_of(records[start])
+        latest, after = log.read_latest(topic, 0, offset, max_records=limit)
+        read, read_after = log.read_batch(topic, 0, offset, max_records=limit)
+        assert latest == {r.key: r.value for r in read} and after == read_after
+    latest, after = log.read_latest(topic, 0, offset_of(records[28]), max_records=4)
+    assert latest == {b"k0": b"v28", b"k1": b"v29", b"k3": None, None: b"no key"}
+    assert offset_of(records[31]) < after <= offset_of(records[32])  # Kafka: maybe past a gap
+    # Stretch by stretch, as a replica loads its data topic, reads stop inside batches:
+    everything: dict[bytes | None, bytes | None] = {}
+    position, stretches = 0, 0
+    while True:
+        stretch, position = log.read_latest(topic, 0, position, max_records=4)
+        if not stretch:
+            break
+        everything.update(stretch)
+        stretches += 1
+    assert stretches >= 11
+    assert everything == log.read_latest(topic, 0, 0, max_records=1000).values
+    expected: dict[bytes | None, bytes | None] = {
+        b"k%d" % k: b"w%d" % (k + 10 if k < 2 else k + 5) for k in range(5)
+    }
+    assert everything == {**expected, b"k5": b"v26", b"k6": b"v27", None: b"no key"}
+    small = log.read_batch(topic, 0, 0, max_bytes=1)  # at least one record
+    assert log.read_latest(topic, 0, 0, max_bytes=1) == (
+        {r.key: r.value for r in small[0]},
+        small[1],
+    )
+    assert log.read_latest(topic, 0, log.end_offset(topic, 0)).values == {}
+
+
 def test_read_limits(log: Log, topic: str) -> None:
     log.create_topic(topic, 1)
     for i in range(20):

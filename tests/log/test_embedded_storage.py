@@ -290,6 +290,8 @@ def test_corruption_in_the_middle_is_reported_and_never_drops_later_data(tmp_pat
         with pytest.raises(CorruptLogError) as info:
             log.read("t", 0, 10)
         assert info.value.position is not None
+        with pytest.raises(CorruptLogError):  # a loader's read checks every batch as well
+            log.read_latest("t", 0, 0, max_records=100)
         # Reading past the damaged batch still works, and appends keep everything.
         assert log.read("t", 0, 11)[0].value == b"value-11" * 5
         assert log.append("t", 0, [Record(b"k", b"after")]) == 30
@@ -536,6 +538,7 @@ def test_a_manifest_with_a_non_utf8_byte_is_a_corrupt_log_error_naming_it(tmp_pa
             lambda: log.read("t", 0, 0),
             lambda: log.append("t", 0, [Record(b"k", b"v")]),
             lambda: log.read_entries("t", 0, 0),
+            lambda: log.read_latest("t", 0, 0),
         ):
             with pytest.raises(CorruptLogError) as info:
                 call()

@@ -39,10 +39,12 @@ from kafkakv.errors import (
 )
 from kafkakv.log.base import Record
 from kafkakv.log.partitioner import partition_for
+from kafkakv.map import engine
 from kafkakv.map.keyspace import FLUSH_POINT_KEY
 from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.map.topics import MapTopics, adopt_existing
 from tests.map.conftest import OpenMap, embedded_only, local_logs, log_options
+from tests.records import offset_of
 from tests.waiting import wait_for
 
 
@@ -172,6 +174,33 @@ def test_an_adopted_topic_with_an_unreadable_record_reads_and_reports_it(
         assert [(e.partition, e.offset, e.key, e.topic) for e in m.errors()] == [
             (0, 1, b"bad", topic)
         ]
+
+
+def test_a_bootstrap_notes_what_does_not_read_with_the_offset_of_its_last_record(
+    log: Any, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain map loads its data topic as the last value per key (Log.read_latest), without
+    offsets: a stretch holding a key or value its codecs cannot read is read again, record by
+    record, for the offsets."""
+    monkeypatch.setattr(engine, "_LOAD_LATEST", 3)  # stretches of three records
+    log.create_topic(topic, 1, {"cleanup.policy": "compact"})
+    rows = [
+        *[(b"a", b'"1"'), (b"b", b"{oops"), (b"g", b'"7"')],
+        *[(b"d", b'"4"'), (b"b", b"{again"), (b"g", b"[x")],  # g readable no more
+        *[(b"a", None), (b"\xff", b'"k"'), (b"d", b'"44"')],  # a key that is not UTF-8
+        *[(b"e", b"{"), (b"e", b'"5"')],  # unreadable, then readable in the same stretch
+    ]
+    log.append(topic, 0, [Record(k, v) for k, v in rows])
+    offsets = [offset_of(r) for r in log.read(topic, 0, 0, max_records=100)]
+    adopt_existing(log, MapTopics.for_name(topic))
+    with kafkakv.connect(log) as db:
+        m = db.map(topic)
+        assert dict(m.items()) == {"d": "44", "e": "5"}
+        noted = [(b"b", offsets[4]), (b"g", offsets[5]), (b"\xff", offsets[7])]
+        assert sorted((e.key, e.offset) for e in m.unreadable()) == noted
+        assert set(noted) <= {(e.key, e.offset) for e in m.errors()}
+        with pytest.raises(DecodeError):
+            m["g"]
 
 
 # -- closing and exit drain ------------------------------------------------------------------

@@ -31,7 +31,7 @@ from kafkakv.codecs import codec_for
 from kafkakv.errors import DataLossError, OperationFailedError
 from kafkakv.log.base import Record
 from kafkakv.map import machine as machine_module
-from kafkakv.map.keyspace import FLUSH_POINT_KEY
+from kafkakv.map.keyspace import FLUSH_POINT_KEY, SETTINGS_KEY
 from kafkakv.map.machine import (
     CHANGE,
     FAILED,
@@ -42,6 +42,7 @@ from kafkakv.map.machine import (
     Step,
     flush_records,
     load_batch,
+    load_latest,
     read_flush_point,
     start_point,
 )
@@ -503,3 +504,45 @@ def test_a_bootstrap_batch_reads_the_same_as_records_or_as_entries() -> None:
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] == {b"a": b"2", b"b": b"not json"} and outcomes[0][1] == 5
     assert [e.offset for e in outcomes[0][2]] == [11]
+
+
+@SETTINGS
+@given(
+    items=st.lists(
+        st.tuples(
+            st.sampled_from([None, *KEYS[:3], b"\xff", FLUSH_POINT_KEY, SETTINGS_KEY]),
+            st.sampled_from([None, b"1", b"2", b"not json"]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    noted=st.sets(st.sampled_from([*KEYS[:3], b"\xff"])),
+)
+def test_load_latest_decides_as_load_batch_or_asks_for_the_entries(
+    items: list[tuple[bytes | None, bytes | None]], noted: set[bytes]
+) -> None:
+    """From the last value per key (Log.read_latest), a plain map's bootstrap decides what
+    load_batch decides from the records; when a key or value does not read, it returns None
+    (the engine then reads the entries again, for the offsets, and load_batch decides)."""
+    items = [  # flush points as flushes write them: each covers more than the one before
+        (k, msgpack.packb([i]) if k == FLUSH_POINT_KEY else v) for i, (k, v) in enumerate(items)
+    ]
+    records = numbered(items, 10)
+    latest = {r.key: r.value for r in records}
+    states = new_state(), new_state()
+    for state in states:  # noted unreadable by an earlier stretch
+        state.unreadable.update({k: machine_module.ApplyError(0, 1, "earlier", k) for k in noted})
+    expected = load_batch(MapTable([states[0]]), 0, records, "data")
+    got = load_latest(MapTable([states[1]]), 0, dict(latest))
+    if got is None:
+        assert any(  # (a tombstone's key too: load_batch then notes nothing)
+            k == b"\xff" or v == b"not json"
+            for k, v in latest.items()
+            if k not in (None, FLUSH_POINT_KEY, SETTINGS_KEY)
+        )
+        assert states[1].unreadable.keys() == noted  # left for load_batch to decide
+        return
+    assert not expected.errors
+    assert list(got.changes.values()) == list(expected.changes.values())
+    assert got.flush_point == expected.flush_point and got.errors == []
+    assert states[1].unreadable == states[0].unreadable

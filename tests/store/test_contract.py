@@ -95,6 +95,8 @@ def test_write_sets_overwrites_and_deletes(store: Store) -> None:
         b"empty key",
     ]
     assert store.get_many([]) == []
+    store.write({b"\xff": None, b"e": b""}, {})  # an empty value in a batch that deletes
+    assert b"\xff" not in store and store.get(b"e") == b"" and len(store) == 3
     assert store.check() == []
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "flush_records",
     "load_batch",
     "load_headers",
+    "load_latest",
     "read_flush_point",
     "start_point",
 ]
@@ -892,6 +893,52 @@ def load_headers(table: MapTable, records: Sequence[Record]) -> list[tuple[int, 
     return expiring
 
 
+def load_latest(table: MapTable, p: int, latest: dict[bytes | None, bytes | None]) -> Loaded | None:
+    """:func:`load_batch` for a plain map (``table.plain``) from the last value of each key
+    of a stretch of data records (:meth:`~kafkakv.log.base.Log.read_latest`), which it
+    takes over. None when a key or value does not read with the map's codecs: their offsets
+    are needed then, and the caller reads the stretch again for :func:`load_batch`. The flush
+    point is the stretch's last (the one compaction keeps). No pass in Python per record.
+
+    >>> from kafkakv.codecs import StrCodec
+    >>> from kafkakv.store.memory import DictStore
+    >>> table = MapTable([MapState("m", b"", StrCodec(), StrCodec(), DictStore())])
+    >>> loaded = load_latest(table, 0, {b"a": b"1", b"b": None, FLUSH_POINT_KEY: b"\\x91\\x07"})
+    >>> list(loaded.changes.values()), loaded.flush_point, loaded.errors
+    ([{b'a': b'1', b'b': None}], 7, [])
+    >>> load_latest(table, 0, {b"a": b"\\xff"}) is None
+    True
+    """
+    state = table.maps[0]
+    latest.pop(None, None)
+    latest.pop(SETTINGS_KEY, None)
+    flushed = -1
+    if FLUSH_POINT_KEY in latest:
+        flushed = read_flush_point(latest.pop(FLUSH_POINT_KEY))
+    batch = cast("dict[bytes, bytes | None]", latest)
+    if not _reads_all(state, batch):
+        return None
+    return Loaded({id(state): batch}, flushed, [])
+
+
+def _reads_all(state: MapState, batch: dict[bytes, bytes | None]) -> bool:
+    """Whether the map's codecs read every key and value of ``batch`` (the last value per
+    key); forgets the keys of ``batch`` noted unreadable before when they do."""
+    if state.values.reads_any_bytes:
+        values: list[bytes] = []
+    else:
+        values = cast("list[bytes]", list(batch.values()))
+        if None in values:  # tombstones: nothing to read
+            values = [v for v in values if v is not None]
+    if state.values.undecodable(values) or state.keys.undecodable(list(batch)):
+        return False
+    unreadable = state.unreadable
+    if unreadable:
+        for key in batch:
+            unreadable.pop(key, None)
+    return True
+
+
 def _note_loaded(
     state: MapState,
     p: int,
@@ -901,17 +948,7 @@ def _note_loaded(
     topic: str,
 ) -> None:
     """``batch`` (the last value per key) checked with the map's codecs."""
-    if state.values.reads_any_bytes:
-        values: list[bytes] = []
-    else:
-        values = cast("list[bytes]", list(batch.values()))
-        if None in values:  # tombstones: nothing to read
-            values = [v for v in values if v is not None]
-    unreadable = state.unreadable
-    if not state.values.undecodable(values) and not state.keys.undecodable(list(batch)):
-        if unreadable:
-            for key in batch:
-                unreadable.pop(key, None)
+    if _reads_all(state, batch):
         return
     latest = {e[0]: e for e in entries if e[0] in batch}
     for key, entry in latest.items():

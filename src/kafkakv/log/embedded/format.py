@@ -59,6 +59,7 @@ __all__ = [
     "parse_header",
     "records_from_rows",
     "reencode_batch",
+    "rows_from",
     "scan_batches",
     "valid_batch_at",
     "verify_crc",
@@ -252,6 +253,22 @@ def entries_from_rows(
     start = bisect_left(rows, min_offset - base, key=_offset_delta) if min_offset > base else 0
     stop = len(rows) if limit is None else min(len(rows), start + limit)
     return [(k, v, base + od) for od, _, k, v, _ in rows[start:stop]]
+
+
+def rows_from(
+    rows: Sequence[Row],
+    header: BatchHeader,
+    partition: int,
+    min_offset: int = 0,
+    limit: int | None = None,
+) -> Sequence[Row]:
+    """As :func:`records_from_rows`, the stored rows themselves (offsets relative to the
+    batch's base): a reader that builds one result of them all (:meth:`Log.read_latest`)
+    skips a tuple per row. The whole batch costs nothing; a slice of it, a copy of the slice."""
+    base = header.base_offset
+    start = bisect_left(rows, min_offset - base, key=_offset_delta) if min_offset > base else 0
+    stop = len(rows) if limit is None else min(len(rows), start + limit)
+    return rows if start == 0 and stop == len(rows) else rows[start:stop]
 
 
 _offset_delta = itemgetter(0)

@@ -39,6 +39,7 @@ from kafkakv.errors import (
 from kafkakv.log.base import (
     EntryBatch,
     FailureCallback,
+    LatestBatch,
     Log,
     Problem,
     Record,
@@ -405,9 +406,8 @@ class EmbeddedLog(Log):
         max_bytes: int = 1 << 20,
     ) -> list[Record]:
         """See :meth:`Log.read`. Lock-free; one sparse-index lookup, then sequential reads."""
-        return self._reading(topic, partition, offset, max_records).read(
-            offset, max_records, max_bytes
-        )
+        part = self._reading(topic, partition, offset, max_records)
+        return part.read(offset, max_records, max_bytes)[0]
 
     def _reading(self, topic: str, partition: int, offset: int, max_records: int) -> Partition:
         """The partition a read asks for, once its arguments are checked."""
@@ -429,8 +429,22 @@ class EmbeddedLog(Log):
     ) -> EntryBatch:
         """See :meth:`Log.read_entries`: straight from the decoded batches, no records built."""
         part = self._reading(topic, partition, offset, max_records)
-        entries = part.read(offset, max_records, max_bytes, entries=True)
-        return EntryBatch(entries, entries[-1][2] + 1 if entries else offset)
+        return EntryBatch(*part.read(offset, max_records, max_bytes, "entries"))
+
+    def read_latest(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> LatestBatch:
+        """See :meth:`Log.read_latest`: one dict straight from the decoded rows, no record or
+        entry built."""
+        part = self._reading(topic, partition, offset, max_records)
+        rows, after = part.read(offset, max_records, max_bytes, "rows")
+        return LatestBatch({k: v for _, _, k, v, _ in rows}, after)
 
     def start_offset(self, topic: str, partition: int) -> int:
         return self._partition(topic, partition).start_offset()

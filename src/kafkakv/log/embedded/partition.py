@@ -28,7 +28,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
@@ -46,6 +46,7 @@ from kafkakv.log.embedded.format import (
     entries_from_rows,
     parse_header,
     records_from_rows,
+    rows_from,
     scan_batches,
     verify_crc,
 )
@@ -56,9 +57,17 @@ from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
 
 __all__ = ["Partition", "PendingTailError", "PreparedBatch"]
 
-_Builder = tuple[Callable[..., list[Any]], int]
-_RECORDS: _Builder = (records_from_rows, 5)  # Record.offset is its 6th field
-_ENTRIES: _Builder = (entries_from_rows, 2)  # (key, value, offset)
+Shape = Literal["records", "entries", "rows"]
+"""What :meth:`Partition.read` returns of each record: a :class:`Record`, a ``(key, value,
+offset)`` entry, or the stored :data:`Row` itself (its offset relative to its batch's)."""
+
+# What a read builds of a batch's rows, and the offset of a built item (given the batch's base).
+_Builder = tuple[Callable[..., Sequence[Any]], Callable[[Any, int], int]]
+_BUILDERS: dict[str, _Builder] = {
+    "records": (records_from_rows, lambda record, base: record[5]),
+    "entries": (entries_from_rows, lambda entry, base: entry[2]),
+    "rows": (rows_from, lambda row, base: base + row[0]),
+}
 
 _READ_CHUNK = 1 << 17
 _MAX_READ_CHUNK = 1 << 22
@@ -297,13 +306,14 @@ class Partition:
         return _Start(cache.positions[k], seg.base + cache.rels[k], True)
 
     def read(
-        self, offset: int, max_records: int, max_bytes: int, entries: bool = False
-    ) -> list[Any]:
-        """Records at or after ``offset``; see :meth:`kafkakv.log.base.Log.read`. With
-        ``entries``, ``(key, value, offset)`` tuples instead (:meth:`Log.read_entries`)."""
+        self, offset: int, max_records: int, max_bytes: int, shape: Shape = "records"
+    ) -> tuple[list[Any], int]:
+        """Records at or after ``offset`` in the ``shape`` asked for, and the offset to read
+        from next (one past the last of them; ``offset`` when there is none); see
+        :meth:`kafkakv.log.base.Log.read`."""
         head = self.published()
         if offset >= head.next_offset:
-            return []
+            return [], offset
         if offset < head.start_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {self.topic}-{self.number} is below the log start offset "
@@ -320,7 +330,7 @@ class Partition:
                 with gc_paused():  # over the release too: gc on there made reads 20% slower
                     try:
                         return self._read_from(
-                            m, bases, head, offset, max_records, max_bytes, entries
+                            m, bases, head, offset, max_records, max_bytes, _BUILDERS[shape]
                         )
                     finally:
                         with self._cache_lock:
@@ -341,10 +351,10 @@ class Partition:
         offset: int,
         max_records: int,
         max_bytes: int,
-        entries: bool,
-    ) -> list[Any]:
+        build: _Builder,
+    ) -> tuple[list[Any], int]:
         out: list[Any] = []
-        build = _ENTRIES if entries else _RECORDS
+        after = offset
         budget = max(1, max_bytes)
         i = max(0, bisect_right(bases, offset) - 1)
         segs = m.segments
@@ -371,13 +381,11 @@ class Partition:
                     and cursor[1] <= offset
                 ):
                     start = cursor[2]  # nearer than the sparse index
-            budget = self._read_segment(
-                seg, start, end, limit, offset, out, max_records, budget, build
+            budget, after = self._read_segment(
+                seg, start, end, limit, offset, out, max_records, budget, build, after
             )
             i += 1
-        if len(out) > max_records:
-            del out[max_records:]
-        return out
+        return out, after
 
     def _read_segment(
         self,
@@ -390,15 +398,18 @@ class Partition:
         max_records: int,
         budget: int,
         build: _Builder,
-    ) -> int:
-        """Read the batches of ``seg`` from ``start`` up to byte ``end`` into ``out``.
+        after: int,
+    ) -> tuple[int, int]:
+        """Read the batches of ``seg`` from ``start`` up to byte ``end`` into ``out``; return
+        the byte budget left and one past the offset of the last record read (``after`` when
+        none was).
 
         Every batch's offsets are checked before anything of it is used (the CRC does not
         cover the base offset): the first must have the base offset ``start`` names, each
         next one must begin above the last, and all must end below ``limit`` (the next
         segment's base, or the published end). Raises :class:`CorruptLogError` otherwise.
         """
-        make, at = build  # what to build of each row, and where its offset is in it
+        make, offset_of = build  # what to build of each row, and how to find its offset
         pos, low, exact = start
         with self._cache_lock:
             fd = self._read_fd(seg.name)  # stays open while this read runs (see _readers)
@@ -443,7 +454,9 @@ class Partition:
                     taken = make(rows, h, part, offset, max_records - len(out))
                     out.extend(taken)
                     budget -= h.size
-                    last = taken[-1][at] if taken else None
+                    last = offset_of(taken[-1], h.base_offset) if taken else None
+                    if last is not None:
+                        after = last + 1
                     if last is not None and last != rows[-1][0] + h.base_offset:
                         # The read stops inside this batch: keep it decoded for the next one.
                         self._partial = (where, rows)
@@ -452,16 +465,16 @@ class Partition:
                             last + 1,
                             _Start(pos + p, h.base_offset, True),
                         )
-                        return budget
+                        return budget, after
                     if len(out) >= max_records or budget <= 0:
                         self._read_cursor = (seg.name, low, _Start(pos + p + h.size, low, False))
-                        return budget
+                        return budget, after
                 p += h.size
                 self._read_cursor = (seg.name, low, _Start(pos + p, low, False))
             if p == 0:
                 raise self._corrupt(seg, pos, "segment shorter than published")
             pos += p
-        return budget
+        return budget, after
 
     @staticmethod
     def _offsets_problem(h: BatchHeader, low: int, exact: bool, limit: int) -> str:
