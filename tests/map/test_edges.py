@@ -507,3 +507,15 @@ def test_the_flush_point_key_is_refused_as_a_map_key(open_map: OpenMap) -> None:
     m[b"\x00other"] = 2  # other keys starting with a zero byte are keys like any other
     m.flush()
     assert dict(open_map(key_codec="bytes")) == {b"\x00other": 2}
+
+
+def test_a_closed_map_lets_go_of_its_data(tmp_path: Path) -> None:
+    """A map object kept after close (a closed database's maps, say) holds no keys: its
+    fast read path keeps the store's lookup function, whose dict close() must empty."""
+    with kafkakv.connect(tmp_path / "log") as db:
+        for store in ("dict", "sorted"):
+            m = db.map(f"m-{store}", store=store)
+            m.put_all({f"k{i}": i for i in range(1000)})
+            held = m._lookup
+            m.close()
+            assert held(b"k1") is None

@@ -163,9 +163,13 @@ class _MemoryStore(Store):
             return problems
 
     def close(self) -> None:
-        """Drop the data; every later call raises ClosedError. Idempotent."""
+        """Drop the data; every later call raises ClosedError. Idempotent. The data is
+        cleared, not only let go: a :meth:`lookup` function kept by a caller holds the dict,
+        and would keep every key alive after close."""
         with self._lock:
             self._closed = True
+            if self._data is not _CLOSED:
+                self._data.clear()
             self._data = _CLOSED
             self._positions = {}
 
