@@ -134,6 +134,9 @@ class ReplicaEngine:
         for state in maps:
             state.versions = {} if settings.versions else None
             state.expiries = {} if settings.expiry else None
+        #: A writer may apply its own record from the bytes it sent (not a map with expiry,
+        #: which decides by the timestamp the log gives the record).
+        self._applies_own = not settings.expiry
         #: The data topic's headers say something (versions, deadlines): read them.
         self._headers = bool(settings.versions or settings.expiry)
         #: Keys to reap, ``(when, deadline, record key)``, earliest first (a map with expiry).
@@ -609,7 +612,7 @@ class ReplicaEngine:
                     own is not None
                     and machine.applied == offset
                     and p not in self.stalled
-                    and not self.settings.expiry
+                    and self._applies_own
                 ):
                     mine = _new_tuple(Record, (own[0], own[1], (), None, p, offset))
                     self._carry_out(p, machine.apply_batch((mine,), offset + 1))

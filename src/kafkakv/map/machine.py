@@ -194,8 +194,9 @@ class Step:
         self.errors: list[ApplyError] = []
         self.stall: Stall | None = None
         self.flush_due = False
-        #: ``(deadline, record key)`` of each key given a deadline (for the engine's reaper).
-        self.expiring: list[tuple[int, bytes]] = []
+        #: ``(deadline, record key)`` of each key given a deadline (for the engine's reaper);
+        #: an empty tuple until there is one (most steps: no list to make).
+        self.expiring: list[tuple[int, bytes]] | tuple[()] = ()
         self.updates = 0
 
     @property
@@ -601,6 +602,8 @@ class PartitionMachine:
         elif expiries.get(user_key) != deadline:
             expiries[user_key] = deadline
             self.dirty[key] = offset
+            if not step.expiring:
+                step.expiring = []
             step.expiring.append((deadline, key))
 
     def apply_puts(self, records: Sequence[Record], after: int) -> Step | None:
