@@ -70,7 +70,7 @@ def test_ops_decide_by_their_records_time_and_expire_removes_only_its_own_deadli
     assert state.expiries == {b"a": 9000}
     step = _apply(machine, state, (b"a", OpCode.PUT, (b"1",), 2))
     assert state.expiries == {} and state.store.get(b"a") == b"1"
-    assert step.expiring == []
+    assert not step.expiring
 
 
 def test_a_map_without_expiry_refuses_expiring_ops_alike() -> None:
