@@ -44,7 +44,9 @@ Each figure is the median over the rounds (latencies: the median of each round's
 which wrk computes over every request of the run). No means. Runs with errors (non-2xx answers,
 timeouts, socket errors) are counted and flagged. The 1-minute load average is recorded before
 each round; the CPU time of each server (its processes, from /proc) and of wrk over each run
-gives CPU microseconds per request.
+gives CPU microseconds per request; "others" is the CPU that every other process of the
+machine used meanwhile (busy time in /proc/stat minus the server's and wrk's), as % of one
+core: a run that other work disturbed shows it there.
 
 The machine: wrk and the server under test share its cores (2 on the reference machine), so
 every figure is for a server that has the machine minus one wrk thread. ``--connections`` takes
@@ -225,6 +227,13 @@ def cpu_seconds(pid: int) -> float:
     return total / CLK_TCK
 
 
+def machine_busy() -> float:
+    """CPU seconds the whole machine has spent busy (every state but idle and iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / CLK_TCK  # user..steal, minus idle, iowait
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -243,6 +252,7 @@ class Run:
     server_cpu_us_per_req: float
     server_cpu_pct: float
     wrk_cpu_pct: float
+    others_cpu_pct: float  # every other process on the machine, as % of one core
 
     @property
     def error_count(self) -> int:
@@ -481,6 +491,7 @@ class Bench:
         if server.proc.poll() is not None:
             raise RuntimeError(f"{system} exited: see its log\n{self._tail(server.log)}")
         cpu0, wrk0, t0 = cpu_seconds(server.proc.pid), children_cpu(), time.perf_counter()
+        busy0 = machine_busy()
         proc = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
@@ -496,6 +507,7 @@ class Bench:
         elapsed = time.perf_counter() - t0
         cpu = cpu_seconds(server.proc.pid) - cpu0
         wrk_cpu = children_cpu() - wrk0
+        others = max(0.0, machine_busy() - busy0 - cpu - wrk_cpu)
         text = out.decode(errors="replace")
         match = re.search(r"^BENCH_SERVE (\{.*\})$", text, re.MULTILINE)
         if proc.returncode != 0 or match is None:
@@ -512,6 +524,7 @@ class Bench:
             server_cpu_us_per_req=1e6 * cpu / requests_done,
             server_cpu_pct=100 * cpu / elapsed,
             wrk_cpu_pct=100 * wrk_cpu / elapsed,
+            others_cpu_pct=100 * others / elapsed,
         )
 
     # -- rounds -----------------------------------------------------------------------------
@@ -541,7 +554,7 @@ class Bench:
                         f"p50 {run.p50_us / 1e3:6.2f} ms  p99 {run.p99_us / 1e3:6.2f} ms  "
                         f"server {run.server_cpu_pct:3.0f}% CPU "
                         f"({run.server_cpu_us_per_req:.0f} us/req)  "
-                        f"wrk {run.wrk_cpu_pct:3.0f}% CPU{flag}"
+                        f"wrk {run.wrk_cpu_pct:3.0f}%  others {run.others_cpu_pct:3.0f}%{flag}"
                     )
 
     # -- results ----------------------------------------------------------------------------
@@ -556,6 +569,7 @@ class Bench:
             "server_cpu_us_per_req": statistics.median(r.server_cpu_us_per_req for r in runs),
             "server_cpu_pct": statistics.median(r.server_cpu_pct for r in runs),
             "wrk_cpu_pct": statistics.median(r.wrk_cpu_pct for r in runs),
+            "others_cpu_pct": statistics.median(r.others_cpu_pct for r in runs),
             "errors": sum(r.error_count for r in runs),
             "rounds": [dataclasses.asdict(r) for r in runs],
         }
