@@ -46,7 +46,9 @@ timeouts, socket errors) are counted and flagged. The 1-minute load average is r
 each round; the CPU time of each server (its processes, from /proc) and of wrk over each run
 gives CPU microseconds per request; "others" is the CPU that every other process of the
 machine used meanwhile (busy time in /proc/stat minus the server's and wrk's), as % of one
-core: a run that other work disturbed shows it there.
+core. On a shared machine each run first waits (at most ``--quiet-wait`` seconds, 30) until
+the other processes use less than 25 % of a core over half a second; a run during which they
+used more than 50 % is flagged "disturbed", and the table counts such runs.
 
 The machine: wrk and the server under test share its cores (2 on the reference machine), so
 every figure is for a server that has the machine minus one wrk thread. ``--connections`` takes
@@ -92,6 +94,8 @@ WORKLOADS = ("read", "read_serializable", "read_linearizable", "write")
 SYSTEMS = ("kafkakv", "etcd")
 MAP = "bench"
 WARMUP_SECONDS = 2.0
+QUIET_PCT = 25.0  # other processes' CPU, % of one core, under which a run starts
+DISTURBED_PCT = 50.0  # ... over which a run is flagged as disturbed
 READY_SECONDS = 60.0
 VALUE_BYTES = 100
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -282,6 +286,7 @@ class Bench:
         # results[connections][system][workload] -> one Run per round
         self.results: dict[int, dict[str, dict[str, list[Run]]]] = {}
         self.loads: list[float] = []
+        self.waits_expired = 0
 
     # -- processes ------------------------------------------------------------------------
     def spawn(self, argv: list[str], log: str, env: dict[str, str] | None = None) -> Any:
@@ -544,11 +549,14 @@ class Bench:
             order = systems[shift:] + systems[:shift]
             for workload in self.args.only:
                 for system in order:
+                    self.wait_quiet()
                     run = self.wrk(system, workload, connections, self.args.duration)
                     if run is None:
                         continue
                     table[system].setdefault(workload, []).append(run)
                     flag = f"  ERRORS {run.errors}" if run.error_count else ""
+                    if run.others_cpu_pct > DISTURBED_PCT:
+                        flag += "  (disturbed)"
                     print(
                         f"  {system:<8} {workload:<18} {run.rate:>9,.0f} req/s  "
                         f"p50 {run.p50_us / 1e3:6.2f} ms  p99 {run.p99_us / 1e3:6.2f} ms  "
@@ -556,6 +564,22 @@ class Bench:
                         f"({run.server_cpu_us_per_req:.0f} us/req)  "
                         f"wrk {run.wrk_cpu_pct:3.0f}%  others {run.others_cpu_pct:3.0f}%{flag}"
                     )
+
+    def wait_quiet(self) -> None:
+        """Wait, at most ``--quiet-wait`` seconds, until the machine's other processes use
+        less than QUIET_PCT of a core over half a second (other work on a shared machine)."""
+        deadline = time.monotonic() + self.args.quiet_wait
+        pids = [s.proc.pid for s in self.servers.values()]
+        while True:
+            busy0, own0, t0 = machine_busy(), sum(map(cpu_seconds, pids)), time.perf_counter()
+            time.sleep(0.5)
+            own = sum(map(cpu_seconds, pids)) - own0
+            others = 100 * (machine_busy() - busy0 - own) / (time.perf_counter() - t0)
+            if others < QUIET_PCT:
+                return
+            if time.monotonic() > deadline:
+                self.waits_expired += 1
+                return
 
     # -- results ----------------------------------------------------------------------------
     def medians(self, connections: int, system: str, workload: str) -> dict[str, Any] | None:
@@ -571,6 +595,7 @@ class Bench:
             "wrk_cpu_pct": statistics.median(r.wrk_cpu_pct for r in runs),
             "others_cpu_pct": statistics.median(r.others_cpu_pct for r in runs),
             "errors": sum(r.error_count for r in runs),
+            "disturbed": sum(r.others_cpu_pct > DISTURBED_PCT for r in runs),
             "rounds": [dataclasses.asdict(r) for r in runs],
         }
 
@@ -600,6 +625,8 @@ class Bench:
                     cells += ["—", "—", "—"]
                 else:
                     mark = " (errors!)" if fig["errors"] else ""
+                    if fig["disturbed"]:
+                        mark += f" ({fig['disturbed']} disturbed)"
                     cells += [
                         f"{fig['rate']:,.0f}{mark}",
                         f"{fig['p50_us'] / 1e3:.2f} ms",
@@ -631,21 +658,24 @@ class Bench:
 
     # -- profile ----------------------------------------------------------------------------
     def profile(self, directory: str, connections: int) -> dict[str, Any]:
+        """One more run of each kafkakv workload under ``py-spy record --gil``: where the
+        thread holding the GIL is, 250 times a second."""
         spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
         if not os.path.exists(spy):
             print("profile: py-spy not found (pip install py-spy); skipped")
             return {}
         os.makedirs(directory, exist_ok=True)
         pid = self.servers["kafkakv"].proc.pid
-        seconds = self.args.duration
+        seconds, rate = self.args.duration, 250
         found: dict[str, Any] = {}
         for workload in [w for w in self.args.only if self.requests("kafkakv", w)]:
             out = os.path.join(directory, f"kafkakv-{workload}.folded")
-            argv = [spy, "record", "--pid", str(pid), "--rate", "250", "--threads"]
-            argv += ["--format", "raw", "-o", out, "--duration", f"{seconds + 2:.0f}"]
+            argv = [spy, "record", "--pid", str(pid), "--rate", str(rate), "--threads"]
+            argv += ["--gil", "--nonblocking", "--format", "raw", "-o", out]
+            argv += ["--duration", f"{seconds + 3:.0f}"]
             log = os.path.join(self.root, "py-spy.log")
             spy_proc = self.spawn(argv, log)
-            time.sleep(1.0)  # py-spy attaches
+            time.sleep(1.0)  # py-spy attaches; the server is idle, so nothing is sampled
             run = self.wrk("kafkakv", workload, connections, seconds)
             with suppress(subprocess.TimeoutExpired):
                 spy_proc.wait(seconds + 30)
@@ -654,9 +684,11 @@ class Bench:
                 print(f"profile {workload}: py-spy wrote nothing; its log:\n{self._tail(log)}")
                 continue
             summary = summarize_folded(out)
-            summary["rate"] = run.rate if run else None
+            summary["gil_held_pct"] = 100 * summary["samples"] / (rate * seconds)
+            if run is not None:
+                summary["run"] = dataclasses.asdict(run)
             found[workload] = summary
-            print_profile(workload, summary, out)
+            print_profile(workload, summary, out, run)
         return found
 
 
@@ -669,25 +701,43 @@ def _frame_parts(frame: str) -> tuple[str, str]:
 
 
 def _package(path: str) -> str:
-    """A short owner for a source file: the package after site-packages, or kafkakv's."""
-    for marker in ("site-packages/", "/src/"):
+    """The package of a source file as py-spy names it (``starlette/routing.py``, sometimes
+    a full path): its top-level package, or ``kafkakv.<subpackage>`` for ours."""
+    for marker in ("site-packages/", "/src/", "/lib/python3"):
         if marker in path:
-            parts = path.split(marker, 1)[1].split("/")
-            if parts[0] == "kafkakv" and len(parts) > 2:
-                return "kafkakv." + parts[1]
-            return parts[0].removesuffix(".py")
-    if "/lib/python" in path:
-        rest = path.split("/lib/python", 1)[1].split("/", 1)[-1]
-        return "stdlib:" + rest.split("/")[0].removesuffix(".py")
-    return path or "?"
+            path = path.split(marker, 1)[1]
+            if marker == "/lib/python3":
+                path = path.split("/", 1)[-1]
+    parts = path.split("/")
+    if parts[0] == "kafkakv" and len(parts) > 1:
+        return "kafkakv." + parts[1].removesuffix(".py")
+    return parts[0].removesuffix(".py") or "?"
+
+
+ENTRY_CHAIN = (
+    "(click)",
+    "(<frozen runpy>)",
+    "(kafkakv.cli)",
+    "(kafkakv.__main__)",
+    " run (kafkakv.serve)",
+    "Server.run (uvicorn)",
+    "asyncio_run (uvicorn)",
+    "Runner.run (asyncio)",
+    "Thread._bootstrap (threading)",
+    "Thread._bootstrap_inner (threading)",
+    "Thread.run (threading)",
+)
+"""Frames that only lead to the server's loop or a thread's target: left out of "inclusive"."""
 
 
 def summarize_folded(path: str) -> dict[str, Any]:
-    """Read py-spy's folded stacks: samples per thread, per package (of the frame on top) and
-    the functions with the most samples, self and inclusive."""
+    """Read py-spy's folded stacks (one line a stack: frames joined by ``;``, then a count):
+    the share of the samples per thread, per package of the frame on top, per function on top
+    (self) and per function anywhere in the stack (inclusive; frames that are in every sample
+    of their thread, such as the thread's entry point, are left out)."""
     threads: collections.Counter[str] = collections.Counter()
     selfs: collections.Counter[str] = collections.Counter()
-    incl: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[tuple[str, str]] = collections.Counter()
     packages: collections.Counter[str] = collections.Counter()
     total = 0
     with open(path) as f:
@@ -708,7 +758,11 @@ def summarize_folded(path: str) -> dict[str, Any]:
             packages[_package(file)] += count
             for fr in set(frames):
                 name, file = _frame_parts(fr)
-                incl[f"{name} ({_package(file)})"] += count
+                incl[(thread, f"{name} ({_package(file)})")] += count
+    inclusive: collections.Counter[str] = collections.Counter()
+    for (thread, frame), count in incl.items():
+        if count < threads[thread] and not (" " + frame).endswith(ENTRY_CHAIN):
+            inclusive[frame] += count
 
     def share(c: collections.Counter[str], n: int) -> list[tuple[str, float]]:
         return [(k, 100 * v / max(1, total)) for k, v in c.most_common(n)]
@@ -718,14 +772,20 @@ def summarize_folded(path: str) -> dict[str, Any]:
         "threads": share(threads, 8),
         "packages_self": share(packages, 15),
         "self": share(selfs, 25),
-        "inclusive": share(incl, 40),
+        "inclusive": share(inclusive, 30),
     }
 
 
-def print_profile(workload: str, s: dict[str, Any], path: str) -> None:
-    print(f"\nprofile of kafkakv serve, {workload} ({s['samples']} samples; {path}):")
+def print_profile(workload: str, s: dict[str, Any], path: str, run: Run | None) -> None:
+    print(f"\nprofile of kafkakv serve, {workload}: {s['samples']} samples with the GIL held")
+    if run is not None:
+        print(
+            f"  during {run.rate:,.0f} req/s, server {run.server_cpu_pct:.0f}% CPU, "
+            f"{run.server_cpu_us_per_req:.0f} us CPU/request; "
+            f"GIL held {s['gil_held_pct']:.0f}% of the run; folded stacks in {path}"
+        )
     for title in ("threads", "packages_self", "self", "inclusive"):
-        print(f"  {title}:")
+        print(f"  {title} (% of the samples):")
         for name, pct in s[title]:
             print(f"    {pct:5.1f}%  {name}")
 
@@ -762,6 +822,7 @@ def main() -> int:
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="kafkakv,etcd or one")
     parser.add_argument("--serve-arg", action="append", default=[], help="for kafkakv serve")
     parser.add_argument("--profile", metavar="DIR", default=None)
+    parser.add_argument("--quiet-wait", type=float, default=30.0, help="seconds, per run")
     parser.add_argument("--json", metavar="FILE", default=None)
     parser.add_argument("--dir", default=None, help="where the scratch directory goes")
     args = parser.parse_args()
@@ -825,6 +886,11 @@ def main() -> int:
         )
         print(text)
         print()
+    if bench.waits_expired:
+        print(
+            f"{bench.waits_expired} run(s) started with other processes busy after waiting "
+            f"{args.quiet_wait:g} s for a quiet machine"
+        )
     for note in bench.notes:
         print(f"note: {note}")
     for system, why in bench.skipped.items():
@@ -839,6 +905,7 @@ def main() -> int:
         load_1m_start=load_start,
         load_1m_rounds=bench.loads,
         load_1m_end=load_end,
+        quiet_waits_expired=bench.waits_expired,
         tables={str(c): rows for c, _, rows in tables},
     )
     if args.json:
