@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import threading
 import time
@@ -239,3 +240,41 @@ def test_the_serve_command_announces_its_address_and_serves_the_console(tmp_path
             assert events(stream.iter_lines(), 1)[0]["event"] == "cursor"
     finally:
         assert server.stop() == 0
+
+
+def test_tls_passes_through_to_the_listener(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    log = str(tmp_path / "log")
+    with kafkakv.connect(log, background_cleaner=False) as db:
+        config = ServeConfig(log, port=0, tls_cert=str(cert), tls_key=str(key))
+        with serve_in_thread(config, db) as url:
+            assert url.startswith("https://")
+            trusted = ssl.create_default_context(cafile=str(cert))
+            assert httpx.get(f"{url}/v1/health", verify=trusted).json() == {"status": "ok"}
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(f"{url}/v1/health")  # a certificate nobody vouches for
+            plain = url.replace("https://", "http://")
+            with pytest.raises(httpx.TransportError):
+                httpx.get(f"{plain}/v1/health")
