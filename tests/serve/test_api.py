@@ -249,6 +249,8 @@ def test_directories_list_status_and_keys(served: Served) -> None:
     batch = http.post(f"/v1/directories/{topic}/get", json={"keys": ["b", "q"]}).json()
     assert batch == {"items": [{"key": "b", "value": {"v": 2}}], "missing": ["q"]}
     _error(http.get("/v1/directories/no-such-topic/keys/a"), 404, "directory_not_found")
+    linear = http.get(f"/v1/directories/{topic}/keys/a", params={"consistency": "linearizable"})
+    _error(linear, 400, "bad_request")
 
 
 def test_openapi_describes_every_route(served: Served) -> None:

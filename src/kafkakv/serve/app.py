@@ -615,6 +615,12 @@ class _Api:
     # -- directories --------------------------------------------------------------------
 
     async def _directory(self, request: Request) -> ServedDirectory:
+        if _linearizable(request):
+            raise ApiError(
+                400,
+                "bad_request",
+                "a directory follows a topic others write: it serves local reads only",
+            )
         return await self.registry.directory(request.path_params["name"])
 
     async def list_directories(self, request: Request) -> Response:
