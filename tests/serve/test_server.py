@@ -278,3 +278,22 @@ def test_tls_passes_through_to_the_listener(tmp_path: Path) -> None:
             plain = url.replace("https://", "http://")
             with pytest.raises(httpx.TransportError):
                 httpx.get(f"{plain}/v1/health")
+
+
+def test_a_body_that_trickles_in_is_cut_off_at_the_request_timeout(tmp_path: Path) -> None:
+    import socket
+
+    with _server(tmp_path, request_timeout=1.0) as http:
+        http.put("/v1/maps/m", json={})
+        host, port = str(http.base_url.host), int(http.base_url.port or 0)
+        for path in ("/v1/maps/m/keys/k", "/v1/maps/m/keys/k/cas"):
+            method = "PUT" if path.endswith("/k") else "POST"
+            with socket.create_connection((host, port), timeout=10) as sock:
+                head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+                sock.sendall(head.encode() + b'{"a"')  # then nothing more
+                started = time.monotonic()
+                answer = sock.recv(4096).decode()
+                assert time.monotonic() - started < 5
+            assert answer.startswith("HTTP/1.1 408"), answer
+            assert '"body_timeout"' in answer
+        assert http.get("/v1/maps/m/keys/k").status_code == 404
