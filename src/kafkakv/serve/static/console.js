@@ -1,0 +1,908 @@
+// The kafkakv web console: plain JavaScript, no build step, nothing fetched from elsewhere.
+//
+// It reads the server's JSON API (docs/serve.md) with fetch() and follows a map's changes with
+// a streamed fetch() of its Server-Sent Events, parsed here, so that every request can carry
+// the bearer token. Text from the server only ever reaches the page through textContent or
+// attributes set one by one: a key or value holding markup shows as that markup's text.
+
+const REFRESH_MS = 2000;
+const KEY_PAGE = 50;
+const MAX_CHANGES = 500;
+const TOKEN_KEY = "kafkakv.token";
+const RETRY_MIN_MS = 500;
+const RETRY_MAX_MS = 10000;
+
+// ---------------------------------------------------------------------------------------------
+// Pure parts: no DOM, no network.
+
+/** Incremental parser of a text/event-stream body (the WHATWG "event stream interpretation").
+ *  push() takes decoded text in chunks of any size; onEvent gets {type, data, id} for each
+ *  event; lastEventId follows the `id` fields, as EventSource's does. */
+export class EventStreamParser {
+  constructor(onEvent) {
+    this.onEvent = onEvent;
+    this.buffer = "";
+    this.pendingCR = false;
+    this.type = "";
+    this.data = [];
+    this.idBuffer = null;
+    this.lastEventId = null;
+    this.retry = null;
+  }
+
+  push(text) {
+    let chunk = text;
+    if (this.pendingCR && chunk.startsWith("\n")) chunk = chunk.slice(1); // a \r\n split in two
+    this.pendingCR = false;
+    this.buffer += chunk;
+    let start = 0;
+    for (;;) {
+      const cr = this.buffer.indexOf("\r", start);
+      const lf = this.buffer.indexOf("\n", start);
+      if (cr < 0 && lf < 0) break;
+      let end;
+      let next;
+      if (cr >= 0 && (lf < 0 || cr < lf)) {
+        end = cr;
+        if (cr + 1 === this.buffer.length) {
+          this.pendingCR = true;
+          next = cr + 1;
+        } else {
+          next = this.buffer[cr + 1] === "\n" ? cr + 2 : cr + 1;
+        }
+      } else {
+        end = lf;
+        next = lf + 1;
+      }
+      this.line(this.buffer.slice(start, end));
+      start = next;
+    }
+    this.buffer = this.buffer.slice(start);
+  }
+
+  line(line) {
+    if (line === "") {
+      this.dispatch();
+      return;
+    }
+    if (line.startsWith(":")) return; // a comment: the server's keep-alive
+    const colon = line.indexOf(":");
+    let field = line;
+    let value = "";
+    if (colon >= 0) {
+      field = line.slice(0, colon);
+      value = line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+    }
+    if (field === "event") this.type = value;
+    else if (field === "data") this.data.push(value);
+    else if (field === "id") {
+      if (!value.includes("\0")) this.idBuffer = value;
+    } else if (field === "retry" && /^[0-9]+$/.test(value)) this.retry = Number(value);
+  }
+
+  dispatch() {
+    if (this.idBuffer !== null) this.lastEventId = this.idBuffer;
+    const type = this.type || "message";
+    const data = this.data.join("\n");
+    const had = this.data.length > 0;
+    this.type = "";
+    this.data = [];
+    if (had || type !== "message") this.onEvent({ type, data, id: this.lastEventId });
+  }
+}
+
+/** A key as the text that names it in a path (docs/serve.md, "Keys and values"), encoded. */
+export function keyPath(key, keyCodec) {
+  let text;
+  if (keyCodec === "json" || keyCodec === "msgpack") text = JSON.stringify(key);
+  else if (typeof key === "string") text = key;
+  else if (keyCodec === "int" || keyCodec === "str" || keyCodec === "bytes") text = String(key);
+  else text = JSON.stringify(key);
+  return encodeURIComponent(text);
+}
+
+/** How a key reads on the page: strings as themselves, anything else as JSON. */
+export function keyText(key) {
+  return typeof key === "string" ? key : JSON.stringify(key);
+}
+
+/** A JSON value as indented text. */
+export function valueText(value) {
+  return JSON.stringify(value, null, 2);
+}
+
+/** The key codec a status answer names, wherever it keeps it; null when it does not. */
+export function keyCodecOf(status) {
+  if (!status || typeof status !== "object") return null;
+  const found = [status.key_codec, status.settings?.key_codec, status.codecs?.key, status.codecs?.key_codec];
+  return found.find((c) => typeof c === "string") ?? null;
+}
+
+const COLUMN_ORDER = [
+  "partition",
+  "position",
+  "positions",
+  "applied",
+  "applied_offset",
+  "applied_offsets",
+  "end_offset",
+  "end_offsets",
+  "end",
+  "lag",
+  "flushed",
+  "flushed_offset",
+  "flushed_offsets",
+  "last_flush",
+];
+const COLUMN_LABELS = {
+  partition: "partition",
+  position: "position",
+  positions: "position",
+  applied: "applied",
+  applied_offset: "applied",
+  applied_offsets: "applied",
+  end_offset: "end offset",
+  end_offsets: "end offset",
+  end: "end offset",
+  lag: "lag",
+  flushed: "last flush",
+  flushed_offset: "last flush",
+  flushed_offsets: "last flush",
+  last_flush: "last flush",
+};
+const NOT_PER_PARTITION = new Set(["errors", "settings", "codecs", "cursor", "name"]);
+
+function isScalar(v) {
+  return v === null || ["string", "number", "boolean"].includes(typeof v);
+}
+
+function isPartitionDict(v) {
+  if (!v || typeof v !== "object" || Array.isArray(v)) return false;
+  const keys = Object.keys(v);
+  return keys.length > 0 && keys.every((k) => /^[0-9]+$/.test(k)) && Object.values(v).every(isScalar);
+}
+
+/** A status answer as a table of partitions: {columns: [name], rows: [{name: value}], used}.
+ *  Takes a `partitions` list of objects, or per-partition fields given as objects keyed by
+ *  partition number or as lists indexed by it; adds the lag when positions and end offsets
+ *  are known and the answer does not give it. `used` names the fields the table shows. */
+export function partitionTable(status) {
+  const used = new Set();
+  const rows = new Map();
+  const row = (p) => {
+    const id = String(p);
+    if (!rows.has(id)) rows.set(id, { partition: Number(p) });
+    return rows.get(id);
+  };
+  let count = null;
+  const parts = status.partitions;
+  if (Array.isArray(parts) && parts.every((x) => x && typeof x === "object")) {
+    parts.forEach((entry, i) => {
+      const r = row(entry.partition ?? i);
+      for (const [k, v] of Object.entries(entry)) {
+        if (k !== "partition") r[k] = v;
+      }
+    });
+    used.add("partitions");
+    count = parts.length;
+  } else if (Array.isArray(parts) && parts.every((x) => typeof x === "number")) {
+    parts.forEach((p) => row(p));
+    used.add("partitions");
+    count = parts.length;
+  } else if (typeof parts === "number") {
+    for (let p = 0; p < parts; p += 1) row(p);
+    used.add("partitions");
+    count = parts;
+  }
+  for (const [field, v] of Object.entries(status)) {
+    if (used.has(field) || NOT_PER_PARTITION.has(field)) continue;
+    if (isPartitionDict(v)) {
+      for (const [p, x] of Object.entries(v)) row(p)[field] = x;
+      used.add(field);
+    } else if (Array.isArray(v) && count !== null && v.length === count && v.length > 0 && v.every(isScalar)) {
+      const ids = [...rows.keys()];
+      v.forEach((x, i) => {
+        rows.get(ids[i])[field] = x;
+      });
+      used.add(field);
+    }
+  }
+  const all = [...rows.values()].sort((a, b) => a.partition - b.partition);
+  const columns = [];
+  for (const r of all) {
+    for (const k of Object.keys(r)) if (!columns.includes(k)) columns.push(k);
+  }
+  const positionCol = ["positions", "position", "applied_offsets", "applied_offset", "applied"].find((c) =>
+    columns.includes(c),
+  );
+  const endCol = ["end_offsets", "end_offset", "end"].find((c) => columns.includes(c));
+  if (!columns.includes("lag") && positionCol && endCol) {
+    for (const r of all) {
+      if (typeof r[positionCol] === "number" && typeof r[endCol] === "number") {
+        r.lag = Math.max(0, r[endCol] - r[positionCol]);
+      }
+    }
+    columns.push("lag");
+  }
+  const rank = (c) => {
+    const i = COLUMN_ORDER.indexOf(c);
+    return i < 0 ? COLUMN_ORDER.length : i;
+  };
+  columns.sort((a, b) => rank(a) - rank(b));
+  return { columns, rows: all, used };
+}
+
+export function columnLabel(name) {
+  return COLUMN_LABELS[name] ?? name.replaceAll("_", " ");
+}
+
+/** The facts of a status answer the partition table does not show, flattened to
+ *  [label, text] pairs: scalars, and the scalars of nested objects as `outer.inner`. */
+export function statusFacts(status, used) {
+  const facts = [];
+  const walk = (prefix, obj, depth) => {
+    for (const [k, v] of Object.entries(obj)) {
+      const label = prefix ? `${prefix}.${k}` : k;
+      if (!prefix && (used.has(k) || k === "errors" || k === "name")) continue;
+      if (isScalar(v)) facts.push([label.replaceAll("_", " "), v === null ? "—" : String(v)]);
+      else if (v && typeof v === "object" && !Array.isArray(v) && depth < 2) walk(label, v, depth + 1);
+      else facts.push([label.replaceAll("_", " "), JSON.stringify(v)]);
+    }
+  };
+  walk("", status, 0);
+  if (typeof status.errors === "number") facts.push(["errors", String(status.errors)]);
+  return facts;
+}
+
+/** A status answer's errors as lines of text, whatever their shape. */
+export function errorLines(status) {
+  const errors = status.errors;
+  if (!errors || typeof errors === "number") return [];
+  const describe = (e) => {
+    if (isScalar(e)) return String(e);
+    const { partition, offset, message, error, ...rest } = e;
+    const where = [];
+    if (partition !== undefined) where.push(`partition ${partition}`);
+    if (offset !== undefined) where.push(`offset ${offset}`);
+    const what = message ?? error;
+    const parts = [];
+    if (where.length) parts.push(where.join(", "));
+    if (what !== undefined) parts.push(isScalar(what) ? String(what) : JSON.stringify(what));
+    if (Object.keys(rest).length) parts.push(JSON.stringify(rest));
+    return parts.join(": ");
+  };
+  if (Array.isArray(errors)) return errors.map(describe);
+  if (typeof errors === "object") {
+    const out = [];
+    for (const [k, v] of Object.entries(errors)) {
+      if (Array.isArray(v)) v.forEach((e) => out.push(`${k}: ${describe(e)}`));
+      else out.push(`${k}: ${describe(v)}`);
+    }
+    return out;
+  }
+  return [String(errors)];
+}
+
+// ---------------------------------------------------------------------------------------------
+// The network: every request goes through api() or follow(), which add the token.
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+let token = sessionStorage.getItem(TOKEN_KEY);
+let tokenWaiters = [];
+
+function headers(extra = {}) {
+  const h = { Accept: "application/json", ...extra };
+  if (token) h.Authorization = `Bearer ${token}`;
+  return h;
+}
+
+async function errorOf(response) {
+  let code = `http_${response.status}`;
+  let message = response.statusText || `HTTP ${response.status}`;
+  try {
+    const body = await response.json();
+    if (body && body.error) {
+      code = body.error.code ?? code;
+      message = body.error.message ?? message;
+    }
+  } catch {
+    // not JSON: keep the status line
+  }
+  return new ApiError(response.status, code, message);
+}
+
+async function api(path, { signal } = {}) {
+  let response;
+  try {
+    response = await fetch(path, { headers: headers(), cache: "no-store", signal });
+  } catch (exc) {
+    if (signal && signal.aborted) throw exc;
+    throw new ApiError(0, "unreachable", "the server does not answer");
+  }
+  if (response.status === 401) {
+    askForToken();
+    throw await errorOf(response);
+  }
+  if (!response.ok) throw await errorOf(response);
+  return response.json();
+}
+
+/** Resolves once a token has been entered (at once when none is awaited). */
+function tokenGiven() {
+  if (!state.awaitingToken) return Promise.resolve();
+  return new Promise((resolve) => tokenWaiters.push(resolve));
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+/** Follows a map's changes until stop(): reconnects after any failure with Last-Event-ID,
+ *  so that nothing is missed or seen twice; pause() drops the connection but keeps the place. */
+class ChangeStream {
+  constructor(map, { onChange, onState, onNote }) {
+    this.map = map;
+    this.onChange = onChange;
+    this.onState = onState;
+    this.onNote = onNote;
+    this.lastId = null;
+    this.stopped = false;
+    this.paused = false;
+    this.controller = null;
+    this.wake = null;
+  }
+
+  start() {
+    this.run();
+    return this;
+  }
+
+  stop() {
+    this.stopped = true;
+    this.controller?.abort();
+    this.wake?.abort();
+  }
+
+  pause() {
+    this.paused = true;
+    this.controller?.abort();
+    this.onState("paused");
+  }
+
+  resume() {
+    this.paused = false;
+    this.wake?.abort();
+  }
+
+  async run() {
+    let delay = RETRY_MIN_MS;
+    while (!this.stopped) {
+      if (this.paused || state.awaitingToken) {
+        this.wake = new AbortController();
+        if (state.awaitingToken) {
+          this.onState("waiting for token");
+          await Promise.race([tokenGiven(), sleep(3_600_000, this.wake.signal)]);
+        } else {
+          await sleep(3_600_000, this.wake.signal);
+        }
+        continue;
+      }
+      this.controller = new AbortController();
+      const signal = this.controller.signal;
+      const extra = { Accept: "text/event-stream" };
+      if (this.lastId !== null) extra["Last-Event-ID"] = this.lastId;
+      this.onState(this.lastId === null ? "connecting" : "reconnecting");
+      try {
+        const response = await fetch(`v1/maps/${encodeURIComponent(this.map)}/changes`, {
+          headers: headers(extra),
+          cache: "no-store",
+          signal,
+        });
+        if (response.status === 401) {
+          askForToken();
+          continue;
+        }
+        if (response.status === 410 || response.status === 400) {
+          const err = await errorOf(response);
+          this.onNote(
+            `Could not resume (${err.code}): changes since the last one shown may be missing; following from now.`,
+          );
+          this.lastId = null;
+          continue;
+        }
+        if (!response.ok || !response.body) throw await errorOf(response);
+        const parser = new EventStreamParser((event) => this.event(event));
+        if (this.lastId !== null) parser.lastEventId = this.lastId;
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          parser.push(value);
+          delay = Math.max(RETRY_MIN_MS, parser.retry ?? 0); // it answers: start backing off anew
+        }
+      } catch (exc) {
+        if (signal.aborted) continue;
+        this.onNote(`Change stream interrupted: ${exc.message}`);
+      }
+      if (this.stopped || this.paused) continue;
+      this.onState("reconnecting");
+      this.wake = new AbortController();
+      await sleep(delay, this.wake.signal);
+      delay = Math.min(delay * 2, RETRY_MAX_MS);
+    }
+  }
+
+  event(event) {
+    if (event.id !== null) this.lastId = event.id;
+    if (event.type === "cursor") {
+      this.onState("live");
+      return;
+    }
+    if (event.type !== "change") return;
+    let change;
+    try {
+      change = JSON.parse(event.data);
+    } catch {
+      this.onNote("A change that is not JSON was skipped.");
+      return;
+    }
+    this.onState("live");
+    this.onChange(change, event.id);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The page.
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  awaitingToken: false,
+  selected: null, // {kind: "map" | "directory", name}
+  status: null,
+  keyCodec: null,
+  keyCursor: null,
+  keyQuery: 0,
+  valueKey: undefined,
+  stream: null,
+  changeCount: 0,
+  refreshing: false,
+};
+
+function el(tag, { text, cls, attrs } = {}, children = []) {
+  const node = document.createElement(tag);
+  if (text !== undefined) node.textContent = text;
+  if (cls) node.className = cls;
+  if (attrs) for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function timeNow() {
+  return new Date().toLocaleTimeString([], { hour12: false });
+}
+
+function setConnection(kind, text) {
+  const node = $("connection");
+  node.dataset.state = kind;
+  node.textContent = text;
+}
+
+// --- the token ---------------------------------------------------------------------------------
+
+function askForToken() {
+  const refused = Boolean(token);
+  if (refused) {
+    token = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+  }
+  if (state.awaitingToken) return;
+  state.awaitingToken = true;
+  document.body.dataset.state = "token";
+  const form = $("token-form");
+  $("token-message").textContent = refused
+    ? "The server refused that token (401 unauthorized). Enter the right one; it is kept in this tab only (session storage)."
+    : "The server answered 401 unauthorized: it needs a bearer token. It is kept in this tab only (session storage).";
+  form.hidden = false;
+  setConnection("token", "Waiting for a token");
+  $("token-input").focus();
+}
+
+function tokenSubmitted(event) {
+  event.preventDefault();
+  const input = $("token-input");
+  const value = input.value.trim();
+  if (!value) return;
+  token = value;
+  sessionStorage.setItem(TOKEN_KEY, value);
+  input.value = "";
+  $("token-form").hidden = true;
+  state.awaitingToken = false;
+  document.body.dataset.state = "loading";
+  const waiters = tokenWaiters;
+  tokenWaiters = [];
+  waiters.forEach((resolve) => resolve());
+  refresh();
+  if (state.selected) searchKeys();
+}
+
+// --- the lists of maps and directories ------------------------------------------------------
+
+/** Brings list `ul` in line with `items`, reusing the element of each name so that a refresh
+ *  neither flickers nor loses the focus. */
+function syncList(ul, kind, items, describe) {
+  const existing = new Map();
+  for (const li of ul.children) existing.set(li.dataset.name, li);
+  const wanted = new Set(items.map((item) => item.name));
+  for (const [name, li] of existing) if (!wanted.has(name)) li.remove();
+  items.forEach((item, index) => {
+    let li = existing.get(item.name);
+    if (!li) {
+      li = el("li");
+      li.dataset.name = item.name;
+      const button = el("button", { attrs: { type: "button" } }, [
+        el("span", { cls: "name", text: item.name }),
+        el("span", { cls: "meta" }),
+      ]);
+      button.dataset[kind] = item.name;
+      button.addEventListener("click", () => select(kind, item.name));
+      li.append(button);
+    }
+    const button = li.firstChild;
+    const meta = describe(item);
+    button.querySelector(".meta").textContent = meta.text;
+    if (meta.state) button.dataset.state = meta.state;
+    const current = state.selected && state.selected.kind === kind && state.selected.name === item.name;
+    if (current) button.setAttribute("aria-current", "true");
+    else button.removeAttribute("aria-current");
+    if (ul.children[index] !== li) ul.insertBefore(li, ul.children[index] ?? null);
+  });
+}
+
+function plural(n, one, many) {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+function renderLists(maps, directories) {
+  syncList($("maps"), "map", maps, (m) => ({
+    text: [
+      typeof m.partitions === "number" ? plural(m.partitions, "partition", "partitions") : null,
+      m.open ? "open" : "not open",
+    ]
+      .filter(Boolean)
+      .join(" · "),
+    state: m.open ? "open" : "closed",
+  }));
+  syncList($("directories"), "directory", directories, (d) => ({
+    text: [d.ready ? "ready" : d.open ? "loading" : "not open"].join(" · "),
+    state: d.ready ? "ready" : d.open ? "loading" : "closed",
+  }));
+  $("maps-count").textContent = `(${maps.length})`;
+  $("directories-count").textContent = `(${directories.length})`;
+  $("maps-empty").hidden = maps.length > 0;
+  $("directories-empty").hidden = directories.length > 0;
+}
+
+// --- the selected map or directory ----------------------------------------------------------
+
+function basePath() {
+  const { kind, name } = state.selected;
+  return `v1/${kind === "map" ? "maps" : "directories"}/${encodeURIComponent(name)}`;
+}
+
+function renderStatus(status) {
+  state.status = status;
+  state.keyCodec = keyCodecOf(status) ?? state.keyCodec;
+  const table = partitionTable(status);
+  const thead = $("partitions").tHead.rows[0];
+  const tbody = $("partitions").tBodies[0];
+  thead.replaceChildren(...table.columns.map((c) => el("th", { text: columnLabel(c), attrs: { scope: "col" } })));
+  tbody.replaceChildren(
+    ...table.rows.map((r) => {
+      const tr = el("tr");
+      tr.dataset.partition = String(r.partition);
+      for (const c of table.columns) {
+        const v = r[c];
+        const cell = el(c === "partition" ? "th" : "td", {
+          text: v === undefined || v === null ? "—" : typeof v === "object" ? JSON.stringify(v) : String(v),
+        });
+        if (c === "partition") cell.setAttribute("scope", "row");
+        cell.dataset.column = c;
+        if (c === "lag" && typeof v === "number" && v > 0) cell.classList.add("behind");
+        tr.append(cell);
+      }
+      return tr;
+    }),
+  );
+  $("partitions").hidden = table.rows.length === 0;
+
+  const facts = statusFacts(status, table.used);
+  $("status-facts").replaceChildren(
+    ...facts.map(([label, text]) => {
+      const dd = el("dd", { text });
+      dd.dataset.fact = label;
+      return el("div", {}, [el("dt", { text: label }), dd]);
+    }),
+  );
+
+  const errors = errorLines(status);
+  $("errors").replaceChildren(...errors.map((line) => el("li", { text: line })));
+  $("errors-none").hidden = errors.length > 0;
+  $("errors-count").textContent = errors.length ? `(${errors.length})` : "";
+
+  const summary = [];
+  if (state.selected.kind === "directory") {
+    const ready = status.ready === true;
+    summary.push(ready ? "ready" : "loading");
+    $("selected-summary").dataset.ready = String(ready);
+  }
+  if (typeof status.size === "number") summary.push(plural(status.size, "key", "keys"));
+  const lag = table.rows.reduce((sum, r) => sum + (typeof r.lag === "number" ? r.lag : 0), 0);
+  if (table.columns.includes("lag")) summary.push(`lag ${lag}`);
+  $("selected-summary").textContent = summary.join(" · ");
+  $("status-updated").textContent = `updated ${timeNow()}`;
+  $("status-error").hidden = true;
+}
+
+async function refreshStatus() {
+  if (!state.selected) return;
+  const selected = state.selected;
+  try {
+    const status = await api(basePath());
+    if (state.selected === selected) renderStatus(status);
+  } catch (exc) {
+    if (state.selected !== selected || exc.status === 401) return;
+    $("status-error").textContent = `Status unavailable: ${exc.message} (${exc.code})`;
+    $("status-error").hidden = false;
+  }
+}
+
+async function refresh() {
+  if (state.awaitingToken || state.refreshing) return;
+  state.refreshing = true;
+  try {
+    const [maps, directories] = await Promise.all([api("v1/maps"), api("v1/directories")]);
+    renderLists(maps.maps ?? [], directories.directories ?? []);
+    document.body.dataset.state = "ready";
+    setConnection("ok", `Connected to ${location.host} · refreshed ${timeNow()}`);
+    await refreshStatus();
+  } catch (exc) {
+    if (exc.status === 401) return;
+    document.body.dataset.state = "error";
+    setConnection("error", `${exc.message} (${exc.code}); retrying every ${REFRESH_MS / 1000} s`);
+  } finally {
+    state.refreshing = false;
+  }
+}
+
+function select(kind, name, { fromHash = false } = {}) {
+  const same = state.selected && state.selected.kind === kind && state.selected.name === name;
+  if (!fromHash) {
+    const hash = `#${kind}/${encodeURIComponent(name)}`;
+    if (location.hash !== hash) history.pushState(null, "", hash);
+  }
+  if (same) return;
+  state.stream?.stop();
+  state.stream = null;
+  state.selected = { kind, name };
+  state.status = null;
+  state.keyCodec = null;
+  state.valueKey = undefined;
+  state.changeCount = 0;
+  for (const button of document.querySelectorAll(".items button")) {
+    const current = button.dataset[kind] === name;
+    if (current) button.setAttribute("aria-current", "true");
+    else button.removeAttribute("aria-current");
+  }
+  $("welcome").hidden = true;
+  $("selected").hidden = false;
+  $("selected").dataset.kind = kind;
+  $("selected").dataset.name = name;
+  $("selected-kind").textContent = kind === "map" ? "Map" : "Directory";
+  $("selected-name").textContent = name;
+  $("selected-summary").textContent = "";
+  $("status-facts").replaceChildren();
+  $("partitions").tHead.rows[0].replaceChildren();
+  $("partitions").tBodies[0].replaceChildren();
+  $("errors").replaceChildren();
+  $("value-key").textContent = "";
+  $("value-meta").textContent = "";
+  $("value-view").textContent = "Pick a key.";
+  $("value-view").dataset.state = "empty";
+  $("key-search").value = "";
+  $("changes").replaceChildren();
+  document.title = `${name} · kafkakv console`;
+  const isMap = kind === "map";
+  $("changes-panel").hidden = !isMap;
+  if (isMap) {
+    state.stream = new ChangeStream(name, {
+      onChange: showChange,
+      onState: (s) => {
+        $("changes-state").textContent = s;
+        $("changes-state").dataset.state = s;
+      },
+      onNote: (text) => noteChange(text),
+    }).start();
+    $("changes-pause").textContent = "Pause";
+    $("changes-pause").setAttribute("aria-pressed", "false");
+  }
+  refreshStatus();
+  searchKeys();
+}
+
+// --- keys and values --------------------------------------------------------------------------
+
+async function searchKeys({ more = false } = {}) {
+  if (!state.selected) return;
+  const query = ++state.keyQuery;
+  const prefix = $("key-search").value;
+  const params = new URLSearchParams({ limit: String(KEY_PAGE), values: "false" });
+  if (prefix) params.set("prefix", prefix);
+  if (more && state.keyCursor) params.set("cursor", state.keyCursor);
+  $("key-state").textContent = "Searching…";
+  $("key-list").setAttribute("aria-busy", "true");
+  try {
+    const page = await api(`${basePath()}/keys?${params}`);
+    if (query !== state.keyQuery) return;
+    const items = page.items ?? [];
+    const list = $("key-list");
+    if (!more) list.replaceChildren();
+    for (const item of items) {
+      const text = keyText(item.key);
+      const button = el("button", { text, cls: "mono", attrs: { type: "button" } });
+      button.dataset.key = text;
+      button.addEventListener("click", () => showValue(item.key, button));
+      list.append(el("li", {}, [button]));
+    }
+    state.keyCursor = page.next ?? null;
+    $("key-more").hidden = !state.keyCursor;
+    const shown = list.children.length;
+    $("key-state").textContent =
+      shown === 0
+        ? prefix
+          ? `No key starts with “${prefix}”.`
+          : "No keys."
+        : `${plural(shown, "key", "keys")} shown${state.keyCursor ? ", more after" : ""}.`;
+  } catch (exc) {
+    if (query !== state.keyQuery || exc.status === 401) return;
+    $("key-state").textContent = `Could not list keys: ${exc.message} (${exc.code})`;
+  } finally {
+    if (query === state.keyQuery) $("key-list").removeAttribute("aria-busy");
+  }
+}
+
+async function showValue(key, button) {
+  if (!state.selected) return;
+  for (const b of $("key-list").querySelectorAll("button[aria-current]")) b.removeAttribute("aria-current");
+  button?.setAttribute("aria-current", "true");
+  state.valueKey = key;
+  const view = $("value-view");
+  $("value-key").textContent = keyText(key);
+  view.dataset.state = "loading";
+  try {
+    const answer = await api(`${basePath()}/keys/${keyPath(key, state.keyCodec)}`);
+    if (state.valueKey !== key) return;
+    view.textContent = valueText(answer.value);
+    view.dataset.state = "value";
+    const meta = [];
+    if (answer.version !== undefined) meta.push(`version ${answer.version}`);
+    meta.push(`read ${timeNow()}`);
+    $("value-meta").textContent = meta.join(" · ");
+  } catch (exc) {
+    if (state.valueKey !== key || exc.status === 401) return;
+    view.textContent = exc.code === "key_not_found" ? "No such key (removed since it was listed?)." : `${exc.message} (${exc.code})`;
+    view.dataset.state = "error";
+    $("value-meta").textContent = "";
+  }
+}
+
+// --- live changes -----------------------------------------------------------------------------
+
+function trimChanges() {
+  const list = $("changes");
+  while (list.children.length > MAX_CHANGES) list.lastChild.remove();
+}
+
+function showChange(change, id) {
+  state.changeCount += 1;
+  const removed = change.new === null || change.new === undefined;
+  const added = change.old === null || change.old === undefined;
+  const kind = removed ? "removed" : added ? "added" : "changed";
+  const li = el("li", { cls: `change ${kind}` });
+  li.dataset.key = keyText(change.key);
+  li.dataset.kind = kind;
+  if (id) li.dataset.cursor = id;
+  const where = [];
+  if (change.partition !== undefined) where.push(`p${change.partition}`);
+  if (change.offset !== undefined) where.push(`@${change.offset}`);
+  li.append(
+    el("time", { text: timeNow(), cls: "muted" }),
+    el("span", { text: where.join(" "), cls: "where muted" }),
+    el("span", { text: kind, cls: "what" }),
+    el("span", { text: keyText(change.key), cls: "key mono" }),
+  );
+  const body = el("span", { cls: "values mono" });
+  if (!added) body.append(el("del", { text: JSON.stringify(change.old) }));
+  if (!added && !removed) body.append(el("span", { text: " → ", cls: "arrow", attrs: { "aria-label": "becomes" } }));
+  if (!removed) body.append(el("ins", { text: JSON.stringify(change.new) }));
+  li.append(body);
+  $("changes").prepend(li);
+  trimChanges();
+  // The value on view follows its key's changes.
+  if (state.valueKey !== undefined && JSON.stringify(state.valueKey) === JSON.stringify(change.key)) {
+    const view = $("value-view");
+    view.textContent = removed ? "Removed." : valueText(change.new);
+    view.dataset.state = removed ? "removed" : "value";
+    $("value-meta").textContent = `changed ${timeNow()}`;
+  }
+}
+
+function noteChange(text) {
+  const li = el("li", { cls: "note", text: `${timeNow()} ${text}` });
+  $("changes").prepend(li);
+  trimChanges();
+}
+
+// --- start ------------------------------------------------------------------------------------
+
+function route() {
+  const match = /^#(map|directory)\/(.+)$/.exec(location.hash);
+  if (!match) return;
+  let name;
+  try {
+    name = decodeURIComponent(match[2]);
+  } catch {
+    return;
+  }
+  select(match[1], name, { fromHash: true });
+}
+
+function start() {
+  $("token-form").addEventListener("submit", tokenSubmitted);
+  let typing = null;
+  $("key-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    clearTimeout(typing);
+    searchKeys();
+  });
+  $("key-search").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(searchKeys, 250);
+  });
+  $("key-more").addEventListener("click", () => searchKeys({ more: true }));
+  $("changes-pause").addEventListener("click", (event) => {
+    const button = event.currentTarget;
+    if (!state.stream) return;
+    if (state.stream.paused) {
+      state.stream.resume();
+      button.textContent = "Pause";
+      button.setAttribute("aria-pressed", "false");
+    } else {
+      state.stream.pause();
+      button.textContent = "Resume";
+      button.setAttribute("aria-pressed", "true");
+    }
+  });
+  $("changes-clear").addEventListener("click", () => $("changes").replaceChildren());
+  window.addEventListener("popstate", route);
+  window.addEventListener("hashchange", route);
+  route();
+  refresh();
+  setInterval(refresh, REFRESH_MS);
+}
+
+start();
