@@ -761,10 +761,13 @@ async function searchKeys({ more = false } = {}) {
     const items = page.items ?? [];
     const list = $("key-list");
     if (!more) list.replaceChildren();
+    list.dataset.prefix = prefix;
+    const current = state.valueKey === undefined ? null : keyText(state.valueKey);
     for (const item of items) {
       const text = keyText(item.key);
       const button = el("button", { text, cls: "mono", attrs: { type: "button" } });
       button.dataset.key = text;
+      if (text === current) button.setAttribute("aria-current", "true");
       button.addEventListener("click", () => showValue(item.key, button));
       list.append(el("li", {}, [button]));
     }
