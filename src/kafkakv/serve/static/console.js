@@ -320,6 +320,7 @@ async function errorOf(response) {
 }
 
 async function api(path, { signal } = {}) {
+  const sentWith = token;
   let response;
   try {
     response = await fetch(path, { headers: headers(), cache: "no-store", signal });
@@ -328,7 +329,7 @@ async function api(path, { signal } = {}) {
     throw new ApiError(0, "unreachable", "the server does not answer");
   }
   if (response.status === 401) {
-    askForToken();
+    askForToken(sentWith);
     throw await errorOf(response);
   }
   if (!response.ok) throw await errorOf(response);
@@ -406,6 +407,7 @@ class ChangeStream {
       const extra = { Accept: "text/event-stream" };
       if (this.lastId !== null) extra["Last-Event-ID"] = this.lastId;
       this.onState(this.lastId === null ? "connecting" : "reconnecting");
+      const sentWith = token;
       try {
         const response = await fetch(`v1/maps/${encodeURIComponent(this.map)}/changes`, {
           headers: headers(extra),
@@ -413,7 +415,7 @@ class ChangeStream {
           signal,
         });
         if (response.status === 401) {
-          askForToken();
+          askForToken(sentWith);
           continue;
         }
         if (response.status === 410 || response.status === 400) {
@@ -504,7 +506,10 @@ function setConnection(kind, text) {
 
 // --- the token ---------------------------------------------------------------------------------
 
-function askForToken() {
+/** Show the token form after a 401 to a request sent with token `sentWith`. An answer to a
+ *  request sent with an older token than the current one is stale and changes nothing. */
+function askForToken(sentWith) {
+  if (sentWith !== token) return;
   const refused = Boolean(token);
   if (refused) {
     token = null;

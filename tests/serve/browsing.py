@@ -1,0 +1,292 @@
+"""Helpers of the web console's browser tests (their fixtures: :mod:`tests.serve._browser`): a
+real ``kafkakv serve`` process on an embedded log, other processes writing to that log, a
+browser tab that records what it did, and a PNG decoder for screenshots.
+
+Nothing here is a stand-in: the server is the
+``kafkakv serve`` command, the writers are separate Python processes using the public API, and
+the browser is the system's chromium (``apt-get install chromium``; ``scripts/test`` installs it
+as root). Without it the tests fail, saying so: they are never skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page
+
+import kafkakv
+
+__all__ = [
+    "CHROMIUM",
+    "CHROMIUM_ARGS",
+    "ConsolePage",
+    "ServeProcess",
+    "png_pixels",
+    "start_serve",
+    "write_map",
+]
+
+CHROMIUM = Path("/usr/bin/chromium")
+"""Debian's chromium: the browser the console is tested in (Playwright downloads nothing)."""
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+SRC = Path(kafkakv.__file__).resolve().parents[1]
+"""The ``src`` directory of the kafkakv under test: the processes started here import it too."""
+
+START_TIMEOUT = 30.0
+"""How long the server may take to answer its health check."""
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# --- the server --------------------------------------------------------------------------------
+
+
+@dataclass
+class ServeProcess:
+    """A running ``kafkakv serve`` on 127.0.0.1, its output kept in ``output``."""
+
+    url: str
+    logdir: Path
+    process: subprocess.Popen[bytes]
+    output: Path
+    token: str | None = None
+
+    def text(self) -> str:
+        """What the server printed so far."""
+        return self.output.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM (the server drains), then SIGKILL if it is still there after 15 s."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def start_serve(logdir: Path, workdir: Path, *, token: str | None = None) -> ServeProcess:
+    """Start ``python -m kafkakv serve -p LOGDIR --bind 127.0.0.1:PORT`` (with a token file when
+    ``token`` is given) and return once ``/v1/health`` answers 200; fail the test with the
+    server's output if it exits or does not answer in time."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "kafkakv",
+        "serve",
+        "-p",
+        str(logdir),
+        "--bind",
+        f"127.0.0.1:{port}",
+    ]
+    if token is not None:
+        token_file = workdir / "token"
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
+        command += ["--token-file", str(token_file)]
+    output = workdir / f"serve-{port}.log"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, env=_child_env(), cwd=workdir
+        )
+    server = ServeProcess(f"http://127.0.0.1:{port}/", logdir, process, output, token)
+    deadline = time.monotonic() + START_TIMEOUT
+    with httpx.Client(trust_env=False, timeout=2.0) as client:
+        while True:
+            if process.poll() is not None:
+                pytest.fail(
+                    f"kafkakv serve exited with status {process.returncode}:\n"
+                    f"{' '.join(command)}\n{server.text()}"
+                )
+            try:
+                if client.get(f"{server.url}v1/health").status_code == 200:
+                    return server
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                server.stop()
+                pytest.fail(f"kafkakv serve did not answer in {START_TIMEOUT} s:\n{server.text()}")
+            time.sleep(0.05)
+
+
+# --- other processes that write -----------------------------------------------------------------
+
+_WRITER = """
+import json, sys
+import kafkakv
+logdir, name, partitions, items, removed = sys.argv[1:]
+with kafkakv.connect(logdir) as db:
+    m = db.map(name, partitions=int(partitions))
+    for key, value in json.loads(items):
+        m[key] = value
+    for key in json.loads(removed):
+        del m[key]
+"""
+
+
+def write_map(
+    logdir: Path,
+    name: str,
+    items: dict[str, Any],
+    *,
+    removed: tuple[str, ...] = (),
+    partitions: int = 1,
+) -> None:
+    """Write ``items`` to map ``name`` (created with ``partitions`` if new) and remove
+    ``removed``, from a separate Python process using ``kafkakv.connect(logdir).map(name)``
+    (str keys, JSON values: the server's default codecs). Returns once every write is
+    acknowledged: it is in the log."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _WRITER,
+            str(logdir),
+            name,
+            str(partitions),
+            json.dumps(list(items.items())),
+            json.dumps(list(removed)),
+        ],
+        env=_child_env(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"the writer process failed ({result.returncode}):\n{result.stderr.decode()}")
+
+
+# --- the browser --------------------------------------------------------------------------------
+
+
+@dataclass
+class ConsolePage:
+    """A fresh browser tab (its own session storage) that records what the page did wrong
+    (uncaught errors, console errors) and every URL it requested."""
+
+    page: Page
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+    def open(self, server: ServeProcess, fragment: str = "") -> Page:
+        """Open the console of ``server`` (at ``#map/NAME`` with ``fragment="map/NAME"``)."""
+        self.page.goto(server.url + (f"#{fragment}" if fragment else ""))
+        return self.page
+
+    def check_clean(self, server: ServeProcess) -> None:
+        """The page raised nothing and asked nothing of any other origin than ``server``."""
+        assert self.errors == [], f"the page reported errors: {self.errors}"
+        elsewhere = [u for u in self.requests if not u.startswith((server.url, "data:"))]
+        assert elsewhere == [], f"the page fetched from outside the server: {elsewhere}"
+
+
+# --- screenshots ----------------------------------------------------------------------------------
+
+
+def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Decode an 8-bit RGB or RGBA PNG (what chromium's screenshots are): its width, height
+    and rows of pixels, 4 bytes per pixel (RGB gets an opaque alpha). Fails on anything else,
+    rather than guessing. Pure Python: ``zlib`` and ``struct``."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos = 8
+    header = b""
+    idat = bytearray()
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+        elif kind == b"IEND":
+            break
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+    bpp = 4 if colour == 6 else 3
+    stride = width * bpp
+    raw = zlib.decompress(bytes(idat))
+    rows: list[bytes] = []
+    previous = bytearray(stride)
+    for y in range(height):
+        start = y * (stride + 1)
+        kind = raw[start]
+        line = bytearray(raw[start + 1 : start + 1 + stride])
+        _unfilter(kind, line, previous, bpp)
+        rows.append(bytes(line) if bpp == 4 else _with_alpha(line))
+        previous = line
+    return width, height, rows
+
+
+def _unfilter(kind: int, line: bytearray, previous: bytearray, bpp: int) -> None:
+    """Undo one scanline's PNG filter in place (types 0-4 of the PNG specification)."""
+    n = len(line)
+    if kind == 0:
+        return
+    if kind == 1:  # Sub
+        for i in range(bpp, n):
+            line[i] = (line[i] + line[i - bpp]) & 0xFF
+    elif kind == 2:  # Up
+        for i in range(n):
+            line[i] = (line[i] + previous[i]) & 0xFF
+    elif kind == 3:  # Average
+        for i in range(n):
+            left = line[i - bpp] if i >= bpp else 0
+            line[i] = (line[i] + ((left + previous[i]) >> 1)) & 0xFF
+    elif kind == 4:  # Paeth
+        for i in range(n):
+            a = line[i - bpp] if i >= bpp else 0
+            b = previous[i]
+            c = previous[i - bpp] if i >= bpp else 0
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+    else:
+        raise AssertionError(f"unknown PNG filter type {kind}")
+
+
+def _with_alpha(line: bytearray) -> bytes:
+    out = bytearray()
+    for i in range(0, len(line), 3):
+        out += line[i : i + 3] + b"\xff"
+    return bytes(out)
