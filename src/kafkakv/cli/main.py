@@ -31,6 +31,7 @@ from kafkakv.cli.errors import CommandError
 from kafkakv.cli.log_commands import log_group
 from kafkakv.cli.map_commands import map_group
 from kafkakv.cli.pipeline_commands import pipeline_group
+from kafkakv.cli.serve_command import serve_command
 from kafkakv.cli.topics_commands import init_existing_command, topics_group
 from kafkakv.errors import KafkaKVError
 
@@ -57,6 +58,7 @@ main.add_command(log_group)
 main.add_command(map_group)
 main.add_command(directory_group)
 main.add_command(pipeline_group)
+main.add_command(serve_command)
 main.add_command(topics_group)
 main.add_command(init_existing_command)
 main.add_command(dev_cluster_group)

@@ -779,6 +779,17 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         one it will apply): everything before it is reflected in the local state."""
         return {p: positions.applied for p, positions in self._engine.positions().items()}
 
+    def flushed_offsets(self) -> dict[int, int]:
+        """For each partition held, the ops offset the last flush this replica knows of
+        covers: the data topic holds every change before it."""
+        return {p: positions.flushed for p, positions in self._engine.positions().items()}
+
+    def end_offsets(self) -> dict[int, int]:
+        """For each partition held, the end offset of the ops topic: one log request per
+        partition (a round trip to the brokers on Kafka). ``end - applied`` is the lag."""
+        engine = self._engine
+        return {p: engine.log.end_offset(engine.topics.ops, p) for p in engine.held}
+
     def errors(self) -> list[ApplyError]:
         """Records refused or noted when applied (the latest 1000), oldest first: ops that
         failed or did not decode, keys and values stored as written that this replica's

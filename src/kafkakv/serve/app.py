@@ -1,0 +1,788 @@
+"""The ASGI application of ``kafkakv serve``: :func:`create_app`.
+
+Routes are thin: each parses its input into the map's key and value objects
+(:mod:`kafkakv.serve.convert`), makes one call of the :class:`~kafkakv.ReplicaMap` or
+:class:`~kafkakv.Directory` API, and writes the answer as JSON. Local reads are dictionary
+lookups made on the event loop; writes use the maps' ``*_async`` calls, whose futures the loop
+awaits, so many writes of many connections are in flight at once and one slow write holds up
+no other request. Anything that may block on the log (opening a map, end offsets, a scrape)
+runs in a worker thread. Every wait is bounded by the request timeout.
+
+In front of the routes, :class:`Gate` checks the bearer token, counts the requests in flight
+and, once draining, answers ``503 draining``. The API is described in docs/serve.md and in
+:mod:`kafkakv.serve.openapi`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+import orjson
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from kafkakv.db import Database, connect
+from kafkakv.errors import CrossPartitionError, KafkaKVError
+from kafkakv.map.feed import Cursor
+from kafkakv.serve.config import ServeConfig
+from kafkakv.serve.convert import dumps
+from kafkakv.serve.errors import ApiError, api_error
+from kafkakv.serve.openapi import openapi_document
+from kafkakv.serve.registry import Registry, ServedDirectory, ServedMap
+
+__all__ = ["Gate", "create_app"]
+
+MAX_BATCH = 1000
+"""Keys in one batch get, and items in one page of a range scan."""
+
+_MISSING = object()
+_PUBLIC_PATHS = ("/", "/v1/health", "/favicon.ico")
+"""Paths served without a token: the console's page and assets (so it can ask for the
+token), and the health check, which tells nothing about the data."""
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
+def _error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+
+class Gate:
+    """ASGI middleware in front of every route: bearer token, draining, requests in flight.
+
+    ``drain()`` makes every new request answer ``503 draining`` (``Retry-After: 1``,
+    ``Connection: close``) and sets :attr:`draining`, which change streams watch;
+    :meth:`idle` waits until the requests in flight have finished."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self._token = None if token is None else f"Bearer {token}".encode()
+        self.in_flight = 0
+        self.draining = asyncio.Event()
+        self._idle: asyncio.Event | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.draining.is_set():
+            error = ApiError(503, "draining", "the server is shutting down: retry shortly")
+            headers = {"retry-after": "1", "connection": "close"}
+            await _error_response(error, headers)(scope, receive, send)
+            return
+        if self._token is not None and not self._authorized(scope):
+            error = ApiError(401, "unauthorized", "a bearer token is required")
+            headers = {"www-authenticate": 'Bearer realm="kafkakv"'}
+            await _error_response(error, headers)(scope, receive, send)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0 and self._idle is not None:
+                self._idle.set()
+
+    def _authorized(self, scope: Scope) -> bool:
+        path: str = scope["path"]
+        if path in _PUBLIC_PATHS or path.startswith("/static/"):
+            return True
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                return hmac.compare_digest(value, self._token or b"")
+        return False
+
+    def drain(self) -> None:
+        """Refuse new requests from now on and end change streams."""
+        self.draining.set()
+
+    async def idle(self, timeout: float) -> bool:
+        """Wait until no request is in flight (change streams end by themselves once
+        draining); False when ``timeout`` seconds passed first."""
+        deadline = time.monotonic() + timeout
+        while self.in_flight > 0:
+            self._idle = asyncio.Event()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._idle.wait()
+        return True
+
+
+# -- request helpers -----------------------------------------------------------------------
+
+
+async def _json_body(request: Request, limit: int) -> Any:
+    """The request's JSON body, read at most ``limit`` bytes far: 413 past it, 400 when it
+    does not parse."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+    if not body:
+        raise ApiError(400, "invalid_json", "the body is empty: it must be a JSON document")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
+
+
+def _object(doc: Any, fields: dict[str, bool]) -> dict[str, Any]:
+    """``doc`` checked to be a JSON object whose fields are among ``fields`` (name →
+    required)."""
+    if not isinstance(doc, dict):
+        raise ApiError(400, "bad_request", "the body must be a JSON object")
+    unknown = set(doc) - set(fields)
+    if unknown:
+        raise ApiError(400, "bad_request", f"unknown fields: {', '.join(sorted(unknown))}")
+    missing = [name for name, required in fields.items() if required and name not in doc]
+    if missing:
+        raise ApiError(400, "bad_request", f"missing fields: {', '.join(missing)}")
+    return doc
+
+
+def _flag(request: Request, name: str) -> bool:
+    text = request.query_params.get(name)
+    if text is None:
+        return False
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise ApiError(400, "bad_request", f"?{name}= takes true or false, not {text!r}")
+
+
+def _linearizable(request: Request) -> bool:
+    consistency = request.query_params.get("consistency")
+    if consistency is None or consistency == "local":
+        return False
+    if consistency == "linearizable":
+        return True
+    raise ApiError(400, "bad_request", f"consistency is local or linearizable, not {consistency!r}")
+
+
+def _limit(request: Request) -> int:
+    text = request.query_params.get("limit", "100")
+    if not text.isdigit() or not 1 <= int(text) <= MAX_BATCH:
+        raise ApiError(400, "bad_request", f"limit is 1 to {MAX_BATCH}, not {text!r}")
+    return int(text)
+
+
+async def _outcome(future: Awaitable[Any], timeout: float) -> Any:
+    """What an update's future resolves to, waited for at most ``timeout`` seconds (then
+    504: the update may still be applied)."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await future
+    except TimeoutError:
+        raise ApiError(
+            504,
+            "timeout",
+            f"no answer from the log within {timeout} s: the update may or may not be applied",
+        ) from None
+
+
+# -- the application ----------------------------------------------------------------------
+
+
+def create_app(config: ServeConfig, db: Database | None = None) -> Starlette:
+    """The ASGI application serving ``config``'s log. With ``db`` it serves that database
+    (and leaves it open on shutdown); without, it connects to ``config.target`` at startup
+    and closes the database at shutdown, draining its updates."""
+    config.check()
+    api = _Api(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        owned = db is None
+        database = db if db is not None else await asyncio.to_thread(_connect, config.target)
+        api.registry = Registry(config, database)
+        try:
+            for name in config.directories:
+                await asyncio.to_thread(api.registry._open_directory, name)
+            yield
+        finally:
+            if owned:
+                await asyncio.to_thread(database.close, config.drain_timeout)
+
+    static = resources.files("kafkakv.serve") / "static"
+    routes = [
+        Route("/", api.console),
+        Mount("/static", app=StaticFiles(directory=str(static)), name="static"),
+        Route("/v1/health", api.health),
+        Route("/v1/openapi.json", api.openapi),
+        Route("/metrics", api.metrics),
+        Route("/v1/maps", api.list_maps),
+        Route("/v1/maps/{map}", api.map_status, methods=["GET"]),
+        Route("/v1/maps/{map}", api.create_map, methods=["PUT"]),
+        Route("/v1/maps/{map}/keys", api.map_scan),
+        Route("/v1/maps/{map}/get", api.map_batch_get, methods=["POST"]),
+        Route("/v1/maps/{map}/put", api.map_batch_put, methods=["POST"]),
+        Route("/v1/maps/{map}/transaction", api.transaction, methods=["POST"]),
+        Route("/v1/maps/{map}/changes", api.changes),
+        Route("/v1/maps/{map}/keys/{key:path}/cas", api.cas, methods=["POST"]),
+        Route("/v1/maps/{map}/keys/{key:path}", api.get_key, methods=["GET"]),
+        Route("/v1/maps/{map}/keys/{key:path}", api.put_key, methods=["PUT"]),
+        Route("/v1/maps/{map}/keys/{key:path}", api.delete_key, methods=["DELETE"]),
+        Route("/v1/directories", api.list_directories),
+        Route("/v1/directories/{name}", api.directory_status),
+        Route("/v1/directories/{name}/keys", api.directory_scan),
+        Route("/v1/directories/{name}/get", api.directory_batch_get, methods=["POST"]),
+        Route("/v1/directories/{name}/keys/{key:path}", api.directory_get),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            ApiError: _on_api_error,
+            HTTPException: _on_http_error,
+            KafkaKVError: _on_kafkakv_error,
+            TimeoutError: _on_kafkakv_error,
+        },
+    )
+    gate = Gate(app, config.token)
+    api.gate = gate
+    app.state.gate = gate
+    app.state.api = api
+    return app
+
+
+def _connect(target: str) -> Database:
+    if "://" in target:
+        return connect(target)
+    return connect(target, background_cleaner=True)
+
+
+async def _on_api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return _error_response(exc)
+
+
+async def _on_kafkakv_error(request: Request, exc: Exception) -> Response:
+    missing = "directory_not_found" if request.url.path.startswith("/v1/dir") else "map_not_found"
+    return _error_response(api_error(exc, missing=missing))
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        error = ApiError(405, "method_not_allowed", f"{request.method} is not allowed here")
+        return _error_response(error, dict(exc.headers or {}))
+    if exc.status_code == 404:
+        return _error_response(ApiError(404, "not_found", f"no route {request.url.path}"))
+    return JSONResponse(
+        {"error": {"code": "bad_request", "message": str(exc.detail)}},
+        status_code=exc.status_code,
+    )
+
+
+class _Api:
+    """The route handlers, sharing the config, the registry (set at startup) and the gate."""
+
+    registry: Registry
+    gate: Gate
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.timeout = config.request_timeout
+
+    # -- plain routes -------------------------------------------------------------------
+
+    async def console(self, request: Request) -> Response:
+        page = resources.files("kafkakv.serve") / "static" / "index.html"
+        return FileResponse(str(page), media_type="text/html")
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
+    async def metrics(self, request: Request) -> Response:
+        text = await asyncio.to_thread(generate_latest, REGISTRY)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+    # -- maps ---------------------------------------------------------------------------
+
+    async def _map(self, request: Request) -> ServedMap:
+        return await self.registry.map(request.path_params["map"])
+
+    async def list_maps(self, request: Request) -> Response:
+        registry = self.registry
+
+        def listing() -> list[dict[str, Any]]:
+            maps, _ = registry.topic_names()
+            return [
+                {
+                    "name": name,
+                    "partitions": registry.db.log.partitions(name),
+                    "open": name in registry.maps,
+                }
+                for name in maps
+            ]
+
+        return JSONResponse({"maps": await asyncio.to_thread(listing)})
+
+    async def create_map(self, request: Request) -> Response:
+        name = request.path_params["map"]
+        doc = _object(
+            await _json_body(request, self.config.max_body),
+            {"partitions": False, "versions": False, "expiry": False, "hash_tags": False},
+        )
+        partitions = doc.get("partitions")
+        if partitions is not None and (
+            not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
+        ):
+            raise ApiError(400, "bad_request", "partitions must be a positive integer")
+        settings: dict[str, bool] = {}
+        for option in ("versions", "expiry", "hash_tags"):
+            if option in doc:
+                if not isinstance(doc[option], bool):
+                    raise ApiError(400, "bad_request", f"{option} must be true or false")
+                settings[option] = doc[option]
+        created = await asyncio.to_thread(self.registry.create_map, name, partitions, settings)
+        return JSONResponse({"name": name, "created": created}, status_code=201 if created else 200)
+
+    async def map_status(self, request: Request) -> Response:
+        served = await self._map(request)
+        m = served.map
+
+        def status() -> dict[str, Any]:
+            applied = m.applied_offsets()
+            ends = m.end_offsets()
+            return {
+                "name": served.name,
+                "partitions": m.partition_count,
+                "held": list(m.partitions),
+                "codecs": dict(zip(("key", "value"), m.codec_names, strict=True)),
+                "settings": m.creation_options,
+                "size": len(m),
+                "positions": applied,
+                "flushed": m.flushed_offsets(),
+                "end_offsets": ends,
+                "lag": {p: max(0, ends[p] - applied[p]) for p in applied},
+                "cursor": str(m.cursor()),
+                "errors": [
+                    {
+                        "partition": e.partition,
+                        "offset": e.offset,
+                        "topic": e.topic,
+                        "error": e.error,
+                    }
+                    for e in m.errors()[-20:]
+                ],
+                "stalled": {p: str(e) for p, e in m.stalled().items()},
+            }
+
+        return JSONResponse(await asyncio.to_thread(status))
+
+    async def get_key(self, request: Request) -> Response:
+        served = await self._map(request)
+        key = served.keys.parse(request.path_params["key"])
+        if _linearizable(request):
+            await served.map.sync_async(self.timeout)
+        m = served.map
+        if m.creation_options.get("versions"):
+            found = m.get_versioned(key)
+            if found is None:
+                raise _absent(served, key)
+            value, version = found
+            doc = {"key": served.keys.text(key), "value": served.values.json(value)}
+            doc["version"] = version
+            return JSONResponse(doc)
+        value = m.get(key, _MISSING)
+        if value is _MISSING:
+            raise _absent(served, key)
+        return JSONResponse({"key": served.keys.text(key), "value": served.values.json(value)})
+
+    async def put_key(self, request: Request) -> Response:
+        served = await self._map(request)
+        key = served.keys.parse(request.path_params["key"])
+        value = served.values.parse(await _json_body(request, self.config.max_body))
+        ttl_text = request.query_params.get("ttl")
+        ttl = None
+        if ttl_text is not None:
+            try:
+                ttl = float(ttl_text)
+            except ValueError:
+                raise ApiError(400, "bad_request", f"ttl is seconds, not {ttl_text!r}") from None
+        m, text = served.map, served.keys.text(key)
+        if _flag(request, "if_absent"):
+            if ttl is not None:
+                raise ApiError(400, "bad_request", "ttl does not go with if_absent")
+            current = await _outcome(m.put_if_absent_async(key, value), self.timeout)
+            if current is not None:
+                raise ApiError(
+                    409,
+                    "key_exists",
+                    f"key {text!r} already holds a value",
+                    {"current": served.values.json(current)},
+                )
+            return JSONResponse({"key": text, "previous": None})
+        previous = await _outcome(m.put_async(key, value, ttl), self.timeout)
+        return JSONResponse({"key": text, "previous": served.values.json(previous)})
+
+    async def delete_key(self, request: Request) -> Response:
+        served = await self._map(request)
+        key = served.keys.parse(request.path_params["key"])
+        previous = await _outcome(served.map.remove_async(key), self.timeout)
+        if previous is None:
+            raise _absent(served, key)
+        text = served.keys.text(key)
+        return JSONResponse({"key": text, "previous": served.values.json(previous)})
+
+    async def cas(self, request: Request) -> Response:
+        served = await self._map(request)
+        key = served.keys.parse(request.path_params["key"])
+        doc = _object(
+            await _json_body(request, self.config.max_body), {"expected": True, "value": True}
+        )
+        expected = served.values.parse_optional(doc["expected"], "expected value")
+        value = served.values.parse(doc["value"])
+        done = await _outcome(served.map.compare_and_set_async(key, expected, value), self.timeout)
+        text = served.keys.text(key)
+        if not done:
+            current = served.map.get(key)
+            raise ApiError(
+                409,
+                "cas_failed",
+                f"key {text!r} does not hold the expected value",
+                {"current": served.values.json(current)},
+            )
+        return JSONResponse({"key": text, "value": doc["value"]})
+
+    async def transaction(self, request: Request) -> Response:
+        served = await self._map(request)
+        doc = _object(
+            await _json_body(request, self.config.max_body),
+            {"expect": False, "expect_version": False, "put": False, "remove": False},
+        )
+        keys, values = served.keys, served.values
+        expect = {
+            keys.parse(k): values.parse_optional(v, "expected value")
+            for k, v in _mapping(doc, "expect").items()
+        }
+        versions: dict[Any, int | None] = {}
+        for k, v in _mapping(doc, "expect_version").items():
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise ApiError(400, "bad_request", "expect_version values are integers or null")
+            versions[keys.parse(k)] = v
+        put = {keys.parse(k): values.parse(v) for k, v in _mapping(doc, "put").items()}
+        remove = doc.get("remove", [])
+        if not isinstance(remove, list):
+            raise ApiError(400, "bad_request", "remove is a list of keys")
+        removed = [keys.parse_json(k) for k in remove]
+        try:
+            future = served.map.transaction_async(
+                expect, put, removed, expect_version=versions or None
+            )
+        except CrossPartitionError as exc:
+            partitions = {str(p): [keys.text(k) for k in ks] for p, ks in exc.partitions.items()}
+            raise ApiError(400, "cross_partition", str(exc), {"partitions": partitions}) from exc
+        if not await _outcome(future, self.timeout):
+            raise ApiError(
+                409, "transaction_failed", "an expectation did not hold: nothing changed"
+            )
+        return JSONResponse({"committed": True})
+
+    async def map_batch_get(self, request: Request) -> Response:
+        served = await self._map(request)
+        keys = _key_list(await _json_body(request, self.config.max_body), served.keys.parse_json)
+        if _linearizable(request):
+            await served.map.sync_async(self.timeout)
+        return JSONResponse(_batch(served.map, keys, served))
+
+    async def map_batch_put(self, request: Request) -> Response:
+        served = await self._map(request)
+        doc = _object(await _json_body(request, self.config.max_body), {"items": True})
+        items = doc["items"]
+        keys, values = served.keys, served.values
+        if isinstance(items, dict):
+            pairs = [(keys.parse(k), values.parse(v)) for k, v in items.items()]
+        elif isinstance(items, list) and all(isinstance(p, list) and len(p) == 2 for p in items):
+            pairs = [(keys.parse_json(k), values.parse(v)) for k, v in items]
+        else:
+            raise ApiError(400, "bad_request", "items is an object or a list of [key, value]")
+        if pairs:
+            await _outcome(served.map.put_all_async(pairs), self.timeout)
+        return JSONResponse({"count": len(pairs)})
+
+    async def map_scan(self, request: Request) -> Response:
+        served = await self._map(request)
+        if _linearizable(request):
+            await served.map.sync_async(self.timeout)
+        page = _Page(request, served.keys)
+        m = served.map
+        if served.sorted and page.bounds_ok:
+            start = page.lower()
+            rows = m.range(start, page.upper(), inclusive=(page.lower_inclusive(), False))  # type: ignore[attr-defined]
+            return JSONResponse(page.answer(rows, served.values))
+        pairs = sorted(((served.keys.text(k), k) for k in m), key=lambda t: t[0])
+        rows = ((k, m.get(k)) for _, k in pairs if page.wants(served.keys.text(k)))
+        return JSONResponse(page.answer((r for r in rows if r[1] is not None), served.values))
+
+    async def changes(self, request: Request) -> Response:
+        served = await self._map(request)
+        since = request.headers.get("last-event-id") or request.query_params.get("since")
+        try:
+            cursor = None if not since else Cursor.parse(since)
+            feed = served.map.changes(cursor, timeout=min(1.0, self.config.heartbeat))
+        except KafkaKVError as exc:
+            raise api_error(exc) from exc
+        return StreamingResponse(
+            self._events(served, feed),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+
+    async def _events(self, served: ServedMap, feed: Any) -> AsyncIterator[bytes]:
+        keys, values = served.keys, served.values
+        try:
+            start = {"cursor": str(feed.cursor)}
+            yield (
+                b"event: cursor\nid: "
+                + str(feed.cursor).encode()
+                + b"\ndata: "
+                + dumps(start)
+                + b"\n\n"
+            )
+            quiet_since = time.monotonic()
+            while not self.gate.draining.is_set():
+                try:
+                    change = await feed.__anext__()
+                except StopAsyncIteration:
+                    if time.monotonic() - quiet_since >= self.config.heartbeat:
+                        quiet_since = time.monotonic()
+                        yield b": keep-alive\n\n"
+                    continue
+                except KafkaKVError as exc:
+                    error = api_error(exc)
+                    yield b"event: error\ndata: " + dumps(error.body()) + b"\n\n"
+                    return
+                quiet_since = time.monotonic()
+                data = {
+                    "key": keys.text(change.key),
+                    "old": values.json(change.old),
+                    "new": values.json(change.new),
+                    "partition": change.partition,
+                    "offset": change.offset,
+                }
+                yield (
+                    b"event: change\nid: "
+                    + str(change.cursor).encode()
+                    + b"\ndata: "
+                    + dumps(data)
+                    + b"\n\n"
+                )
+        finally:
+            feed.close()
+
+    # -- directories --------------------------------------------------------------------
+
+    async def _directory(self, request: Request) -> ServedDirectory:
+        return await self.registry.directory(request.path_params["name"])
+
+    async def list_directories(self, request: Request) -> Response:
+        registry = self.registry
+
+        def listing() -> list[dict[str, Any]]:
+            _, others = registry.topic_names()
+            names = sorted(set(others) | set(registry.directories))
+            rows = []
+            for name in names:
+                served = registry.directories.get(name)
+                rows.append(
+                    {
+                        "name": name,
+                        "open": served is not None,
+                        "ready": served is not None and served.directory.ready,
+                    }
+                )
+            return rows
+
+        return JSONResponse({"directories": await asyncio.to_thread(listing)})
+
+    async def directory_status(self, request: Request) -> Response:
+        served = await self._directory(request)
+        d, log = served.directory, self.registry.db.log
+
+        def status() -> dict[str, Any]:
+            positions = d.positions()
+            partitions = log.partitions(served.name)
+            ends = {p: log.end_offset(served.name, p) for p in range(partitions)}
+            return {
+                "name": served.name,
+                "state": d.state.value,
+                "ready": d.ready,
+                "ready_seconds": d.ready_seconds,
+                "partitions": partitions,
+                "size": len(d),
+                "positions": positions,
+                "end_offsets": ends,
+                "lag": {p: max(0, ends[p] - positions.get(p, 0)) for p in ends},
+                "errors": [
+                    {"partition": e.partition, "offset": e.offset, "error": e.error}
+                    for e in d.errors()[-20:]
+                ],
+            }
+
+        return JSONResponse(await asyncio.to_thread(status))
+
+    async def directory_get(self, request: Request) -> Response:
+        served = await self._directory(request)
+        _check_ready(served)
+        key = served.keys.parse(request.path_params["key"])
+        value = served.directory.get(key, _MISSING)
+        if value is _MISSING:
+            raise ApiError(
+                404, "key_not_found", f"{served.name!r} holds no key {served.keys.text(key)!r}"
+            )
+        return JSONResponse({"key": served.keys.text(key), "value": served.values.json(value)})
+
+    async def directory_batch_get(self, request: Request) -> Response:
+        served = await self._directory(request)
+        _check_ready(served)
+        keys = _key_list(await _json_body(request, self.config.max_body), served.keys.parse_json)
+        return JSONResponse(_batch(served.directory, keys, served))
+
+    async def directory_scan(self, request: Request) -> Response:
+        served = await self._directory(request)
+        _check_ready(served)
+        page = _Page(request, served.keys)
+        d = served.directory
+        texts = sorted(((served.keys.text(k), k) for k in list(d)), key=lambda t: t[0])
+        rows = ((k, d.get(k)) for t, k in texts if page.wants(t))
+        return JSONResponse(page.answer((r for r in rows if r[1] is not None), served.values))
+
+
+def _absent(served: ServedMap, key: Any) -> ApiError:
+    return ApiError(
+        404, "key_not_found", f"map {served.name!r} holds no key {served.keys.text(key)!r}"
+    )
+
+
+def _check_ready(served: ServedDirectory) -> None:
+    if not served.directory.ready:
+        raise ApiError(
+            503, "not_ready", f"directory {served.name!r} is still loading: retry shortly"
+        )
+
+
+def _mapping(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    value = doc.get(name, {})
+    if not isinstance(value, dict):
+        raise ApiError(400, "bad_request", f"{name} is an object of key: value")
+    return value
+
+
+def _key_list(doc: Any, parse: Callable[[object], Any]) -> list[Any]:
+    doc = _object(doc, {"keys": True})
+    keys = doc["keys"]
+    if not isinstance(keys, list) or len(keys) > MAX_BATCH:
+        raise ApiError(400, "bad_request", f"keys is a list of at most {MAX_BATCH} keys")
+    return [parse(k) for k in keys]
+
+
+def _batch(
+    source: Any, keys: list[Any], served: ServedMap | ServedDirectory
+) -> dict[str, list[Any]]:
+    items, missing = [], []
+    for key in keys:
+        value = source.get(key, _MISSING)
+        if value is _MISSING:
+            missing.append(served.keys.text(key))
+        else:
+            items.append({"key": served.keys.text(key), "value": served.values.json(value)})
+    return {"items": items, "missing": missing}
+
+
+class _Page:
+    """One page of a range scan: what ``prefix``, ``start``, ``end``, ``cursor``, ``limit``
+    and ``values`` ask for. Bounds compare keys' text forms, which sort as their encoded
+    bytes for ``str`` and ``bytes`` keys (and are used as such by sorted maps)."""
+
+    def __init__(self, request: Request, keys: Any) -> None:
+        params = request.query_params
+        self.keys = keys
+        self.limit = _limit(request)
+        self.values = params.get("values", "true").lower() not in ("false", "0", "no")
+        self.prefix = params.get("prefix") or None
+        self.start = params.get("start") or None
+        self.end = params.get("end") or None
+        self.cursor = params.get("cursor") or None
+        # A walk of a sorted store needs key objects for its bounds; text bounds on int keys
+        # compare as numbers there, so only prefixes need text-ordered keys.
+        self.bounds_ok = self.prefix is None or keys.ordered_text
+        if self.prefix is not None and not keys.ordered_text and keys.codec == "int":
+            raise ApiError(400, "bad_request", "prefix needs str or bytes keys")
+
+    def _key(self, text: str | None) -> Any:
+        return None if text is None else self.keys.parse(text)
+
+    def lower(self) -> Any:
+        candidates = [t for t in (self.start, self.prefix, self.cursor) if t is not None]
+        if not candidates:
+            return None
+        if self.keys.codec == "int":
+            return max(self._key(t) for t in candidates)
+        return self._key(max(candidates))
+
+    def lower_inclusive(self) -> bool:
+        if self.cursor is None:
+            return True
+        return bool(self.lower() != self._key(self.cursor))
+
+    def upper(self) -> Any:
+        return self._key(self.end)
+
+    def wants(self, text: str) -> bool:
+        """Whether the key of text form ``text`` is in the page's range (unsorted scans)."""
+        if self.prefix is not None and not text.startswith(self.prefix):
+            return False
+        if self.start is not None and text < self.start:
+            return False
+        if self.end is not None and text >= self.end:
+            return False
+        return not (self.cursor is not None and text <= self.cursor)
+
+    def answer(self, rows: Any, values: Any) -> dict[str, Any]:
+        items: list[dict[str, Any]] = []
+        more = False
+        for key, value in rows:
+            text = self.keys.text(key)
+            if self.prefix is not None and not text.startswith(self.prefix):
+                if self.keys.ordered_text and text > self.prefix:
+                    break
+                continue
+            if len(items) == self.limit:
+                more = True
+                break
+            item: dict[str, Any] = {"key": text}
+            if self.values:
+                item["value"] = values.json(value)
+            items.append(item)
+        return {"items": items, "next": items[-1]["key"] if more else None}
