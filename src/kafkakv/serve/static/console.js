@@ -92,14 +92,10 @@ export class EventStreamParser {
   }
 }
 
-/** A key as the text that names it in a path (docs/serve.md, "Keys and values"), encoded. */
-export function keyPath(key, keyCodec) {
-  let text;
-  if (keyCodec === "json" || keyCodec === "msgpack") text = JSON.stringify(key);
-  else if (typeof key === "string") text = key;
-  else if (keyCodec === "int" || keyCodec === "str" || keyCodec === "bytes") text = String(key);
-  else text = JSON.stringify(key);
-  return encodeURIComponent(text);
+/** A key as it goes in a path: the server gives and takes every key as its text form
+ *  (docs/serve.md, "Keys and values"), percent-encoded here. */
+export function keyPath(key) {
+  return encodeURIComponent(typeof key === "string" ? key : JSON.stringify(key));
 }
 
 /** How a key reads on the page: strings as themselves, anything else as JSON. */
@@ -110,13 +106,6 @@ export function keyText(key) {
 /** A JSON value as indented text. */
 export function valueText(value) {
   return JSON.stringify(value, null, 2);
-}
-
-/** The key codec a status answer names, wherever it keeps it; null when it does not. */
-export function keyCodecOf(status) {
-  if (!status || typeof status !== "object") return null;
-  const found = [status.key_codec, status.settings?.key_codec, status.codecs?.key, status.codecs?.key_codec];
-  return found.find((c) => typeof c === "string") ?? null;
 }
 
 const COLUMN_ORDER = [
@@ -151,7 +140,7 @@ const COLUMN_LABELS = {
   flushed_offsets: "last flush",
   last_flush: "last flush",
 };
-const NOT_PER_PARTITION = new Set(["errors", "settings", "codecs", "cursor", "name"]);
+const NOT_PER_PARTITION = new Set(["errors", "stalled", "settings", "codecs", "cursor", "name", "held"]);
 
 function isScalar(v) {
   return v === null || ["string", "number", "boolean"].includes(typeof v);
@@ -244,7 +233,7 @@ export function statusFacts(status, used) {
   const walk = (prefix, obj, depth) => {
     for (const [k, v] of Object.entries(obj)) {
       const label = prefix ? `${prefix}.${k}` : k;
-      if (!prefix && (used.has(k) || k === "errors" || k === "name")) continue;
+      if (!prefix && (used.has(k) || k === "errors" || k === "stalled" || k === "name")) continue;
       if (isScalar(v)) facts.push([label.replaceAll("_", " "), v === null ? "—" : String(v)]);
       else if (v && typeof v === "object" && !Array.isArray(v) && depth < 2) walk(label, v, depth + 1);
       else facts.push([label.replaceAll("_", " "), JSON.stringify(v)]);
@@ -255,9 +244,15 @@ export function statusFacts(status, used) {
   return facts;
 }
 
-/** A status answer's errors as lines of text, whatever their shape. */
+/** A status answer's errors as lines of text, whatever their shape; stalled partitions
+ *  (`stalled`: partition -> why) first. */
 export function errorLines(status) {
-  const errors = status.errors;
+  const stalled = status.stalled && typeof status.stalled === "object" ? status.stalled : {};
+  const stalls = Object.entries(stalled).map(([p, why]) => `partition ${p} stalled: ${isScalar(why) ? why : JSON.stringify(why)}`);
+  return stalls.concat(recordErrors(status.errors));
+}
+
+function recordErrors(errors) {
   if (!errors || typeof errors === "number") return [];
   const describe = (e) => {
     if (isScalar(e)) return String(e);
@@ -454,6 +449,19 @@ class ChangeStream {
       this.onState("live");
       return;
     }
+    if (event.type === "error") {
+      // The server ends the stream after it: say why; a cursor it can no longer serve is
+      // dropped, so the stream goes on from now rather than failing again.
+      let error = {};
+      try {
+        error = JSON.parse(event.data).error ?? {};
+      } catch {
+        // keep the generic note
+      }
+      if (error.code === "cursor_expired" || error.code === "bad_cursor") this.lastId = null;
+      this.onNote(`The server ended the stream: ${error.message ?? event.data} (${error.code ?? "error"})`);
+      return;
+    }
     if (event.type !== "change") return;
     let change;
     try {
@@ -476,7 +484,6 @@ const state = {
   awaitingToken: false,
   selected: null, // {kind: "map" | "directory", name}
   status: null,
-  keyCodec: null,
   keyCursor: null,
   keyQuery: 0,
   valueKey: undefined,
@@ -611,7 +618,6 @@ function basePath() {
 
 function renderStatus(status) {
   state.status = status;
-  state.keyCodec = keyCodecOf(status) ?? state.keyCodec;
   const table = partitionTable(status);
   const thead = $("partitions").tHead.rows[0];
   const tbody = $("partitions").tBodies[0];
@@ -705,7 +711,6 @@ function select(kind, name, { fromHash = false } = {}) {
   state.stream = null;
   state.selected = { kind, name };
   state.status = null;
-  state.keyCodec = null;
   state.valueKey = undefined;
   state.changeCount = 0;
   for (const button of document.querySelectorAll(".items button")) {
@@ -802,7 +807,7 @@ async function showValue(key, button) {
   $("value-key").textContent = keyText(key);
   view.dataset.state = "loading";
   try {
-    const answer = await api(`${basePath()}/keys/${keyPath(key, state.keyCodec)}`);
+    const answer = await api(`${basePath()}/keys/${keyPath(key)}`);
     if (state.valueKey !== key) return;
     view.textContent = valueText(answer.value);
     view.dataset.state = "value";
