@@ -31,7 +31,9 @@ def _search(page: Page, prefix: str) -> list[str]:
     page.wait_for_selector(
         f"#key-list[data-prefix={json.dumps(prefix)}]:not([aria-busy])", state="attached"
     )
-    return page.eval_on_selector_all("#key-list [data-key]", "bs => bs.map(b => b.dataset.key)")
+    keys = page.eval_on_selector_all("#key-list [data-key]", "bs => bs.map(b => b.dataset.key)")
+    assert isinstance(keys, list)
+    return [str(k) for k in keys]
 
 
 def _view(page: Page, key: str) -> str:
