@@ -37,6 +37,7 @@ __all__ = [
     "png_pixels",
     "start_serve",
     "write_map",
+    "write_topic",
 ]
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -175,17 +176,38 @@ def write_map(
     ``removed``, from a separate Python process using ``kafkakv.connect(logdir).map(name)``
     (str keys, JSON values: the server's default codecs). Returns once every write is
     acknowledged: it is in the log."""
+    _run_python(
+        _WRITER,
+        str(logdir),
+        name,
+        str(partitions),
+        json.dumps(list(items.items())),
+        json.dumps(list(removed)),
+    )
+
+
+_TOPIC_WRITER = """
+import json, sys
+import kafkakv
+from kafkakv.log import Record
+logdir, topic, records = sys.argv[1:]
+with kafkakv.connect(logdir) as db:
+    db.log.create_topic(topic, 1, {"cleanup.policy": "compact"})
+    db.log.append(topic, 0, [Record(k.encode(), bytes.fromhex(v)) for k, v in json.loads(records)])
+"""
+
+
+def write_topic(logdir: Path, topic: str, records: dict[str, bytes]) -> None:
+    """Create the compacted topic ``topic`` (one partition) and append ``records`` to it as
+    they are, from a separate process: a table fed by another program, which the server
+    serves as a directory."""
+    encoded = json.dumps([[k, v.hex()] for k, v in records.items()])
+    _run_python(_TOPIC_WRITER, str(logdir), topic, encoded)
+
+
+def _run_python(code: str, *args: str) -> None:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _WRITER,
-            str(logdir),
-            name,
-            str(partitions),
-            json.dumps(list(items.items())),
-            json.dumps(list(removed)),
-        ],
+        [sys.executable, "-c", code, *args],
         env=_child_env(),
         capture_output=True,
         timeout=60,

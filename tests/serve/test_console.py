@@ -14,7 +14,14 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from tests.serve.browsing import ConsolePage, ServeProcess, png_pixels, start_serve, write_map
+from tests.serve.browsing import (
+    ConsolePage,
+    ServeProcess,
+    png_pixels,
+    start_serve,
+    write_map,
+    write_topic,
+)
 
 pytest_plugins = ["tests.serve._browser"]
 
@@ -117,6 +124,30 @@ def test_a_live_change_arrives(serve: ServeProcess, console: ConsolePage) -> Non
     console.check_clean(serve)
 
 
+def test_a_directory_shows_readiness_errors_and_values(
+    serve: ServeProcess, console: ConsolePage
+) -> None:
+    topic = _name("table")
+    records = {"row:1": b'{"city": "Lyon"}', "row:2": b'{"city": "Oslo"}', "broken": b"\xff{"}
+    write_topic(serve.logdir, topic, records)
+    page = console.open(serve)
+
+    page.locator(f'#directories [data-directory="{topic}"]').click()
+    expect(page.locator("#selected-kind")).to_have_text("Directory")
+    expect(page.locator("#selected-summary")).to_have_attribute("data-ready", "true")
+    expect(page.locator("#selected-summary")).to_contain_text("ready")
+    expect(page.locator(f'#directories [data-directory="{topic}"]')).to_contain_text("ready")
+    expect(page.locator("#partitions tbody tr")).to_have_count(1)
+    # The record that is not JSON is an error at its offset, not a value.
+    expect(page.locator("#errors li")).to_have_count(1)
+    expect(page.locator("#errors li")).to_contain_text("offset 2")
+    expect(page.locator("#changes-panel")).to_be_hidden()  # a directory has no change stream
+
+    assert _search(page, "row:") == ["row:1", "row:2"]
+    assert json.loads(_view(page, "row:2")) == {"city": "Oslo"}
+    console.check_clean(serve)
+
+
 def test_screenshot_shows_the_console(
     serve: ServeProcess, console: ConsolePage, tmp_path: Path
 ) -> None:
@@ -128,6 +159,7 @@ def test_screenshot_shows_the_console(
     expect(page.locator("#key-list [data-key]")).to_have_count(5)
     expect(page.locator("#partitions tbody tr")).to_have_count(2)
     _live(page)
+    assert json.loads(_view(page, "k2")) == {"i": 2}
     assert page.evaluate("document.body.dataset.state") == "ready"
     styled = "getComputedStyle(document.documentElement).getPropertyValue('--console-styled')"
     assert page.evaluate(styled).strip() == "1", "console.css was not applied"

@@ -232,7 +232,7 @@ export function statusFacts(status, used) {
   const facts = [];
   const walk = (prefix, obj, depth) => {
     for (const [k, v] of Object.entries(obj)) {
-      const label = prefix ? `${prefix}.${k}` : k;
+      const label = prefix ? `${prefix} › ${k}` : k;
       if (!prefix && (used.has(k) || k === "errors" || k === "stalled" || k === "name")) continue;
       if (isScalar(v)) facts.push([label.replaceAll("_", " "), v === null ? "—" : String(v)]);
       else if (v && typeof v === "object" && !Array.isArray(v) && depth < 2) walk(label, v, depth + 1);
@@ -616,6 +616,14 @@ function basePath() {
   return `v1/${kind === "map" ? "maps" : "directories"}/${encodeURIComponent(name)}`;
 }
 
+const FLUSH_COLUMNS = new Set(["flushed", "flushed_offset", "flushed_offsets", "last_flush"]);
+
+function cellText(column, v) {
+  if (v === undefined || v === null) return "—";
+  if (FLUSH_COLUMNS.has(column) && typeof v === "number" && v < 0) return "none yet";
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
+
 function renderStatus(status) {
   state.status = status;
   const table = partitionTable(status);
@@ -628,9 +636,7 @@ function renderStatus(status) {
       tr.dataset.partition = String(r.partition);
       for (const c of table.columns) {
         const v = r[c];
-        const cell = el(c === "partition" ? "th" : "td", {
-          text: v === undefined || v === null ? "—" : typeof v === "object" ? JSON.stringify(v) : String(v),
-        });
+        const cell = el(c === "partition" ? "th" : "td", { text: cellText(c, v) });
         if (c === "partition") cell.setAttribute("scope", "row");
         cell.dataset.column = c;
         if (c === "lag" && typeof v === "number" && v > 0) cell.classList.add("behind");
@@ -750,7 +756,8 @@ function select(kind, name, { fromHash = false } = {}) {
     $("changes-pause").textContent = "Pause";
     $("changes-pause").setAttribute("aria-pressed", "false");
   }
-  refreshStatus();
+  // The list learns at once that the server opened it.
+  refreshStatus().then(refresh);
   searchKeys();
 }
 
