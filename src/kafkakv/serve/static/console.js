@@ -490,6 +490,7 @@ const state = {
   stream: null,
   changeCount: 0,
   refreshing: false,
+  refreshAgain: false,
 };
 
 function el(tag, { text, cls, attrs } = {}, children = []) {
@@ -689,8 +690,13 @@ async function refreshStatus() {
 }
 
 async function refresh() {
-  if (state.awaitingToken || state.refreshing) return;
+  if (state.awaitingToken) return;
+  if (state.refreshing) {
+    state.refreshAgain = true; // what it fetches may be older than what the caller knows
+    return;
+  }
   state.refreshing = true;
+  state.refreshAgain = false;
   try {
     const [maps, directories] = await Promise.all([api("v1/maps"), api("v1/directories")]);
     renderLists(maps.maps ?? [], directories.directories ?? []);
@@ -703,6 +709,7 @@ async function refresh() {
     setConnection("error", `${exc.message} (${exc.code}); retrying every ${REFRESH_MS / 1000} s`);
   } finally {
     state.refreshing = false;
+    if (state.refreshAgain) refresh();
   }
 }
 
