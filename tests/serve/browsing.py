@@ -103,12 +103,15 @@ class ServeProcess:
                 self.process.wait(5)
 
 
-def start_serve(logdir: Path, workdir: Path, *, token: str | None = None) -> ServeProcess:
-    """Start ``python -m kafkakv serve -p LOGDIR --bind 127.0.0.1:PORT`` (with a token file when
-    ``token`` is given) and return once ``/v1/health`` answers 200; fail the test with the
-    server's output if it exits or does not answer in time."""
+def start_serve(
+    logdir: Path, workdir: Path, *, token: str | None = None, port: int | None = None
+) -> ServeProcess:
+    """Start ``python -m kafkakv serve -p LOGDIR --bind 127.0.0.1:PORT`` (on a free port unless
+    ``port`` is given; with a token file when ``token`` is) and return once ``/v1/health``
+    answers 200; fail the test with the server's output if it exits or does not answer in
+    time."""
     workdir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = port or _free_port()
     command = [
         sys.executable,
         "-m",
@@ -125,7 +128,7 @@ def start_serve(logdir: Path, workdir: Path, *, token: str | None = None) -> Ser
         token_file.chmod(0o600)
         command += ["--token-file", str(token_file)]
     output = workdir / f"serve-{port}.log"
-    with output.open("wb") as sink:
+    with output.open("ab") as sink:
         process = subprocess.Popen(
             command, stdout=sink, stderr=subprocess.STDOUT, env=_child_env(), cwd=workdir
         )

@@ -233,6 +233,42 @@ def test_token_is_asked_for_and_kept(console: ConsolePage, tmp_path: Path) -> No
         server.stop()
 
 
+def test_the_console_rides_out_a_server_restart(console: ConsolePage, tmp_path: Path) -> None:
+    """The server stops (SIGTERM: its change streams end) and comes back on the same port: the
+    page says it lost the server, then reconnects by itself and, resuming its stream with
+    Last-Event-ID, shows what was written while the server was down, once."""
+    logdir = tmp_path / "log"
+    logdir.mkdir()
+    name = _name("restart")
+    write_map(logdir, name, {"first": 1})
+    server = start_serve(logdir, tmp_path / "run")
+    try:
+        page = console.open(server, f"map/{name}")
+        _live(page)
+        write_map(logdir, name, {"before-stop": 1})
+        expect(page.locator('#changes li[data-key="before-stop"]')).to_have_count(1)
+
+        server.stop()
+        expect(page.locator("#connection")).to_have_attribute("data-state", "error")
+        write_map(logdir, name, {"while-down": 2})
+        port = int(server.url.rsplit(":", 1)[1].strip("/"))
+        server = start_serve(logdir, tmp_path / "run", port=port)
+
+        expect(page.locator("#connection")).to_have_attribute("data-state", "ok")
+        expect(page.locator('#changes li[data-key="while-down"]')).to_have_count(1)
+        _live(page)
+        write_map(logdir, name, {"after-restart": 3})
+        expect(page.locator('#changes li[data-key="after-restart"]')).to_have_count(1)
+        expect(page.locator('#changes li[data-key="before-stop"]')).to_have_count(1)
+        expect(page.locator('#changes li[data-key="while-down"]')).to_have_count(1)
+        # The browser logged the refused connections while the server was down: expected here.
+        console.errors.clear()
+        console.check_clean(server)
+    finally:
+        console.page.close()
+        server.stop()
+
+
 def test_event_stream_parser(serve: ServeProcess, console: ConsolePage) -> None:
     """The console's own Server-Sent Events parser, run in the browser on awkward chunking:
     CR LF split across chunks, bare CR, comments, multi-line data, ids kept across events."""

@@ -10,7 +10,7 @@ const KEY_PAGE = 50;
 const MAX_CHANGES = 500;
 const TOKEN_KEY = "kafkakv.token";
 const RETRY_MIN_MS = 500;
-const RETRY_MAX_MS = 10000;
+const RETRY_MAX_MS = 5000;
 
 // ---------------------------------------------------------------------------------------------
 // Pure parts: no DOM, no network.
@@ -384,6 +384,11 @@ class ChangeStream {
     this.wake?.abort();
   }
 
+  /** The server answers again: end the wait before the next attempt, if one is under way. */
+  nudge() {
+    if (!this.paused && !this.stopped) this.wake?.abort();
+  }
+
   async run() {
     let delay = RETRY_MIN_MS;
     while (!this.stopped) {
@@ -700,6 +705,7 @@ async function refresh() {
   try {
     const [maps, directories] = await Promise.all([api("v1/maps"), api("v1/directories")]);
     renderLists(maps.maps ?? [], directories.directories ?? []);
+    if (document.body.dataset.state === "error") state.stream?.nudge();
     document.body.dataset.state = "ready";
     setConnection("ok", `Connected to ${location.host} · refreshed ${timeNow()}`);
     await refreshStatus();
