@@ -351,6 +351,12 @@ class Log(Closeable):
     #: stale copy (a deposed Kafka leader): barriers are then appended records.
     end_offset_is_linearizable: bool = False
 
+    #: True when :meth:`send` returns with the records stored (it appends synchronously, as
+    #: the default does), so they are readable at once; False for a log that pipelines them
+    #: over a network (Kafka). A map's sender applies its own batches right after sending
+    #: them when this holds.
+    stores_on_send: bool = True
+
     #: True when the log keeps its files private to their owner (the embedded log's
     #: ``private=True``): stores a map opens on disk next to it are then created private too.
     private: bool = False

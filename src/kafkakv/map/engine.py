@@ -157,8 +157,16 @@ class ReplicaEngine:
         self.errors = ErrorLog()
         self.flush_times = metrics.FlushTimes()  # of the flushes that wrote
         self._slots = Slots(settings.max_in_flight)
+        # Where the log stores a batch before send() returns, the sender applies it at once
+        # (if no other thread is applying): the update's future resolves without waiting for
+        # the follower's wake-up, and the time that applying takes lets the next batch grow,
+        # so the sender needs no linger of its own. Elsewhere (Kafka) the follower applies.
+        self._apply_sent = log.stores_on_send
         self._sender = Sender(
-            self._send_batch, batch=_SEND_BATCH, linger=_LINGER, wait_slice=_WAIT_SLICE
+            self._send_batch,
+            batch=_SEND_BATCH,
+            linger=0.0 if self._apply_sent else _LINGER,
+            wait_slice=_WAIT_SLICE,
         )
         self._flush_queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._writers: dict[int, LogWriter] = {}
@@ -577,6 +585,13 @@ class ReplicaEngine:
                 )
             except Exception as exc:  # fail these updates; keep sending others
                 self._fail_pending([decode_op(r.value).seq for r in records], exc)
+                continue
+            if self._apply_sent and self._lock.acquire(blocking=False):
+                try:
+                    if not self._stopped:
+                        self._apply_available(p)
+                finally:
+                    self._lock.release()
 
     def _send_failed(self, record: Record, exc: BaseException) -> None:
         """A record of a pipelined send that the log could not store: fail its update."""

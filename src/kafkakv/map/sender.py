@@ -106,7 +106,7 @@ class Sender:
                 self.idle = False
             if self._stopped:
                 return
-            if len(outbox) < self._batch // 4:
+            if self._linger and len(outbox) < self._batch // 4:
                 time.sleep(self._linger)  # let a batch gather: one append per batch
             with gc_paused():  # the batch is freed on return, inside the pause: see gcpause
                 with ready:  # a batch is taken whole, or left whole to take_unsent()

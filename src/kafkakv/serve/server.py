@@ -105,9 +105,8 @@ class _DrainingServer(uvicorn.Server):
 def run(config: ServeConfig, *, announce: bool = True) -> None:
     """Serve ``config`` until SIGTERM or SIGINT (drained as the module doc says). Raises
     ConfigError for an unsafe or impossible config, before binding."""
-    app = create_app(config)
-    gate: Gate = app.state.gate
-    server = _DrainingServer(_uvicorn_config(config, app), gate, config, announce)
+    gate = create_app(config)
+    server = _DrainingServer(_uvicorn_config(config, gate), gate, config, announce)
     server.run()
     if not server.started:
         raise SystemExit(1)  # uvicorn said why (a port in use, the log unreachable)
@@ -120,9 +119,8 @@ def serve_in_thread(
     """Serve ``config`` (``port=0`` picks a free port) from a thread of this process, and
     yield the base URL (``http://127.0.0.1:PORT``); stopping drains as :func:`run` does.
     With ``db``, the server uses that database and leaves it open."""
-    app = create_app(config, db)
-    gate: Gate = app.state.gate
-    server = _DrainingServer(_uvicorn_config(config, app), gate, config, announce=False)
+    gate = create_app(config, db)
+    server = _DrainingServer(_uvicorn_config(config, gate), gate, config, announce=False)
     thread = threading.Thread(target=server.run, name="kafkakv-serve", daemon=True)
     thread.start()
     waited = 0.0

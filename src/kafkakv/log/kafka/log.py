@@ -325,6 +325,7 @@ class KafkaLog(Log):
     """
 
     end_offset_is_linearizable = False
+    stores_on_send = False  # the producer pipelines: a send returns before the brokers store
 
     def __init__(
         self,
