@@ -12,11 +12,11 @@ from playwright.sync_api import Browser, ConsoleMessage, Playwright, Request, sy
 
 from tests.serve.browsing import CHROMIUM, CHROMIUM_ARGS, ConsolePage, ServeProcess, start_serve
 
-__all__ = ["browser", "console", "serve"]
+__all__ = ["chromium_browser", "console", "console_server"]
 
 
 @pytest.fixture(scope="module")
-def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     """One server without a token for a test module, on an embedded log of its own."""
     root = tmp_path_factory.mktemp("serve")
     logdir = root / "log"
@@ -29,7 +29,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
+def chromium_browser() -> Iterator[Browser]:
     """Debian's chromium, headless, for the whole session. Fails (never skips) without it."""
     if not CHROMIUM.exists():
         pytest.fail(
@@ -48,9 +48,11 @@ def _launch(playwright: Playwright) -> Browser:
 
 
 @pytest.fixture
-def console(browser: Browser) -> Iterator[ConsolePage]:
+def console(chromium_browser: Browser) -> Iterator[ConsolePage]:
     """A new browser context and page, 1100x800, closed after the test."""
-    context = browser.new_context(viewport={"width": 1100, "height": 800}, color_scheme="light")
+    context = chromium_browser.new_context(
+        viewport={"width": 1100, "height": 800}, color_scheme="light"
+    )
     context.set_default_timeout(10_000)
     page = context.new_page()
     tab = ConsolePage(page)

@@ -57,7 +57,7 @@ def _live(page: Page) -> None:
 
 
 def test_finds_a_key_another_process_wrote(
-    serve: ServeProcess, console: ConsolePage, tmp_path: Path
+    console_server: ServeProcess, console: ConsolePage, tmp_path: Path
 ) -> None:
     name = _name("found")
     odd = "alpha/b c?d#e%f"  # every character that must be percent-encoded in a path
@@ -68,8 +68,8 @@ def test_finds_a_key_another_process_wrote(
         "beta:1": [1, 2, 3],
         **{f"page:{i:03d}": i for i in range(60)},
     }
-    write_map(serve.logdir, name, items, partitions=3)
-    page = console.open(serve)
+    write_map(console_server.logdir, name, items, partitions=3)
+    page = console.open(console_server)
 
     page.locator(f'[data-map="{name}"]').click()
     expect(page.locator("#selected-name")).to_have_text(name)
@@ -91,16 +91,16 @@ def test_finds_a_key_another_process_wrote(
     expect(page.locator("#key-more")).to_be_hidden()
     assert _search(page, "nothing-here") == []
     expect(page.locator("#key-state")).to_contain_text("No key starts with")
-    console.check_clean(serve)
+    console.check_clean(console_server)
 
 
-def test_a_live_change_arrives(serve: ServeProcess, console: ConsolePage) -> None:
+def test_a_live_change_arrives(console_server: ServeProcess, console: ConsolePage) -> None:
     name = _name("live")
-    write_map(serve.logdir, name, {"before": 0, "doomed": "bye"})
-    page = console.open(serve, f"map/{name}")
+    write_map(console_server.logdir, name, {"before": 0, "doomed": "bye"})
+    page = console.open(console_server, f"map/{name}")
     _live(page)
 
-    write_map(serve.logdir, name, {"arrived": {"at": "now"}}, removed=("doomed",))
+    write_map(console_server.logdir, name, {"arrived": {"at": "now"}}, removed=("doomed",))
     written = time.monotonic()
     change = page.locator('#changes li[data-key="arrived"]')
     expect(change).to_be_visible(timeout=5_000)
@@ -115,22 +115,22 @@ def test_a_live_change_arrives(serve: ServeProcess, console: ConsolePage) -> Non
     # what was written meanwhile, once, and nothing it had already.
     page.click("#changes-pause")
     expect(page.locator("#changes-state")).to_have_attribute("data-state", "paused")
-    write_map(serve.logdir, name, {"while-paused": 1, "arrived": {"at": "later"}})
+    write_map(console_server.logdir, name, {"while-paused": 1, "arrived": {"at": "later"}})
     page.click("#changes-pause")
     expect(page.locator('#changes li[data-key="while-paused"]')).to_have_count(1)
     expect(page.locator('#changes li[data-key="arrived"]')).to_have_count(2)
     expect(page.locator('#changes li[data-key="arrived"]').first).to_contain_text('{"at":"later"}')
     expect(page.locator('#changes li[data-key="doomed"]')).to_have_count(1)
-    console.check_clean(serve)
+    console.check_clean(console_server)
 
 
 def test_a_directory_shows_readiness_errors_and_values(
-    serve: ServeProcess, console: ConsolePage
+    console_server: ServeProcess, console: ConsolePage
 ) -> None:
     topic = _name("table")
     records = {"row:1": b'{"city": "Lyon"}', "row:2": b'{"city": "Oslo"}', "broken": b"\xff{"}
-    write_topic(serve.logdir, topic, records)
-    page = console.open(serve)
+    write_topic(console_server.logdir, topic, records)
+    page = console.open(console_server)
 
     page.locator(f'#directories [data-directory="{topic}"]').click()
     expect(page.locator("#selected-kind")).to_have_text("Directory")
@@ -145,15 +145,15 @@ def test_a_directory_shows_readiness_errors_and_values(
 
     assert _search(page, "row:") == ["row:1", "row:2"]
     assert json.loads(_view(page, "row:2")) == {"city": "Oslo"}
-    console.check_clean(serve)
+    console.check_clean(console_server)
 
 
 def test_screenshot_shows_the_console(
-    serve: ServeProcess, console: ConsolePage, tmp_path: Path
+    console_server: ServeProcess, console: ConsolePage, tmp_path: Path
 ) -> None:
     name = _name("shot")
-    write_map(serve.logdir, name, {f"k{i}": {"i": i} for i in range(5)}, partitions=2)
-    page = console.open(serve, f"map/{name}")
+    write_map(console_server.logdir, name, {f"k{i}": {"i": i} for i in range(5)}, partitions=2)
+    page = console.open(console_server, f"map/{name}")
     expect(page.locator(f'#maps [data-map="{name}"]')).to_be_visible()
     expect(page.locator(f'#maps [data-map="{name}"]')).to_contain_text(name)
     expect(page.locator("#key-list [data-key]")).to_have_count(5)
@@ -175,26 +175,28 @@ def test_screenshot_shows_the_console(
     # The top bar (console.css: --top, #14213d) fills the first rows.
     assert rows[5][20:24] == bytes([0x14, 0x21, 0x3D, 0xFF]), rows[5][20:24]
     print(f"screenshot: {path}")
-    console.check_clean(serve)
+    console.check_clean(console_server)
 
 
-def test_markup_in_values_and_keys_shows_as_text(serve: ServeProcess, console: ConsolePage) -> None:
+def test_markup_in_values_and_keys_shows_as_text(
+    console_server: ServeProcess, console: ConsolePage
+) -> None:
     name = _name("markup")
     evil = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
     key = "<b>bold</b> key"
-    write_map(serve.logdir, name, {key: evil, "plain": {"html": evil}})
-    page = console.open(serve, f"map/{name}")
+    write_map(console_server.logdir, name, {key: evil, "plain": {"html": evil}})
+    page = console.open(console_server, f"map/{name}")
     _live(page)
 
     assert _search(page, "<b>") == [key]
     expect(page.locator("#key-list b")).to_have_count(0)
     assert json.loads(_view(page, key)) == evil
     expect(page.locator("#value-view")).to_contain_text("<img src=x onerror=")
-    write_map(serve.logdir, name, {"later": evil})
+    write_map(console_server.logdir, name, {"later": evil})
     expect(page.locator('#changes li[data-key="later"]')).to_contain_text("<script>")
     assert page.locator("#detail img, #detail script, #key-list b").count() == 0
     assert page.evaluate("window.pwned") is None
-    console.check_clean(serve)
+    console.check_clean(console_server)
 
 
 def test_token_is_asked_for_and_kept(console: ConsolePage, tmp_path: Path) -> None:
@@ -269,10 +271,10 @@ def test_the_console_rides_out_a_server_restart(console: ConsolePage, tmp_path: 
         server.stop()
 
 
-def test_event_stream_parser(serve: ServeProcess, console: ConsolePage) -> None:
+def test_event_stream_parser(console_server: ServeProcess, console: ConsolePage) -> None:
     """The console's own Server-Sent Events parser, run in the browser on awkward chunking:
     CR LF split across chunks, bare CR, comments, multi-line data, ids kept across events."""
-    page = console.open(serve)
+    page = console.open(console_server)
     page.wait_for_selector("body[data-state=ready]")
     events = page.evaluate(
         """async () => {
