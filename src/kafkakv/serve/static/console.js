@@ -227,7 +227,7 @@ export function columnLabel(name) {
 }
 
 /** The facts of a status answer the partition table does not show, flattened to
- *  [label, text] pairs: scalars, and the scalars of nested objects as `outer.inner`. */
+ *  [label, text] pairs: scalars, and the scalars of nested objects as `outer › inner`. */
 export function statusFacts(status, used) {
   const facts = [];
   const walk = (prefix, obj, depth) => {
@@ -256,8 +256,9 @@ function recordErrors(errors) {
   if (!errors || typeof errors === "number") return [];
   const describe = (e) => {
     if (isScalar(e)) return String(e);
-    const { partition, offset, message, error, ...rest } = e;
+    const { topic, partition, offset, message, error, ...rest } = e;
     const where = [];
+    if (topic !== undefined) where.push(`topic ${topic}`);
     if (partition !== undefined) where.push(`partition ${partition}`);
     if (offset !== undefined) where.push(`offset ${offset}`);
     const what = message ?? error;
@@ -280,7 +281,7 @@ function recordErrors(errors) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The network: every request goes through api() or follow(), which add the token.
+// The network: every request goes through api() or a ChangeStream, which add the token.
 
 class ApiError extends Error {
   constructor(status, code, message) {
@@ -496,6 +497,7 @@ const state = {
   changeCount: 0,
   refreshing: false,
   refreshAgain: false,
+  wasReady: null,
 };
 
 function el(tag, { text, cls, attrs } = {}, children = []) {
@@ -672,6 +674,9 @@ function renderStatus(status) {
     const ready = status.ready === true;
     summary.push(ready ? "ready" : "loading");
     $("selected-summary").dataset.ready = String(ready);
+    // Its keys could not be listed while it loaded (503 not_ready): list them now.
+    if (ready && state.wasReady === false) searchKeys();
+    state.wasReady = ready;
   }
   if (typeof status.size === "number") summary.push(plural(status.size, "key", "keys"));
   const lag = table.rows.reduce((sum, r) => sum + (typeof r.lag === "number" ? r.lag : 0), 0);
@@ -732,6 +737,7 @@ function select(kind, name, { fromHash = false } = {}) {
   state.status = null;
   state.valueKey = undefined;
   state.changeCount = 0;
+  state.wasReady = null;
   for (const button of document.querySelectorAll(".items button")) {
     const current = button.dataset[kind] === name;
     if (current) button.setAttribute("aria-current", "true");
@@ -754,6 +760,7 @@ function select(kind, name, { fromHash = false } = {}) {
   $("value-view").dataset.state = "empty";
   $("key-search").value = "";
   $("changes").replaceChildren();
+  $("changes-count").textContent = "";
   document.title = `${name} · kafkakv console`;
   const isMap = kind === "map";
   $("changes-panel").hidden = !isMap;
@@ -852,6 +859,7 @@ function trimChanges() {
 
 function showChange(change, id) {
   state.changeCount += 1;
+  $("changes-count").textContent = `(${state.changeCount} since opened)`;
   const removed = change.new === null || change.new === undefined;
   const added = change.old === null || change.old === undefined;
   const kind = removed ? "removed" : added ? "added" : "changed";
