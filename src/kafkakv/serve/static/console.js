@@ -226,6 +226,13 @@ export function columnLabel(name) {
   return COLUMN_LABELS[name] ?? name.replaceAll("_", " ");
 }
 
+/** A scalar as text: null as a dash, fractions to three decimals (a duration in seconds). */
+export function scalarText(v) {
+  if (v === null) return "—";
+  if (typeof v === "number" && !Number.isInteger(v)) return v.toFixed(3);
+  return String(v);
+}
+
 /** The facts of a status answer the partition table does not show, flattened to
  *  [label, text] pairs: scalars, and the scalars of nested objects as `outer › inner`. */
 export function statusFacts(status, used) {
@@ -234,7 +241,7 @@ export function statusFacts(status, used) {
     for (const [k, v] of Object.entries(obj)) {
       const label = prefix ? `${prefix} › ${k}` : k;
       if (!prefix && (used.has(k) || k === "errors" || k === "stalled" || k === "name")) continue;
-      if (isScalar(v)) facts.push([label.replaceAll("_", " "), v === null ? "—" : String(v)]);
+      if (isScalar(v)) facts.push([label.replaceAll("_", " "), scalarText(v)]);
       else if (v && typeof v === "object" && !Array.isArray(v) && depth < 2) walk(label, v, depth + 1);
       else facts.push([label.replaceAll("_", " "), JSON.stringify(v)]);
     }
@@ -497,7 +504,7 @@ const state = {
   changeCount: 0,
   refreshing: false,
   refreshAgain: false,
-  wasReady: null,
+  keysNotReady: false,
 };
 
 function el(tag, { text, cls, attrs } = {}, children = []) {
@@ -675,8 +682,7 @@ function renderStatus(status) {
     summary.push(ready ? "ready" : "loading");
     $("selected-summary").dataset.ready = String(ready);
     // Its keys could not be listed while it loaded (503 not_ready): list them now.
-    if (ready && state.wasReady === false) searchKeys();
-    state.wasReady = ready;
+    if (ready && state.keysNotReady) searchKeys();
   }
   if (typeof status.size === "number") summary.push(plural(status.size, "key", "keys"));
   const lag = table.rows.reduce((sum, r) => sum + (typeof r.lag === "number" ? r.lag : 0), 0);
@@ -737,7 +743,7 @@ function select(kind, name, { fromHash = false } = {}) {
   state.status = null;
   state.valueKey = undefined;
   state.changeCount = 0;
-  state.wasReady = null;
+  state.keysNotReady = false;
   for (const button of document.querySelectorAll(".items button")) {
     const current = button.dataset[kind] === name;
     if (current) button.setAttribute("aria-current", "true");
@@ -791,6 +797,7 @@ async function searchKeys({ more = false } = {}) {
   if (prefix) params.set("prefix", prefix);
   if (more && state.keyCursor) params.set("cursor", state.keyCursor);
   $("key-state").textContent = "Searching…";
+  state.keysNotReady = false;
   $("key-list").setAttribute("aria-busy", "true");
   try {
     const page = await api(`${basePath()}/keys?${params}`);
@@ -819,7 +826,10 @@ async function searchKeys({ more = false } = {}) {
         : `${plural(shown, "key", "keys")} shown${state.keyCursor ? ", more after" : ""}.`;
   } catch (exc) {
     if (query !== state.keyQuery || exc.status === 401) return;
-    $("key-state").textContent = `Could not list keys: ${exc.message} (${exc.code})`;
+    state.keysNotReady = exc.code === "not_ready";
+    $("key-state").textContent = state.keysNotReady
+      ? "Still loading: the keys are listed once it is ready."
+      : `Could not list keys: ${exc.message} (${exc.code})`;
   } finally {
     if (query === state.keyQuery) $("key-list").removeAttribute("aria-busy");
   }
