@@ -28,9 +28,10 @@ def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServePr
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium_browser() -> Iterator[Browser]:
-    """Debian's chromium, headless, for the whole session. Fails (never skips) without it."""
+    """Debian's chromium, headless, for a test module (Playwright's driver and its event loop
+    live no longer than the module's tests). Fails (never skips) without it."""
     if not CHROMIUM.exists():
         pytest.fail(
             f"{CHROMIUM} is missing: the console is tested in Debian's chromium. Install it "
