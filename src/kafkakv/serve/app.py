@@ -136,17 +136,25 @@ class Gate:
 # -- request helpers -----------------------------------------------------------------------
 
 
-async def _json_body(request: Request, limit: int) -> Any:
-    """The request's JSON body, read at most ``limit`` bytes far: 413 past it, 400 when it
-    does not parse."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+async def read_json(receive: Receive, limit: int, timeout: float) -> Any:
+    """The request's JSON body from ``receive``: 413 ``body_too_large`` once it passes
+    ``limit`` bytes, 408 ``body_timeout`` when it has not all arrived within ``timeout``
+    seconds, 400 ``invalid_json`` when it is empty or does not parse. Routes and the fast path
+    both read bodies here."""
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    raise ApiError(400, "bad_request", "the client left before its body ended")
+                body += message.get("body", b"")
+                if len(body) > limit:
+                    raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+                if not message.get("more_body", False):
+                    break
+    except TimeoutError:
+        raise ApiError(408, "body_timeout", f"the body did not arrive within {timeout} s") from None
     if not body:
         raise ApiError(400, "invalid_json", "the body is empty: it must be a JSON document")
     try:
@@ -314,6 +322,13 @@ class _Api:
         self.config = config
         self.timeout = config.request_timeout
 
+    async def _body(self, request: Request) -> Any:
+        length = request.headers.get("content-length")
+        limit = self.config.max_body
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+        return await read_json(request.receive, limit, self.timeout)
+
     # -- plain routes -------------------------------------------------------------------
 
     async def console(self, request: Request) -> Response:
@@ -354,7 +369,7 @@ class _Api:
     async def create_map(self, request: Request) -> Response:
         name = request.path_params["map"]
         doc = _object(
-            await _json_body(request, self.config.max_body),
+            await self._body(request),
             {"partitions": False, "versions": False, "expiry": False, "hash_tags": False},
         )
         partitions = doc.get("partitions")
@@ -426,7 +441,7 @@ class _Api:
     async def put_key(self, request: Request) -> Response:
         served = await self._map(request)
         key = served.keys.parse(request.path_params["key"])
-        value = served.values.parse(await _json_body(request, self.config.max_body))
+        value = served.values.parse(await self._body(request))
         ttl_text = request.query_params.get("ttl")
         ttl = None
         if ttl_text is not None:
@@ -469,9 +484,7 @@ class _Api:
     async def cas(self, request: Request) -> Response:
         served = await self._map(request)
         key = served.keys.parse(request.path_params["key"])
-        doc = _object(
-            await _json_body(request, self.config.max_body), {"expected": True, "value": True}
-        )
+        doc = _object(await self._body(request), {"expected": True, "value": True})
         expected = served.values.parse_optional(doc["expected"], "expected value")
         value = served.values.parse(doc["value"])
         done = await _outcome(served.map.compare_and_set_async(key, expected, value), self.timeout)
@@ -489,7 +502,7 @@ class _Api:
     async def transaction(self, request: Request) -> Response:
         served = await self._map(request)
         doc = _object(
-            await _json_body(request, self.config.max_body),
+            await self._body(request),
             {"expect": False, "expect_version": False, "put": False, "remove": False},
         )
         keys, values = served.keys, served.values
@@ -522,14 +535,14 @@ class _Api:
 
     async def map_batch_get(self, request: Request) -> Response:
         served = await self._map(request)
-        keys = _key_list(await _json_body(request, self.config.max_body), served.keys.parse_json)
+        keys = _key_list(await self._body(request), served.keys.parse_json)
         if _linearizable(request):
             await served.map.sync_async(self.timeout)
         return JSONResponse(_batch(served.map, keys, served))
 
     async def map_batch_put(self, request: Request) -> Response:
         served = await self._map(request)
-        doc = _object(await _json_body(request, self.config.max_body), {"items": True})
+        doc = _object(await self._body(request), {"items": True})
         items = doc["items"]
         keys, values = served.keys, served.values
         if isinstance(items, dict):
@@ -615,6 +628,12 @@ class _Api:
     # -- directories --------------------------------------------------------------------
 
     async def _directory(self, request: Request) -> ServedDirectory:
+        if _linearizable(request):
+            raise ApiError(
+                400,
+                "bad_request",
+                "a directory follows a topic others write: it serves local reads only",
+            )
         return await self.registry.directory(request.path_params["name"])
 
     async def list_directories(self, request: Request) -> Response:
@@ -677,7 +696,7 @@ class _Api:
     async def directory_batch_get(self, request: Request) -> Response:
         served = await self._directory(request)
         _check_ready(served)
-        keys = _key_list(await _json_body(request, self.config.max_body), served.keys.parse_json)
+        keys = _key_list(await self._body(request), served.keys.parse_json)
         return JSONResponse(_batch(served.directory, keys, served))
 
     async def directory_scan(self, request: Request) -> Response:
@@ -848,23 +867,8 @@ class FastPath:
     async def _put(self, served: ServedMap, text: str, receive: Receive, send: Send) -> None:
         try:
             key = served.keys.parse(text)
-            body = bytearray()
-            limit = self.api.config.max_body
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return  # the client left
-                body += message.get("body", b"")
-                if len(body) > limit:
-                    raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
-                if not message.get("more_body", False):
-                    break
-            if not body:
-                raise ApiError(400, "invalid_json", "the body is empty: it must be a JSON document")
-            try:
-                doc = orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
-                raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
+            config = self.api.config
+            doc = await read_json(receive, config.max_body, config.request_timeout)
             answer = await self.api.put(served, key, served.values.parse(doc), None)
         except (ApiError, KafkaKVError, TimeoutError) as exc:
             error = api_error(exc)

@@ -46,6 +46,7 @@ CODES: dict[str, int] = {
     "directory_not_found": 404,
     "key_not_found": 404,
     "method_not_allowed": 405,
+    "body_timeout": 408,
     "key_exists": 409,
     "cas_failed": 409,
     "transaction_failed": 409,

@@ -86,6 +86,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         401: "A bearer token is required.",
         404: "No such map, directory, key or route.",
         405: "Method not allowed.",
+        408: "The body did not arrive within the request timeout.",
         409: "A condition did not hold.",
         410: "The cursor's changes are no longer in the log.",
         413: "The body is too large.",
@@ -179,7 +180,7 @@ def openapi_document() -> dict[str, Any]:
                     "200": _answer("It existed with these settings.", {"type": "object"}),
                     "201": _answer("Created.", {"type": "object"}),
                 },
-                (400, 409, 413),
+                (400, 408, 409, 413),
                 body={
                     "type": "object",
                     "properties": {
@@ -211,7 +212,7 @@ def openapi_document() -> dict[str, Any]:
             "put": _op(
                 "Write one key; the body is the JSON value.",
                 {"200": _answer("Written.", previous)},
-                (400, 404, 409, 413, 422),
+                (400, 404, 408, 409, 413, 422),
                 [
                     _param("if_absent", "query", "Only if absent.", {"type": "boolean"}),
                     _param(
@@ -231,7 +232,7 @@ def openapi_document() -> dict[str, Any]:
             "post": _op(
                 "Compare-and-set: expected null means absent.",
                 {"200": _answer("Set.", key_value)},
-                (400, 404, 409, 413, 422),
+                (400, 404, 408, 409, 413, 422),
                 body={
                     "type": "object",
                     "required": ["expected", "value"],
@@ -244,7 +245,7 @@ def openapi_document() -> dict[str, Any]:
             "post": _op(
                 "Read many keys.",
                 {"200": _answer("Found and missing keys.", batch)},
-                (400, 404, 413),
+                (400, 404, 408, 413),
                 [_CONSISTENCY],
                 keys_body,
             ),
@@ -254,7 +255,7 @@ def openapi_document() -> dict[str, Any]:
             "post": _op(
                 "Write many keys: one log record per partition.",
                 {"200": _answer("Written.", {"type": "object"})},
-                (400, 404, 413, 422),
+                (400, 404, 408, 413, 422),
                 body={"type": "object", "required": ["items"], "properties": {"items": {}}},
             ),
         },
@@ -263,7 +264,7 @@ def openapi_document() -> dict[str, Any]:
             "post": _op(
                 "Conditional writes of one partition's keys, all or nothing.",
                 {"200": _answer("Committed.", {"type": "object"})},
-                (400, 404, 409, 413, 422),
+                (400, 404, 408, 409, 413, 422),
                 body={
                     "type": "object",
                     "properties": {
@@ -327,7 +328,7 @@ def openapi_document() -> dict[str, Any]:
             "post": _op(
                 "Read many keys.",
                 {"200": _answer("Found and missing keys.", batch)},
-                (400, 404, 413),
+                (400, 404, 408, 413),
                 body=keys_body,
             ),
         },

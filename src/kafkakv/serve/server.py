@@ -117,7 +117,7 @@ def serve_in_thread(
     config: ServeConfig, db: Database | None = None, *, ready_timeout: float = 30.0
 ) -> Iterator[str]:
     """Serve ``config`` (``port=0`` picks a free port) from a thread of this process, and
-    yield the base URL (``http://127.0.0.1:PORT``); stopping drains as :func:`run` does.
+    yield the base URL (``http://127.0.0.1:PORT``, ``https`` with TLS); stopping drains as :func:`run` does.
     With ``db``, the server uses that database and leaves it open."""
     gate = create_app(config, db)
     server = _DrainingServer(_uvicorn_config(config, gate), gate, config, announce=False)
@@ -133,7 +133,8 @@ def serve_in_thread(
         raise RuntimeError("the server did not start: see its log output")
     assert server.bound is not None
     try:
-        yield f"http://{server.bound[0]}:{server.bound[1]}"
+        scheme = "https" if config.tls_cert else "http"
+        yield f"{scheme}://{server.bound[0]}:{server.bound[1]}"
     finally:
         loop = server.loop
         if loop is not None and thread.is_alive():
