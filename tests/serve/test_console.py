@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 
 from playwright.sync_api import Page, expect
-
 from tests.serve.browsing import (
     ConsolePage,
     ServeProcess,
