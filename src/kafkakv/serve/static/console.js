@@ -368,6 +368,14 @@ class ChangeStream {
     this.paused = false;
     this.controller = null;
     this.wake = null;
+    this.lastNote = null;
+  }
+
+  /** Tell the page something once, not at every retry while it stays true. */
+  note(text) {
+    if (text === this.lastNote) return;
+    this.lastNote = text;
+    this.onNote(text);
   }
 
   start() {
@@ -426,9 +434,9 @@ class ChangeStream {
           askForToken(sentWith);
           continue;
         }
-        if (response.status === 410 || response.status === 400) {
+        if ((response.status === 410 || response.status === 400) && this.lastId !== null) {
           const err = await errorOf(response);
-          this.onNote(
+          this.note(
             `Could not resume (${err.code}): changes since the last one shown may be missing; following from now.`,
           );
           this.lastId = null;
@@ -446,7 +454,7 @@ class ChangeStream {
         }
       } catch (exc) {
         if (signal.aborted) continue;
-        this.onNote(`Change stream interrupted: ${exc.message}`);
+        this.note(`Change stream interrupted: ${exc.message}${exc.code ? ` (${exc.code})` : ""}`);
       }
       if (this.stopped || this.paused) continue;
       this.onState("reconnecting");
@@ -459,6 +467,7 @@ class ChangeStream {
   event(event) {
     if (event.id !== null) this.lastId = event.id;
     if (event.type === "cursor") {
+      this.lastNote = null;
       this.onState("live");
       return;
     }
@@ -472,7 +481,7 @@ class ChangeStream {
         // keep the generic note
       }
       if (error.code === "cursor_expired" || error.code === "bad_cursor") this.lastId = null;
-      this.onNote(`The server ended the stream: ${error.message ?? event.data} (${error.code ?? "error"})`);
+      this.note(`The server ended the stream: ${error.message ?? event.data} (${error.code ?? "error"})`);
       return;
     }
     if (event.type !== "change") return;
@@ -480,7 +489,7 @@ class ChangeStream {
     try {
       change = JSON.parse(event.data);
     } catch {
-      this.onNote("A change that is not JSON was skipped.");
+      this.note("A change that is not JSON was skipped.");
       return;
     }
     this.onState("live");
