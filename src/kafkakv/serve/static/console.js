@@ -529,10 +529,13 @@ function timeNow() {
   return new Date().toLocaleTimeString([], { hour12: false });
 }
 
-function setConnection(kind, text) {
+/** The connection line: a live region, so it changes only when the connection does; the
+ *  time of the last refresh sits beside it, outside the region. */
+function setConnection(kind, text, refreshed = "") {
   const node = $("connection");
   node.dataset.state = kind;
-  node.textContent = text;
+  if (node.textContent !== text) node.textContent = text;
+  $("refreshed").textContent = refreshed;
 }
 
 // --- the token ---------------------------------------------------------------------------------
@@ -727,12 +730,12 @@ async function refresh() {
     renderLists(maps.maps ?? [], directories.directories ?? []);
     if (document.body.dataset.state === "error") state.stream?.nudge();
     document.body.dataset.state = "ready";
-    setConnection("ok", `Connected to ${location.host} · refreshed ${timeNow()}`);
+    setConnection("ok", `Connected to ${location.host}`, `· refreshed ${timeNow()}`);
     await refreshStatus();
   } catch (exc) {
     if (exc.status === 401) return;
     document.body.dataset.state = "error";
-    setConnection("error", `${exc.message} (${exc.code}); retrying every ${REFRESH_MS / 1000} s`);
+    setConnection("error", `${exc.message} (${exc.code}); retrying every ${REFRESH_MS / 1000} s`, `· tried ${timeNow()}`);
   } finally {
     state.refreshing = false;
     if (state.refreshAgain) refresh();
