@@ -17,10 +17,8 @@ __all__ = ["chromium_browser", "console", "console_server"]
 @pytest.fixture(scope="module")
 def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     """One server without a token for a test module, on an embedded log of its own."""
-    root = tmp_path_factory.mktemp("serve")
-    logdir = root / "log"
-    logdir.mkdir()
-    server = start_serve(logdir, root / "run")
+    logdir = tmp_path_factory.mktemp("console-log")
+    server = start_serve(logdir)
     try:
         yield server
     finally:

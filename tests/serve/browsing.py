@@ -2,30 +2,27 @@
 real ``kafkakv serve`` process on an embedded log, other processes writing to that log, a
 browser tab that records what it did, and a PNG decoder for screenshots.
 
-Nothing here is a stand-in: the server is the
-``kafkakv serve`` command, the writers are separate Python processes using the public API, and
-the browser is the system's chromium (``apt-get install chromium``; ``scripts/test`` installs it
-as root). Without it the tests fail, saying so: they are never skipped.
+Nothing here is a stand-in: the server is the ``kafkakv serve`` command, the writers are
+separate Python processes using the public API, and the browser is the system's chromium
+(``apt-get install chromium``; ``scripts/test`` installs it as root). Without it the tests
+fail, saying so: they are never skipped.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import struct
 import subprocess
 import sys
-import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Page
+from tests.serve.conftest import ServerProcess, start_server
 
 import kafkakv
 
@@ -57,9 +54,6 @@ CHROMIUM_ARGS = [
 SRC = Path(kafkakv.__file__).resolve().parents[1]
 """The ``src`` directory of the kafkakv under test: the processes started here import it too."""
 
-START_TIMEOUT = 30.0
-"""How long the server may take to answer its health check."""
-
 
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
@@ -68,88 +62,30 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 # --- the server --------------------------------------------------------------------------------
 
 
 @dataclass
 class ServeProcess:
-    """A running ``kafkakv serve`` on 127.0.0.1, its output kept in ``output``."""
+    """``python -m kafkakv serve`` on the embedded log in ``logdir``, started by
+    :func:`tests.serve.conftest.start_server`; ``url`` ends with ``/``."""
 
-    url: str
+    process: ServerProcess
     logdir: Path
-    process: subprocess.Popen[bytes]
-    output: Path
-    token: str | None = None
 
-    def text(self) -> str:
-        """What the server printed so far."""
-        return self.output.read_text(errors="replace")
+    @property
+    def url(self) -> str:
+        return self.process.url + "/"
 
     def stop(self) -> None:
-        """SIGTERM (the server drains), then SIGKILL if it is still there after 15 s."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        """SIGTERM: the server drains and exits."""
+        self.process.stop()
 
 
-def start_serve(
-    logdir: Path, workdir: Path, *, token: str | None = None, port: int | None = None
-) -> ServeProcess:
-    """Start ``python -m kafkakv serve -p LOGDIR --bind 127.0.0.1:PORT`` (on a free port unless
-    ``port`` is given; with a token file when ``token`` is) and return once ``/v1/health``
-    answers 200; fail the test with the server's output if it exits or does not answer in
-    time."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = port or _free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "kafkakv",
-        "serve",
-        "-p",
-        str(logdir),
-        "--bind",
-        f"127.0.0.1:{port}",
-    ]
-    if token is not None:
-        token_file = workdir / "token"
-        token_file.write_text(token + "\n")
-        token_file.chmod(0o600)
-        command += ["--token-file", str(token_file)]
-    output = workdir / f"serve-{port}.log"
-    with output.open("ab") as sink:
-        process = subprocess.Popen(
-            command, stdout=sink, stderr=subprocess.STDOUT, env=_child_env(), cwd=workdir
-        )
-    server = ServeProcess(f"http://127.0.0.1:{port}/", logdir, process, output, token)
-    deadline = time.monotonic() + START_TIMEOUT
-    with httpx.Client(trust_env=False, timeout=2.0) as client:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(
-                    f"kafkakv serve exited with status {process.returncode}:\n"
-                    f"{' '.join(command)}\n{server.text()}"
-                )
-            try:
-                if client.get(f"{server.url}v1/health").status_code == 200:
-                    return server
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                server.stop()
-                pytest.fail(f"kafkakv serve did not answer in {START_TIMEOUT} s:\n{server.text()}")
-            time.sleep(0.05)
+def start_serve(logdir: Path, *args: str, port: int = 0) -> ServeProcess:
+    """Serve ``logdir`` (more ``kafkakv serve`` options in ``args``) on 127.0.0.1, on a free
+    port unless ``port`` is given."""
+    return ServeProcess(start_server(str(logdir), *args, port=port), logdir)
 
 
 # --- other processes that write -----------------------------------------------------------------

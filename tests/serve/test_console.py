@@ -206,7 +206,9 @@ def test_token_is_asked_for_and_kept(console: ConsolePage, tmp_path: Path) -> No
     logdir.mkdir()
     name = _name("secret")
     write_map(logdir, name, {"k": "v"})
-    server = start_serve(logdir, tmp_path / "run", token=token)
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    server = start_serve(logdir, "--token-file", str(token_file))
     try:
         page = console.open(server)
         expect(page.locator("#token-form")).to_be_visible()
@@ -244,7 +246,7 @@ def test_the_console_rides_out_a_server_restart(console: ConsolePage, tmp_path: 
     logdir.mkdir()
     name = _name("restart")
     write_map(logdir, name, {"first": 1})
-    server = start_serve(logdir, tmp_path / "run")
+    server = start_serve(logdir)
     try:
         page = console.open(server, f"map/{name}")
         _live(page)
@@ -255,7 +257,7 @@ def test_the_console_rides_out_a_server_restart(console: ConsolePage, tmp_path: 
         expect(page.locator("#connection")).to_have_attribute("data-state", "error")
         write_map(logdir, name, {"while-down": 2})
         port = int(server.url.rsplit(":", 1)[1].strip("/"))
-        server = start_serve(logdir, tmp_path / "run", port=port)
+        server = start_serve(logdir, port=port)
 
         expect(page.locator("#connection")).to_have_attribute("data-state", "ok")
         expect(page.locator('#changes li[data-key="while-down"]')).to_have_count(1)
