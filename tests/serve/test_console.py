@@ -281,7 +281,7 @@ def test_event_stream_parser(console_server: ServeProcess, console: ConsolePage)
     page.wait_for_selector("body[data-state=ready]")
     events = page.evaluate(
         """async () => {
-          const { EventStreamParser } = await import("./static/console.js");
+          const { EventStreamParser } = await import("./static/events.js");
           const seen = [];
           const p = new EventStreamParser((e) => seen.push(e));
           const text = ": keep-alive\\r\\nevent: cursor\\r\\nid: 0:1\\r\\n\\r\\n" +

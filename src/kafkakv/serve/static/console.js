@@ -1,9 +1,23 @@
-// The kafkakv web console: plain JavaScript, no build step, nothing fetched from elsewhere.
+// The kafkakv web console: plain JavaScript modules, no build step, nothing fetched from
+// elsewhere. This one is the page and its network; events.js parses the change stream and
+// status.js turns answers into rows and text (both pure).
 //
 // It reads the server's JSON API (docs/serve.md) with fetch() and follows a map's changes with
-// a streamed fetch() of its Server-Sent Events, parsed here, so that every request can carry
-// the bearer token. Text from the server only ever reaches the page through textContent or
-// attributes set one by one: a key or value holding markup shows as that markup's text.
+// a streamed fetch() of its Server-Sent Events, so that every request can carry the bearer
+// token. Text from the server only ever reaches the page through textContent or attributes
+// set one by one: a key or value holding markup shows as that markup's text.
+
+import { EventStreamParser } from "./events.js";
+import {
+  cellText,
+  columnLabel,
+  errorLines,
+  keyPath,
+  keyText,
+  partitionTable,
+  statusFacts,
+  valueText,
+} from "./status.js";
 
 const REFRESH_MS = 2000;
 const KEY_PAGE = 50;
@@ -11,281 +25,6 @@ const MAX_CHANGES = 500;
 const TOKEN_KEY = "kafkakv.token";
 const RETRY_MIN_MS = 500;
 const RETRY_MAX_MS = 5000;
-
-// ---------------------------------------------------------------------------------------------
-// Pure parts: no DOM, no network.
-
-/** Incremental parser of a text/event-stream body (the WHATWG "event stream interpretation").
- *  push() takes decoded text in chunks of any size; onEvent gets {type, data, id} for each
- *  event; lastEventId follows the `id` fields, as EventSource's does. */
-export class EventStreamParser {
-  constructor(onEvent) {
-    this.onEvent = onEvent;
-    this.buffer = "";
-    this.pendingCR = false;
-    this.type = "";
-    this.data = [];
-    this.idBuffer = null;
-    this.lastEventId = null;
-    this.retry = null;
-  }
-
-  push(text) {
-    let chunk = text;
-    if (this.pendingCR && chunk.startsWith("\n")) chunk = chunk.slice(1); // a \r\n split in two
-    this.pendingCR = false;
-    this.buffer += chunk;
-    let start = 0;
-    for (;;) {
-      const cr = this.buffer.indexOf("\r", start);
-      const lf = this.buffer.indexOf("\n", start);
-      if (cr < 0 && lf < 0) break;
-      let end;
-      let next;
-      if (cr >= 0 && (lf < 0 || cr < lf)) {
-        end = cr;
-        if (cr + 1 === this.buffer.length) {
-          this.pendingCR = true;
-          next = cr + 1;
-        } else {
-          next = this.buffer[cr + 1] === "\n" ? cr + 2 : cr + 1;
-        }
-      } else {
-        end = lf;
-        next = lf + 1;
-      }
-      this.line(this.buffer.slice(start, end));
-      start = next;
-    }
-    this.buffer = this.buffer.slice(start);
-  }
-
-  line(line) {
-    if (line === "") {
-      this.dispatch();
-      return;
-    }
-    if (line.startsWith(":")) return; // a comment: the server's keep-alive
-    const colon = line.indexOf(":");
-    let field = line;
-    let value = "";
-    if (colon >= 0) {
-      field = line.slice(0, colon);
-      value = line.slice(colon + 1);
-      if (value.startsWith(" ")) value = value.slice(1);
-    }
-    if (field === "event") this.type = value;
-    else if (field === "data") this.data.push(value);
-    else if (field === "id") {
-      if (!value.includes("\0")) this.idBuffer = value;
-    } else if (field === "retry" && /^[0-9]+$/.test(value)) this.retry = Number(value);
-  }
-
-  dispatch() {
-    if (this.idBuffer !== null) this.lastEventId = this.idBuffer;
-    const type = this.type || "message";
-    const data = this.data.join("\n");
-    const had = this.data.length > 0;
-    this.type = "";
-    this.data = [];
-    if (had || type !== "message") this.onEvent({ type, data, id: this.lastEventId });
-  }
-}
-
-/** A key as it goes in a path: the server gives and takes every key as its text form
- *  (docs/serve.md, "Keys and values"), percent-encoded here. */
-export function keyPath(key) {
-  return encodeURIComponent(typeof key === "string" ? key : JSON.stringify(key));
-}
-
-/** How a key reads on the page: strings as themselves, anything else as JSON. */
-export function keyText(key) {
-  return typeof key === "string" ? key : JSON.stringify(key);
-}
-
-/** A JSON value as indented text. */
-export function valueText(value) {
-  return JSON.stringify(value, null, 2);
-}
-
-const COLUMN_ORDER = [
-  "partition",
-  "position",
-  "positions",
-  "applied",
-  "applied_offset",
-  "applied_offsets",
-  "end_offset",
-  "end_offsets",
-  "end",
-  "lag",
-  "flushed",
-  "flushed_offset",
-  "flushed_offsets",
-  "last_flush",
-];
-const COLUMN_LABELS = {
-  partition: "partition",
-  position: "position",
-  positions: "position",
-  applied: "applied",
-  applied_offset: "applied",
-  applied_offsets: "applied",
-  end_offset: "end offset",
-  end_offsets: "end offset",
-  end: "end offset",
-  lag: "lag",
-  flushed: "last flush",
-  flushed_offset: "last flush",
-  flushed_offsets: "last flush",
-  last_flush: "last flush",
-};
-const NOT_PER_PARTITION = new Set(["errors", "stalled", "settings", "codecs", "cursor", "name", "held"]);
-
-function isScalar(v) {
-  return v === null || ["string", "number", "boolean"].includes(typeof v);
-}
-
-function isPartitionDict(v) {
-  if (!v || typeof v !== "object" || Array.isArray(v)) return false;
-  const keys = Object.keys(v);
-  return keys.length > 0 && keys.every((k) => /^[0-9]+$/.test(k)) && Object.values(v).every(isScalar);
-}
-
-/** A status answer as a table of partitions: {columns: [name], rows: [{name: value}], used}.
- *  Takes a `partitions` list of objects, or per-partition fields given as objects keyed by
- *  partition number or as lists indexed by it; adds the lag when positions and end offsets
- *  are known and the answer does not give it. `used` names the fields the table shows. */
-export function partitionTable(status) {
-  const used = new Set();
-  const rows = new Map();
-  const row = (p) => {
-    const id = String(p);
-    if (!rows.has(id)) rows.set(id, { partition: Number(p) });
-    return rows.get(id);
-  };
-  let count = null;
-  const parts = status.partitions;
-  if (Array.isArray(parts) && parts.every((x) => x && typeof x === "object")) {
-    parts.forEach((entry, i) => {
-      const r = row(entry.partition ?? i);
-      for (const [k, v] of Object.entries(entry)) {
-        if (k !== "partition") r[k] = v;
-      }
-    });
-    used.add("partitions");
-    count = parts.length;
-  } else if (Array.isArray(parts) && parts.every((x) => typeof x === "number")) {
-    parts.forEach((p) => row(p));
-    used.add("partitions");
-    count = parts.length;
-  } else if (typeof parts === "number") {
-    for (let p = 0; p < parts; p += 1) row(p);
-    used.add("partitions");
-    count = parts;
-  }
-  for (const [field, v] of Object.entries(status)) {
-    if (used.has(field) || NOT_PER_PARTITION.has(field)) continue;
-    if (isPartitionDict(v)) {
-      for (const [p, x] of Object.entries(v)) row(p)[field] = x;
-      used.add(field);
-    } else if (Array.isArray(v) && count !== null && v.length === count && v.length > 0 && v.every(isScalar)) {
-      const ids = [...rows.keys()];
-      v.forEach((x, i) => {
-        rows.get(ids[i])[field] = x;
-      });
-      used.add(field);
-    }
-  }
-  const all = [...rows.values()].sort((a, b) => a.partition - b.partition);
-  const columns = [];
-  for (const r of all) {
-    for (const k of Object.keys(r)) if (!columns.includes(k)) columns.push(k);
-  }
-  const positionCol = ["positions", "position", "applied_offsets", "applied_offset", "applied"].find((c) =>
-    columns.includes(c),
-  );
-  const endCol = ["end_offsets", "end_offset", "end"].find((c) => columns.includes(c));
-  if (!columns.includes("lag") && positionCol && endCol) {
-    for (const r of all) {
-      if (typeof r[positionCol] === "number" && typeof r[endCol] === "number") {
-        r.lag = Math.max(0, r[endCol] - r[positionCol]);
-      }
-    }
-    columns.push("lag");
-  }
-  const rank = (c) => {
-    const i = COLUMN_ORDER.indexOf(c);
-    return i < 0 ? COLUMN_ORDER.length : i;
-  };
-  columns.sort((a, b) => rank(a) - rank(b));
-  return { columns, rows: all, used };
-}
-
-export function columnLabel(name) {
-  return COLUMN_LABELS[name] ?? name.replaceAll("_", " ");
-}
-
-/** A scalar as text: null as a dash, fractions to three decimals (a duration in seconds). */
-export function scalarText(v) {
-  if (v === null) return "—";
-  if (typeof v === "number" && !Number.isInteger(v)) return v.toFixed(3);
-  return String(v);
-}
-
-/** The facts of a status answer the partition table does not show, flattened to
- *  [label, text] pairs: scalars, and the scalars of nested objects as `outer › inner`. */
-export function statusFacts(status, used) {
-  const facts = [];
-  const walk = (prefix, obj, depth) => {
-    for (const [k, v] of Object.entries(obj)) {
-      const label = prefix ? `${prefix} › ${k}` : k;
-      if (!prefix && (used.has(k) || k === "errors" || k === "stalled" || k === "name")) continue;
-      if (isScalar(v)) facts.push([label.replaceAll("_", " "), scalarText(v)]);
-      else if (v && typeof v === "object" && !Array.isArray(v) && depth < 2) walk(label, v, depth + 1);
-      else facts.push([label.replaceAll("_", " "), JSON.stringify(v)]);
-    }
-  };
-  walk("", status, 0);
-  if (typeof status.errors === "number") facts.push(["errors", String(status.errors)]);
-  return facts;
-}
-
-/** A status answer's errors as lines of text, whatever their shape; stalled partitions
- *  (`stalled`: partition -> why) first. */
-export function errorLines(status) {
-  const stalled = status.stalled && typeof status.stalled === "object" ? status.stalled : {};
-  const stalls = Object.entries(stalled).map(([p, why]) => `partition ${p} stalled: ${isScalar(why) ? why : JSON.stringify(why)}`);
-  return stalls.concat(recordErrors(status.errors));
-}
-
-function recordErrors(errors) {
-  if (!errors || typeof errors === "number") return [];
-  const describe = (e) => {
-    if (isScalar(e)) return String(e);
-    const { topic, partition, offset, message, error, ...rest } = e;
-    const where = [];
-    if (topic !== undefined) where.push(`topic ${topic}`);
-    if (partition !== undefined) where.push(`partition ${partition}`);
-    if (offset !== undefined) where.push(`offset ${offset}`);
-    const what = message ?? error;
-    const parts = [];
-    if (where.length) parts.push(where.join(", "));
-    if (what !== undefined) parts.push(isScalar(what) ? String(what) : JSON.stringify(what));
-    if (Object.keys(rest).length) parts.push(JSON.stringify(rest));
-    return parts.join(": ");
-  };
-  if (Array.isArray(errors)) return errors.map(describe);
-  if (typeof errors === "object") {
-    const out = [];
-    for (const [k, v] of Object.entries(errors)) {
-      if (Array.isArray(v)) v.forEach((e) => out.push(`${k}: ${describe(e)}`));
-      else out.push(`${k}: ${describe(v)}`);
-    }
-    return out;
-  }
-  return [String(errors)];
-}
 
 // ---------------------------------------------------------------------------------------------
 // The network: every request goes through api() or a ChangeStream, which add the token.
@@ -641,14 +380,6 @@ function renderLists(maps, directories) {
 function basePath() {
   const { kind, name } = state.selected;
   return `v1/${kind === "map" ? "maps" : "directories"}/${encodeURIComponent(name)}`;
-}
-
-const FLUSH_COLUMNS = new Set(["flushed", "flushed_offset", "flushed_offsets", "last_flush"]);
-
-function cellText(column, v) {
-  if (v === undefined || v === null) return "—";
-  if (FLUSH_COLUMNS.has(column) && typeof v === "number" && v < 0) return "none yet";
-  return typeof v === "object" ? JSON.stringify(v) : String(v);
 }
 
 function renderStatus(status) {
