@@ -299,3 +299,46 @@ def test_event_stream_parser(console_server: ServeProcess, console: ConsolePage)
     ]
     assert events["retry"] == 250
     assert events["last"] == ""
+
+
+def test_status_shaping(console_server: ServeProcess, console: ConsolePage) -> None:
+    """status.js, run in the browser on a map status as the server answers it, with a partition
+    this replica stalled at: the table's columns and cells, the facts, the error lines."""
+    page = console.open(console_server)
+    page.wait_for_selector("body[data-state=ready]")
+    shaped = page.evaluate(
+        """async () => {
+          const s = await import("./static/status.js");
+          const status = {
+            name: "m", partitions: 2, held: [0, 1], codecs: {key: "str", value: "json"},
+            settings: {versions: false}, size: 3, cursor: "0:4,1:2",
+            positions: {"0": 4, "1": 2}, end_offsets: {"0": 4, "1": 5},
+            lag: {"0": 0, "1": 3}, flushed: {"0": 3, "1": -1},
+            errors: [{partition: 1, offset: 2, topic: "m_ops", error: "no function 'f'"}],
+            stalled: {"1": "missing function 'f'"},
+          };
+          const t = s.partitionTable(status);
+          return {
+            columns: t.columns.map(s.columnLabel),
+            cells: t.rows.map((r) => t.columns.map((c) => s.cellText(c, r[c]))),
+            facts: s.statusFacts(status, t.used),
+            errors: s.errorLines(status),
+            path: s.keyPath("a/b c?#%"),
+          };
+        }"""
+    )
+    assert shaped["columns"] == ["partition", "position", "end offset", "lag", "last flush"]
+    assert shaped["cells"] == [["0", "4", "4", "0", "3"], ["1", "2", "5", "3", "none yet"]]
+    assert shaped["facts"] == [
+        ["held", "[0,1]"],
+        ["codecs \u203a key", "str"],
+        ["codecs \u203a value", "json"],
+        ["settings \u203a versions", "false"],
+        ["size", "3"],
+        ["cursor", "0:4,1:2"],
+    ]
+    assert shaped["errors"] == [
+        "partition 1 stalled: missing function 'f'",
+        "topic m_ops, partition 1, offset 2: no function 'f'",
+    ]
+    assert shaped["path"] == "a%2Fb%20c%3F%23%25"
