@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kafkakv.db import Database, connect
 from kafkakv.errors import CrossPartitionError, KafkaKVError
@@ -96,6 +96,9 @@ class Gate:
             headers = {"www-authenticate": 'Bearer realm="kafkakv"'}
             await _error_response(error, headers)(scope, receive, send)
             return
+        path: str = scope["path"]
+        if path == "/" or path.startswith("/static/"):
+            send = _with_page_headers(send)
         self.in_flight += 1
         try:
             if self.fast is None or not await self.fast(scope, receive, send):
@@ -131,6 +134,30 @@ class Gate:
                 async with asyncio.timeout(remaining):
                     await self._idle.wait()
         return True
+
+
+_PAGE_HEADERS = [
+    # The console loads nothing from elsewhere and is framed by nobody.
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        b"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-cache"),  # a new console.js after an upgrade, not a stale one
+]
+
+
+def _with_page_headers(send: Send) -> Send:
+    """``send`` adding the console's security headers to the response it starts."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *_PAGE_HEADERS]}
+        await send(message)
+
+    return sending
 
 
 # -- request helpers -----------------------------------------------------------------------
