@@ -24,3 +24,25 @@ ensure_venv() {
         touch "$stamp"
     fi
 }
+
+ensure_chromium() {
+    # The console's tests drive Debian's chromium headless; the load benchmark uses wrk.
+    # Quiet when both are present; installs them as root, else says how and goes on (the
+    # browser tests then fail, naming what is missing).
+    local missing=()
+    [ -x /usr/bin/chromium ] || missing+=(chromium)
+    command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> installing ${missing[*]} with apt-get (browser tests, load benchmark)"
+        if ! { apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+            echo "    apt-get could not install ${missing[*]}; going on without" >&2
+        fi
+    else
+        echo "==> missing: ${missing[*]}; install with: sudo apt-get install ${missing[*]}" >&2
+        if [ ! -x /usr/bin/chromium ]; then
+            echo "    (tests/serve/test_console.py fails without /usr/bin/chromium)" >&2
+        fi
+    fi
+}

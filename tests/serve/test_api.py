@@ -276,3 +276,27 @@ def test_openapi_describes_every_route(served: Served) -> None:
     }
     assert routes - described == set()
     assert described - routes == set()
+
+
+def test_the_fast_path_answers_as_the_routes_do(served: Served) -> None:
+    """A query parameter sends a request past the fast path to the routes: both answers,
+    for success and for each error, must be the same."""
+    name, http = served.map_name(), served.http
+    url = f"/v1/maps/{name}/keys/k"
+    routed = {"if_absent": "false"}
+    fast_put = http.put(url, json={"a": [1, "x"]})
+    routed_put = http.put(url, params=routed, json={"a": [1, "x"]})
+    assert fast_put.status_code == routed_put.status_code == 200
+    assert fast_put.json()["previous"] is None and routed_put.json()["previous"] == {"a": [1, "x"]}
+    fast_get = http.get(url)
+    routed_get = http.get(url, params={"consistency": "local"})
+    assert fast_get.status_code == routed_get.status_code == 200
+    assert fast_get.content == routed_get.content
+    assert fast_get.headers["content-type"] == routed_get.headers["content-type"]
+    for body in (b"{oops", b"", b"null"):
+        fast, slow = http.put(url, content=body), http.put(url, params=routed, content=body)
+        assert (fast.status_code, fast.json()) == (slow.status_code, slow.json()), body
+    absent = f"/v1/maps/{name}/keys/absent"
+    assert http.get(absent).json() == http.get(absent, params={"consistency": "local"}).json()
+    big = b"1" * (2 << 20)
+    assert http.put(url, content=big).json() == http.put(url, params=routed, content=big).json()

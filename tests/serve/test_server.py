@@ -231,6 +231,10 @@ def test_the_serve_command_announces_its_address_and_serves_the_console(tmp_path
     try:
         page = httpx.get(server.url + "/", timeout=10)
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-content-type-options"] == "nosniff"
+        script = httpx.get(server.url + "/static/console.js", timeout=10)
+        assert script.status_code == 200 and script.headers["cache-control"] == "no-cache"
         assert "kafkakv" in page.text
         with httpx.stream("GET", f"{server.url}/v1/maps/none/changes", timeout=10) as s:
             assert s.status_code == 404

@@ -4,7 +4,7 @@ Needs the ``serve`` extra (``pip install 'kafkakv[serve]'``: Starlette and uvico
 its security and its limits are in docs/serve.md. Modules: :mod:`~kafkakv.serve.config` (what
 the server is told), :mod:`~kafkakv.serve.convert` (keys and values as JSON),
 :mod:`~kafkakv.serve.errors` (error codes), :mod:`~kafkakv.serve.registry` (the open maps and
-directories), :mod:`~kafkakv.serve.app` (routes), :mod:`~kafkakv.serve.openapi`,
+directories), :mod:`~kafkakv.serve.gate` (token, drain, fast path), :mod:`~kafkakv.serve.app` (routes), :mod:`~kafkakv.serve.openapi`,
 :mod:`~kafkakv.serve.server` (running it, draining on SIGTERM).
 """
 

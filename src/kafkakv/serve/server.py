@@ -23,8 +23,9 @@ from typing import Any
 import uvicorn
 
 from kafkakv.db import Database
-from kafkakv.serve.app import Gate, create_app
+from kafkakv.serve.app import create_app
 from kafkakv.serve.config import ServeConfig
+from kafkakv.serve.gate import Gate
 
 __all__ = ["run", "serve_in_thread"]
 
