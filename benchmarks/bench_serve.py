@@ -54,8 +54,8 @@ The machine: wrk and the server under test share its cores (2 on the reference m
 every figure is for a server that has the machine minus one wrk thread (wrk takes 10-30 % of a
 core). ``--connections`` takes a comma-separated list to sweep. 32 is the default: etcd's
 gateway reads as fast at 16, 32 and 64 connections, while its writes gain from more (group
-commit of its fsyncs: about 5,000/s at 16, 7,000/s at 32, 8,000-11,000/s at 64 here) and
-kafkakv's writes less; 32 is a middle pool size, and the docs give 16 and 64 as well.
+commit of its fsyncs: about 5,000/s at 16, 8,500/s at 32, 10,000/s at 64 here), kafkakv's
+writes hardly (a saturated event loop); 32 is a middle pool size, and the docs give 16 and 64 as well.
 
 ``--profile DIR`` adds, after the rounds, one run of each kafkakv workload under
 ``py-spy record`` (``--format raw``, 250 samples/s, every thread) attached to the server, saves
