@@ -49,5 +49,6 @@ def test_every_answer_is_one_the_description_allows(tmp_path: Path) -> None:
                 capture_output=True,
                 text=True,
                 timeout=240,
+                cwd=tmp_path,  # where it keeps its example database
             )
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
