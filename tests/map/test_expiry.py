@@ -181,3 +181,30 @@ def test_expiry_is_fixed_when_the_map_is_created(open_map: OpenMap) -> None:
         open_map(expiry=False)
     adopted = open_map()  # None: as the map was created
     assert adopted.creation_options["expiry"] and 40 < adopted.ttl("k") <= 60  # type: ignore[operator]
+
+
+def test_a_removed_key_keeps_its_deadline_until_the_store_no_longer_holds_it() -> None:
+    """Readers take the store and the deadlines without the replica lock, and the engine
+    writes the store only when it carries a step out: an expired key whose deadline went
+    first would read as alive again in between."""
+    machine, state = _machine()
+    _apply(machine, state, (b"k", OpCode.PUT_TTL, (b"1", 5000), 1000))
+    first = machine.applied
+    record = Record(b"k", encode_op(OpCode.EXPIRE, b"other!!!", 0, (5000,)), (), 5000, 0, first)
+    step = machine.apply_batch([record], first + 1)
+    # Decided, not yet carried out: the store still holds the key, so its deadline stays.
+    assert state.store.get(b"k") == b"1" and state.expiries == {b"k": 5000}
+    state.store.write(step.changes.get(id(state), {}), {0: step.positions})
+    machine.advance(step)
+    assert state.store.get(b"k") is None and state.expiries == {}
+    # Removed and written again in one step: the new deadline stays.
+    _apply(machine, state, (b"j", OpCode.PUT_TTL, (b"1", 9000), 6000))
+    _apply(
+        machine,
+        state,
+        (b"j", OpCode.REMOVE, (), 6001),
+        (b"j", OpCode.PUT_TTL, (b"2", 9999), 6002),
+    )
+    assert state.store.get(b"j") == b"2" and state.expiries == {b"j": 9999}
+    _apply(machine, state, (b"j", OpCode.REMOVE, (), 6003), (b"j", OpCode.PUT, (b"3",), 6004))
+    assert state.store.get(b"j") == b"3" and state.expiries == {}

@@ -52,7 +52,7 @@ def test_put_get_delete_one_key_seen_by_another_replica(served: Served) -> None:
 
 def test_keys_are_percent_encoded_text(served: Served) -> None:
     name, http = served.map_name(), served.http
-    for key in ("a/b", "é ü", "with?query", "x/cas", ""):
+    for key in ("a/b", "é ü", "with?query", "x/cash", ""):
         path = f"/v1/maps/{name}/keys/" + httpx.URL("/" + key).raw_path.decode()[1:].replace(
             "?", "%3F"
         )
@@ -60,7 +60,10 @@ def test_keys_are_percent_encoded_text(served: Served) -> None:
         assert http.get(path).json() == {"key": key, "value": key}
     other = _replica(served, name)
     other.sync()
-    assert sorted(other) == sorted(["a/b", "é ü", "with?query", "x/cas", ""])
+    assert sorted(other) == sorted(["a/b", "é ü", "with?query", "x/cash", ""])
+    # A path ending in /cas is the compare-and-set resource, whatever the method.
+    refused = _error(http.get(f"/v1/maps/{name}/keys/a/cas"), 405, "method_not_allowed")
+    assert refused and http.put(f"/v1/maps/{name}/keys/a/cas", json=1).headers["allow"] == "POST"
 
 
 def test_put_if_absent_and_compare_and_set_answer_409_with_the_current_value(
@@ -158,7 +161,10 @@ def test_errors_are_json_with_stable_codes(served: Served) -> None:
     _error(http.put(url, content=b"x" * (2 << 20)), 413, "body_too_large")
     _error(http.get(url, params={"consistency": "eventual"}), 400, "bad_request")
     _error(http.post(f"{url}/cas", json={"value": 1}), 400, "bad_request")
-    _error(http.request("PATCH", url), 405, "method_not_allowed")
+    patch = http.request("PATCH", url)
+    _error(patch, 405, "method_not_allowed")
+    assert set(patch.headers["allow"].split(", ")) >= {"GET", "PUT", "DELETE"}
+    _error(http.put(url, params={"ttl": "5"}, json=1), 409, "settings_mismatch")
     _error(http.get("/v1/nothing-here"), 404, "not_found")
     assert http.get(url).status_code == 404  # nothing was written by the refusals
     other = _replica(served, name)

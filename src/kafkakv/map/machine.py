@@ -182,6 +182,7 @@ class Step:
         "expiring",
         "flush_due",
         "flushed",
+        "forgotten",
         "stall",
         "updates",
     )
@@ -197,6 +198,9 @@ class Step:
         #: ``(deadline, record key)`` of each key given a deadline (for the engine's reaper);
         #: an empty tuple until there is one (most steps: no list to make).
         self.expiring: list[tuple[int, bytes]] | tuple[()] = ()
+        #: ``(map state, key)`` of each removed key whose deadline goes once the store no
+        #: longer holds it (:meth:`PartitionMachine._expire_at`); an empty tuple until one.
+        self.forgotten: list[tuple[MapState, bytes]] | tuple[()] = ()
         self.updates = 0
 
     @property
@@ -289,9 +293,14 @@ class PartitionMachine:
         return self.apply_records(records, after)
 
     def advance(self, step: Step) -> None:
-        """The step's position is the state's now (after the engine wrote the step)."""
+        """The step's position is the state's now (after the engine wrote the step to the
+        stores): the deadlines of the keys it removed go too (:meth:`_expire_at` says why
+        only now), unless a later op of the step wrote the key again."""
         if step.applied < self.applied:
             raise AssertionError(f"position going back from {self.applied} to {step.applied}")
+        for state, user_key in step.forgotten:
+            if state.expiries is not None and state.store.get(user_key) is None:
+                state.expiries.pop(user_key, None)
         self.applied = step.applied
         self.updates += step.updates
 
@@ -412,7 +421,7 @@ class PartitionMachine:
                 self._changed(state, key, user_key, current, new, offset, mine, step)
             if expiries is not None and new is not KEEP:
                 deadline = args[1] if code is OpCode.PUT_TTL else None
-                self._expire_at(state, key, user_key, deadline, offset, step)
+                self._expire_at(state, key, user_key, deadline, offset, step, new is None)
             if mine:
                 events.append((RESULT, seq, result))
                 if offset >= next_flush:
@@ -537,7 +546,8 @@ class PartitionMachine:
                 if user_key in expiries and expiries[user_key] <= ts:
                     current = None  # expired: absent
                 when = None if value is None else deadline
-                self._expire_at(state, prefix + user_key, user_key, when, offset, step)
+                key = prefix + user_key
+                self._expire_at(state, key, user_key, when, offset, step, value is None)
             if current is None:
                 if value is None:
                     continue  # removing an absent key: nothing changes
@@ -592,15 +602,28 @@ class PartitionMachine:
         deadline: int | None,
         offset: int,
         step: Step,
+        removed: bool = False,
     ) -> None:
         """Key ``user_key`` of ``state`` (record key ``key``) was written at ``offset``: it
         expires at ``deadline`` from now on (None: never). A changed deadline makes the key
-        dirty, so that the next flush writes it."""
+        dirty, so that the next flush writes it.
+
+        Readers look at the store and at the deadlines without the replica lock, and the
+        store is written only when the step is carried out. So the deadline of a key this op
+        ``removed`` stays until then (:attr:`Step.forgotten`): dropped now, a reader would
+        find the key still in the store with no deadline, alive again, between the two. For
+        the ops after it in the batch a removed key is absent whatever its deadline."""
         expiries = state.expiries
         assert expiries is not None
         if deadline is None:
-            if expiries.pop(user_key, None) is not None:
+            if user_key in expiries:
                 self.dirty[key] = offset
+                if removed:
+                    if not step.forgotten:
+                        step.forgotten = []
+                    step.forgotten.append((state, user_key))
+                else:
+                    del expiries[user_key]
         elif expiries.get(user_key) != deadline:
             expiries[user_key] = deadline
             self.dirty[key] = offset

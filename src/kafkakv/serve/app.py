@@ -33,7 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from kafkakv.db import Database, connect
-from kafkakv.errors import CrossPartitionError, KafkaKVError
+from kafkakv.errors import CrossPartitionError, KafkaKVError, OperationTimeoutError
 from kafkakv.map.feed import Cursor
 from kafkakv.serve.config import ServeConfig
 from kafkakv.serve.convert import dumps
@@ -46,6 +46,9 @@ __all__ = ["create_app"]
 
 MAX_BATCH = 1000
 """Keys in one batch get, and items in one page of a range scan."""
+
+MAX_PARTITIONS = 256
+"""The most partitions a map created over HTTP may have (create larger ones from Python)."""
 
 
 def _object(doc: Any, fields: dict[str, bool]) -> dict[str, Any]:
@@ -62,10 +65,10 @@ def _object(doc: Any, fields: dict[str, bool]) -> dict[str, Any]:
     return doc
 
 
-def _flag(request: Request, name: str) -> bool:
+def _flag(request: Request, name: str, default: bool = False) -> bool:
     text = request.query_params.get(name)
     if text is None:
-        return False
+        return default
     if text.lower() in ("1", "true", "yes"):
         return True
     if text.lower() in ("0", "false", "no"):
@@ -135,17 +138,19 @@ def create_app(config: ServeConfig, db: Database | None = None) -> Gate:
         Route("/v1/openapi.json", api.openapi),
         Route("/metrics", api.metrics),
         Route("/v1/maps", api.list_maps),
-        Route("/v1/maps/{map}", api.map_status, methods=["GET"]),
-        Route("/v1/maps/{map}", api.create_map, methods=["PUT"]),
+        api.route("/v1/maps/{map}", GET=api.map_status, PUT=api.create_map),
         Route("/v1/maps/{map}/keys", api.map_scan),
         Route("/v1/maps/{map}/get", api.map_batch_get, methods=["POST"]),
         Route("/v1/maps/{map}/put", api.map_batch_put, methods=["POST"]),
         Route("/v1/maps/{map}/transaction", api.transaction, methods=["POST"]),
         Route("/v1/maps/{map}/changes", api.changes),
         Route("/v1/maps/{map}/keys/{key:path}/cas", api.cas, methods=["POST"]),
-        Route("/v1/maps/{map}/keys/{key:path}", api.get_key, methods=["GET"]),
-        Route("/v1/maps/{map}/keys/{key:path}", api.put_key, methods=["PUT"]),
-        Route("/v1/maps/{map}/keys/{key:path}", api.delete_key, methods=["DELETE"]),
+        api.route(
+            "/v1/maps/{map}/keys/{key:path}",
+            GET=api.get_key,
+            PUT=api.put_key,
+            DELETE=api.delete_key,
+        ),
         Route("/v1/directories", api.list_directories),
         Route("/v1/directories/{name}", api.directory_status),
         Route("/v1/directories/{name}/keys", api.directory_scan),
@@ -214,6 +219,25 @@ class _Api:
             raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
         return await read_json(request.receive, limit, self.timeout)
 
+    def route(self, path: str, **handlers: Callable[[Request], Awaitable[Response]]) -> Route:
+        """One route for several methods (``GET=...``), so that a 405 lists them all in
+        ``Allow``. A key path ending in ``/cas`` is the compare-and-set resource (``POST``
+        only): its other methods answer 405 rather than take ``/cas`` as part of the key."""
+
+        async def endpoint(request: Request) -> Response:
+            key = request.path_params.get("key")
+            if key is not None and (key == "cas" or key.endswith("/cas")):
+                raise ApiError(
+                    405,
+                    "method_not_allowed",
+                    f"{request.method} is not allowed on a compare-and-set",
+                    headers={"allow": "POST"},
+                )
+            method = "GET" if request.method == "HEAD" else request.method
+            return await handlers[method](request)
+
+        return Route(path, endpoint, methods=list(handlers))
+
     # -- plain routes -------------------------------------------------------------------
 
     async def console(self, request: Request) -> Response:
@@ -258,10 +282,16 @@ class _Api:
             {"partitions": False, "versions": False, "expiry": False, "hash_tags": False},
         )
         partitions = doc.get("partitions")
+        if isinstance(partitions, float) and partitions.is_integer():
+            partitions = int(partitions)  # 2.0 is an integer to JSON
         if partitions is not None and (
-            not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
+            not isinstance(partitions, int)
+            or isinstance(partitions, bool)
+            or not 1 <= partitions <= MAX_PARTITIONS
         ):
-            raise ApiError(400, "bad_request", "partitions must be a positive integer")
+            raise ApiError(
+                400, "bad_request", f"partitions is an integer from 1 to {MAX_PARTITIONS}"
+            )
         settings: dict[str, bool] = {}
         for option in ("versions", "expiry", "hash_tags"):
             if option in doc:
@@ -334,6 +364,12 @@ class _Api:
                 ttl = float(ttl_text)
             except ValueError:
                 raise ApiError(400, "bad_request", f"ttl is seconds, not {ttl_text!r}") from None
+        if ttl is not None and not served.map.creation_options.get("expiry"):
+            raise ApiError(
+                409,
+                "settings_mismatch",
+                f"map {served.name!r} was created without expiry: a ttl needs expiry=true",
+            )
         if _flag(request, "if_absent"):
             if ttl is not None:
                 raise ApiError(400, "bad_request", "ttl does not go with if_absent")
@@ -395,6 +431,12 @@ class _Api:
             keys.parse(k): values.parse_optional(v, "expected value")
             for k, v in _mapping(doc, "expect").items()
         }
+        if doc.get("expect_version") and not served.map.creation_options.get("versions"):
+            raise ApiError(
+                409,
+                "settings_mismatch",
+                f"map {served.name!r} was created without versions: expect_version needs them",
+            )
         versions: dict[Any, int | None] = {}
         for k, v in _mapping(doc, "expect_version").items():
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
@@ -569,7 +611,7 @@ class _Api:
 
     async def directory_get(self, request: Request) -> Response:
         served = await self._directory(request)
-        _check_ready(served)
+        await _ready(served, self.timeout)
         key = served.keys.parse(request.path_params["key"])
         value = served.directory.get(key, MISSING)
         if value is MISSING:
@@ -580,13 +622,13 @@ class _Api:
 
     async def directory_batch_get(self, request: Request) -> Response:
         served = await self._directory(request)
-        _check_ready(served)
+        await _ready(served, self.timeout)
         keys = _key_list(await self._body(request), served.keys.parse_json)
         return JSONResponse(_batch(served.directory, keys, served))
 
     async def directory_scan(self, request: Request) -> Response:
         served = await self._directory(request)
-        _check_ready(served)
+        await _ready(served, self.timeout)
         page = _Page(request, served.keys)
         d = served.directory
         texts = sorted(((served.keys.text(k), k) for k in list(d)), key=lambda t: t[0])
@@ -600,11 +642,22 @@ def _absent(served: ServedMap, key: Any) -> ApiError:
     )
 
 
-def _check_ready(served: ServedDirectory) -> None:
-    if not served.directory.ready:
+async def _ready(served: ServedDirectory, timeout: float) -> None:
+    """Return once the directory is ready (at once, almost always), waiting for it at most
+    ``timeout`` seconds: a directory opened by this request loads first; 503 ``not_ready``
+    when it still loads then."""
+    directory = served.directory
+    if directory.ready:
+        return
+    try:
+        await asyncio.to_thread(directory.wait_ready, timeout)
+    except OperationTimeoutError:
         raise ApiError(
-            503, "not_ready", f"directory {served.name!r} is still loading: retry shortly"
-        )
+            503,
+            "not_ready",
+            f"directory {served.name!r} is still loading: retry shortly",
+            headers={"retry-after": "1"},
+        ) from None
 
 
 def _mapping(doc: dict[str, Any], name: str) -> dict[str, Any]:
@@ -644,7 +697,7 @@ class _Page:
         params = request.query_params
         self.keys = keys
         self.limit = _limit(request)
-        self.values = params.get("values", "true").lower() not in ("false", "0", "no")
+        self.values = _flag(request, "values", default=True)
         self.prefix = params.get("prefix") or None
         self.start = params.get("start") or None
         self.end = params.get("end") or None

@@ -66,11 +66,17 @@ CODES: dict[str, int] = {
 
 
 class ApiError(Exception):
-    """An error answer: ``status``, stable ``code``, a message for people, and ``extra``
-    fields that go into the body beside them."""
+    """An error answer: ``status``, stable ``code``, a message for people, ``extra`` fields
+    that go into the body beside them, and ``headers`` of the answer (``Allow``...)."""
 
     def __init__(
-        self, status: int, code: str, message: str, extra: dict[str, Any] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        extra: dict[str, Any] | None = None,
+        *,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         assert CODES[code] == status, (code, status)
@@ -78,6 +84,7 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.extra = extra or {}
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         """The JSON body of the answer."""

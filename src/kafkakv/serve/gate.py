@@ -43,7 +43,9 @@ class JSONResponse(Response):
 
 
 def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+    """The answer to ``error``: its body, status and headers (and ``headers`` besides)."""
+    both = {**error.headers, **(headers or {})}
+    return JSONResponse(error.body(), status_code=error.status, headers=both or None)
 
 
 class Gate:
@@ -197,10 +199,12 @@ class FastPath:
         served = self.api.registry.maps.get(name)
         if served is None or served.map.creation_options.get("versions"):
             return False
+        if rest == "cas" or rest.endswith("/cas"):
+            return False  # the compare-and-set resource: the routes say which methods
         method = scope["method"]
         if method == "GET":
             return await self._get(served, rest, send)
-        if method == "PUT" and not rest.endswith("/cas"):
+        if method == "PUT":
             await self._put(served, rest, receive, send)
             return True
         return False

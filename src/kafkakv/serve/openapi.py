@@ -50,8 +50,12 @@ def _param(name: str, where: str, description: str, schema: dict[str, Any]) -> d
     }
 
 
-_MAP = _param("map", "path", "The map's name (its data topic).", {"type": "string"})
-_DIRECTORY = _param("name", "path", "The directory's topic.", {"type": "string"})
+_NAME = {"type": "string", "pattern": "^[a-zA-Z0-9_-][a-zA-Z0-9._-]{0,242}$"}
+"""A topic name Kafka takes, with room for the ``_flush`` a map's third topic adds."""
+_CURSOR = {"type": "string", "pattern": "^[0-9]+:[0-9]+(\\+[0-9]+)?(,[0-9]+:[0-9]+(\\+[0-9]+)?)*$"}
+"""A change-feed cursor: partition:offset pairs, ``+n`` for changes taken inside a record."""
+_MAP = _param("map", "path", "The map's name (its data topic).", _NAME)
+_DIRECTORY = _param("name", "path", "The directory's topic.", _NAME)
 _KEY = _param("key", "path", "The key's text form, percent-encoded.", {"type": "string"})
 _CONSISTENCY = _param(
     "consistency",
@@ -142,6 +146,7 @@ def openapi_document() -> dict[str, Any]:
     keys_body = {
         "type": "object",
         "required": ["keys"],
+        "additionalProperties": False,
         "properties": {"keys": {"type": "array", "maxItems": 1000, "items": {"type": "string"}}},
     }
     status = {
@@ -183,8 +188,9 @@ def openapi_document() -> dict[str, Any]:
                 (400, 408, 409, 413),
                 body={
                     "type": "object",
+                    "additionalProperties": False,
                     "properties": {
-                        "partitions": {"type": "integer", "minimum": 1},
+                        "partitions": {"type": ["integer", "null"], "minimum": 1, "maximum": 256},
                         "versions": {"type": "boolean"},
                         "expiry": {"type": "boolean"},
                         "hash_tags": {"type": "boolean"},
@@ -236,7 +242,8 @@ def openapi_document() -> dict[str, Any]:
                 body={
                     "type": "object",
                     "required": ["expected", "value"],
-                    "properties": {"expected": {}, "value": {}},
+                    "additionalProperties": False,
+                    "properties": {"expected": {}, "value": {"not": {"type": "null"}}},
                 },
             ),
         },
@@ -256,7 +263,33 @@ def openapi_document() -> dict[str, Any]:
                 "Write many keys: one log record per partition.",
                 {"200": _answer("Written.", {"type": "object"})},
                 (400, 404, 408, 413, 422),
-                body={"type": "object", "required": ["items"], "properties": {"items": {}}},
+                body={
+                    "type": "object",
+                    "required": ["items"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "items": {
+                            "oneOf": [
+                                {
+                                    "type": "object",
+                                    "additionalProperties": {"not": {"type": "null"}},
+                                },
+                                {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "array",
+                                        "prefixItems": [
+                                            {"type": "string"},
+                                            {"not": {"type": "null"}},
+                                        ],
+                                        "minItems": 2,
+                                        "maxItems": 2,
+                                    },
+                                },
+                            ]
+                        }
+                    },
+                },
             ),
         },
         "/v1/maps/{map}/transaction": {
@@ -267,12 +300,23 @@ def openapi_document() -> dict[str, Any]:
                 (400, 404, 408, 409, 413, 422),
                 body={
                     "type": "object",
+                    "additionalProperties": False,
                     "properties": {
                         "expect": {"type": "object"},
-                        "expect_version": {"type": "object"},
-                        "put": {"type": "object"},
+                        "expect_version": {
+                            "type": "object",
+                            "additionalProperties": {"type": ["integer", "null"]},
+                        },
+                        "put": {
+                            "type": "object",
+                            "additionalProperties": {"not": {"type": "null"}},
+                        },
                         "remove": {"type": "array", "items": {"type": "string"}},
                     },
+                    "anyOf": [
+                        {"required": ["put"], "properties": {"put": {"minProperties": 1}}},
+                        {"required": ["remove"], "properties": {"remove": {"minItems": 1}}},
+                    ],
                 },
             ),
         },
@@ -285,19 +329,19 @@ def openapi_document() -> dict[str, Any]:
                         "since",
                         "query",
                         "A cursor (else Last-Event-ID, else now).",
-                        {"type": "string"},
+                        _CURSOR,
                     ),
                     _param(
                         "Last-Event-ID",
                         "header",
                         "The id of the last event received.",
-                        {"type": "string"},
+                        _CURSOR,
                     ),
                 ],
                 "responses": {
                     "200": {
                         "description": "An event stream.",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        "content": {"text/event-stream": {}},
                     },
                     **_errors(400, 401, 404, 410, 500, 503, 504),
                 },
