@@ -51,11 +51,11 @@ the other processes use less than 25 % of a core over half a second; a run durin
 used more than 50 % is flagged "disturbed", and the table counts such runs.
 
 The machine: wrk and the server under test share its cores (2 on the reference machine), so
-every figure is for a server that has the machine minus one wrk thread (wrk takes 10-30 % of a
+every figure is for a server that has the machine minus one wrk thread (wrk takes 10-36 % of a
 core). ``--connections`` takes a comma-separated list to sweep. 32 is the default: etcd's
 gateway reads as fast at 16, 32 and 64 connections, while its writes gain from more (group
 commit of its fsyncs: about 5,000/s at 16, 8,500/s at 32, 10,000/s at 64 here), kafkakv's
-writes hardly (a saturated event loop); 32 is a middle pool size, and the docs give 16 and 64 as well.
+writes hardly (a saturated event loop); 32 is a middle pool size; docs/benchmarks.md gives 64 too.
 
 ``--profile DIR`` adds, after the rounds, one run of each kafkakv workload under
 ``py-spy record`` (``--format raw``, 250 samples/s, every thread) attached to the server, saves
