@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Future
 from importlib import resources
 from typing import Any
 
@@ -41,6 +42,7 @@ from kafkakv.serve.errors import ApiError, api_error
 from kafkakv.serve.gate import MISSING, FastPath, Gate, JSONResponse, error_response, read_json
 from kafkakv.serve.openapi import openapi_document
 from kafkakv.serve.registry import Registry, ServedDirectory, ServedMap
+from kafkakv.serve.waiting import UpdateWaiter
 
 __all__ = ["create_app"]
 
@@ -92,20 +94,6 @@ def _limit(request: Request) -> int:
     return int(text)
 
 
-async def _outcome(future: Awaitable[Any], timeout: float) -> Any:
-    """What an update's future resolves to, waited for at most ``timeout`` seconds (then
-    504: the update may still be applied)."""
-    try:
-        async with asyncio.timeout(timeout):
-            return await future
-    except TimeoutError:
-        raise ApiError(
-            504,
-            "timeout",
-            f"no answer from the log within {timeout} s: the update may or may not be applied",
-        ) from None
-
-
 # -- the application ----------------------------------------------------------------------
 
 
@@ -122,6 +110,7 @@ def create_app(config: ServeConfig, db: Database | None = None) -> Gate:
         owned = db is None
         database = db if db is not None else await asyncio.to_thread(_connect, config.target)
         api.registry = Registry(config, database)
+        api.waiter = UpdateWaiter(asyncio.get_running_loop(), config.request_timeout)
         try:
             for name in config.directories:
                 await asyncio.to_thread(api.registry._open_directory, name)
@@ -207,6 +196,7 @@ class _Api:
 
     registry: Registry
     gate: Gate
+    waiter: UpdateWaiter
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
@@ -237,6 +227,19 @@ class _Api:
             return await handlers[method](request)
 
         return Route(path, endpoint, methods=list(handlers))
+
+    async def _outcome(self, update: Future[Any]) -> Any:
+        """What an update's future resolves to, waited for at most the request timeout
+        (then 504: the update may still be applied)."""
+        try:
+            return await self.waiter.wait(update)
+        except TimeoutError:
+            raise ApiError(
+                504,
+                "timeout",
+                f"no answer from the log within {self.timeout} s: the update may or may not "
+                "be applied",
+            ) from None
 
     # -- plain routes -------------------------------------------------------------------
 
@@ -378,11 +381,11 @@ class _Api:
 
     async def put(self, served: ServedMap, key: Any, value: Any, ttl: float | None) -> Any:
         """Write ``key``; the answer's body (the fast path shares it)."""
-        previous = await _outcome(served.map.put_async(key, value, ttl), self.timeout)
+        previous = await self._outcome(served.map.put_async(key, value, ttl))
         return {"key": served.keys.text(key), "previous": served.values.json(previous)}
 
     async def put_if_absent(self, served: ServedMap, key: Any, value: Any) -> Any:
-        current = await _outcome(served.map.put_if_absent_async(key, value), self.timeout)
+        current = await self._outcome(served.map.put_if_absent_async(key, value))
         text = served.keys.text(key)
         if current is not None:
             raise ApiError(
@@ -396,7 +399,7 @@ class _Api:
     async def delete_key(self, request: Request) -> Response:
         served = await self._map(request)
         key = served.keys.parse(request.path_params["key"])
-        previous = await _outcome(served.map.remove_async(key), self.timeout)
+        previous = await self._outcome(served.map.remove_async(key))
         if previous is None:
             raise _absent(served, key)
         text = served.keys.text(key)
@@ -408,7 +411,7 @@ class _Api:
         doc = _object(await self._body(request), {"expected": True, "value": True})
         expected = served.values.parse_optional(doc["expected"], "expected value")
         value = served.values.parse(doc["value"])
-        done = await _outcome(served.map.compare_and_set_async(key, expected, value), self.timeout)
+        done = await self._outcome(served.map.compare_and_set_async(key, expected, value))
         text = served.keys.text(key)
         if not done:
             current = served.map.get(key)
@@ -454,7 +457,7 @@ class _Api:
         except CrossPartitionError as exc:
             partitions = {str(p): [keys.text(k) for k in ks] for p, ks in exc.partitions.items()}
             raise ApiError(400, "cross_partition", str(exc), {"partitions": partitions}) from exc
-        if not await _outcome(future, self.timeout):
+        if not await self._outcome(future):
             raise ApiError(
                 409, "transaction_failed", "an expectation did not hold: nothing changed"
             )
@@ -479,7 +482,7 @@ class _Api:
         else:
             raise ApiError(400, "bad_request", "items is an object or a list of [key, value]")
         if pairs:
-            await _outcome(served.map.put_all_async(pairs), self.timeout)
+            await self._outcome(served.map.put_all_async(pairs))
         return JSONResponse({"count": len(pairs)})
 
     async def map_scan(self, request: Request) -> Response:

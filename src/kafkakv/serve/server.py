@@ -43,6 +43,7 @@ def _uvicorn_config(config: ServeConfig, app: Any, **more: Any) -> uvicorn.Confi
         log_level="warning",
         access_log=False,
         server_header=False,
+        proxy_headers=False,  # no proxy to trust by default; it costs every request
         limit_concurrency=config.max_connections,
         timeout_keep_alive=5,
         timeout_graceful_shutdown=int(config.drain_timeout) + 1,
