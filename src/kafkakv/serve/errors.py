@@ -79,7 +79,8 @@ class ApiError(Exception):
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
-        assert CODES[code] == status, (code, status)
+        if CODES.get(code) != status:  # a programming error: the table is the contract
+            raise ValueError(f"error code {code!r} does not go with status {status}")
         self.status = status
         self.code = code
         self.message = message
