@@ -91,6 +91,10 @@ log = logging.getLogger("kafkakv.map")
 
 _READ_BATCH = 5000  # at least _SEND_BATCH: a read never splits a batch the sender wrote
 _SEND_BATCH = 5000  # async updates appended in one batch at most
+_APPLY_SENT_BELOW = _SEND_BATCH // 4
+"""The sender applies what it sent itself (where the log stores on send) only for batches
+smaller than this: a few updates waiting for their answers. Larger batches come from a stream
+of async updates, for which the follower applying while the sender sends is faster."""
 _LOAD_BYTES = 32 << 20  # bytes of data records read at once while bootstrapping
 _LOAD_LATEST = 8192  # records a plain map's bootstrap reads as one dict: it stays in cache
 _LINGER = 0.0005  # how long the sender lets a small batch grow (Kafka's linger.ms)
@@ -157,10 +161,11 @@ class ReplicaEngine:
         self.errors = ErrorLog()
         self.flush_times = metrics.FlushTimes()  # of the flushes that wrote
         self._slots = Slots(settings.max_in_flight)
-        # Where the log stores a batch before send() returns, the sender applies it at once
-        # (if no other thread is applying): the update's future resolves without waiting for
-        # the follower's wake-up, and the time that applying takes lets the next batch grow,
-        # so the sender needs no linger of its own. Elsewhere (Kafka) the follower applies.
+        # Where the log stores a batch before send() returns, the sender applies a small one
+        # at once (if no other thread is applying): the updates' futures resolve without
+        # waiting for the follower's wake-up, and the time that applying takes lets the next
+        # batch grow, so the sender needs no linger of its own. Large batches, and every batch
+        # elsewhere (Kafka), the follower applies.
         self._apply_sent = log.stores_on_send
         self._sender = Sender(
             self._send_batch,
@@ -586,7 +591,11 @@ class ReplicaEngine:
             except Exception as exc:  # fail these updates; keep sending others
                 self._fail_pending([decode_op(r.value).seq for r in records], exc)
                 continue
-            if self._apply_sent and self._lock.acquire(blocking=False):
+            if (
+                self._apply_sent
+                and len(records) < _APPLY_SENT_BELOW
+                and self._lock.acquire(blocking=False)
+            ):
                 try:
                     if not self._stopped:
                         self._apply_available(p)
