@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Playwright, Request, sync_playwright
+
 from tests.serve.browsing import CHROMIUM, CHROMIUM_ARGS, ConsolePage, ServeProcess, start_serve
 
 __all__ = ["chromium_browser", "console", "console_server"]

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Page
-from tests.serve.conftest import ServerProcess, start_server
 
 import kafkakv
+from tests.serve.conftest import ServerProcess, start_server
 
 __all__ = [
     "CHROMIUM",

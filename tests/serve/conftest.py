@@ -21,12 +21,12 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.conftest import KAFKA_TIMEOUT, SHARED_LOG_BACKENDS
 
 import kafkakv
 from kafkakv.db import Database
 from kafkakv.serve.config import ServeConfig
 from kafkakv.serve.server import serve_in_thread
+from tests.conftest import KAFKA_TIMEOUT, SHARED_LOG_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,9 @@ import uuid
 from typing import Any
 
 import httpx
-from tests.serve.conftest import Served, events
 
 from kafkakv.map import ReplicaMap
+from tests.serve.conftest import Served, events
 
 Json = Any
 

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 from playwright.sync_api import Page, expect
+
 from tests.serve.browsing import (
     ConsolePage,
     ServeProcess,

@@ -17,14 +17,14 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
-from tests.serve.conftest import ServerProcess, events, start_server
-from tests.waiting import wait_for
 
 import kafkakv
 from kafkakv.cli.main import main
 from kafkakv.errors import ConfigError
 from kafkakv.serve.config import ServeConfig
 from kafkakv.serve.server import serve_in_thread
+from tests.serve.conftest import ServerProcess, events, start_server
+from tests.waiting import wait_for
 
 TOKEN = "s3cret-token-0123456789"
 
