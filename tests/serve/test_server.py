@@ -301,3 +301,19 @@ def test_a_body_that_trickles_in_is_cut_off_at_the_request_timeout(tmp_path: Pat
             assert answer.startswith("HTTP/1.1 408"), answer
             assert '"body_timeout"' in answer
         assert http.get("/v1/maps/m/keys/k").status_code == 404
+
+
+def test_fsync_always_is_the_embedded_logs_choice(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="embedded log"):
+        ServeConfig("kafka://127.0.0.1:1", fsync="always").check()
+    with pytest.raises(ConfigError, match="always, interval or never"):
+        ServeConfig(str(tmp_path), fsync="sometimes").check()
+    server = start_server(str(tmp_path / "log"), "--fsync", "always")
+    try:
+        http = httpx.Client(base_url=server.url, timeout=30)
+        assert http.put("/v1/maps/m", json={}).status_code == 201
+        assert http.put("/v1/maps/m/keys/a", json=1).status_code == 200
+    finally:
+        assert server.stop() == 0
+    with kafkakv.connect(tmp_path / "log", background_cleaner=False) as db:
+        assert db.map("m", create=False)["a"] == 1

@@ -103,6 +103,13 @@ def parse_codec(text: str) -> tuple[str, tuple[str, str]]:
     show_default=True,
     help="Connections served at once (503 beyond).",
 )
+@click.option(
+    "--fsync",
+    type=click.Choice(("always", "interval", "never")),
+    default="interval",
+    show_default=True,
+    help="The embedded log's fsync policy: always answers a write once it is on disk.",
+)
 @click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), help="PEM certificate.")
 @click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), help="PEM private key.")
 def serve_command(
@@ -117,6 +124,7 @@ def serve_command(
     drain_timeout: float,
     max_body: int,
     max_connections: int,
+    fsync: str,
     tls_cert: str | None,
     tls_key: str | None,
 ) -> None:
@@ -150,6 +158,7 @@ def serve_command(
             value_codec=value_codec,
             codecs=dict(parse_codec(c) for c in codecs),
             directories=directories,
+            fsync=fsync,
             tls_cert=tls_cert,
             tls_key=tls_key,
         )

@@ -108,7 +108,7 @@ def create_app(config: ServeConfig, db: Database | None = None) -> Gate:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         owned = db is None
-        database = db if db is not None else await asyncio.to_thread(_connect, config.target)
+        database = db if db is not None else await asyncio.to_thread(_connect, config)
         api.registry = Registry(config, database)
         api.waiter = UpdateWaiter(asyncio.get_running_loop(), config.request_timeout)
         try:
@@ -162,10 +162,10 @@ def create_app(config: ServeConfig, db: Database | None = None) -> Gate:
     return gate
 
 
-def _connect(target: str) -> Database:
-    if "://" in target:
-        return connect(target)
-    return connect(target, background_cleaner=True)
+def _connect(config: ServeConfig) -> Database:
+    if "://" in config.target:
+        return connect(config.target)
+    return connect(config.target, background_cleaner=True, fsync=config.fsync)
 
 
 async def _on_api_error(request: Request, exc: Exception) -> Response:

@@ -101,6 +101,9 @@ class ServeConfig:
     """Per map or directory: ``(key codec, value codec)`` overriding the two above."""
     directories: tuple[str, ...] = ()
     """Topics opened as directories at start (any other topic opens on first request)."""
+    fsync: str = "interval"
+    """The embedded log's fsync policy (``always``, ``interval``, ``never``); Kafka ignores it
+    (its brokers decide)."""
     tls_cert: str | None = None
     tls_key: str | None = None
     heartbeat: float = 15.0
@@ -130,6 +133,10 @@ class ServeConfig:
         ):
             if value <= 0:
                 raise ConfigError(f"{what} must be > 0, not {value!r}")
+        if self.fsync not in ("always", "interval", "never"):
+            raise ConfigError(f"fsync is always, interval or never, not {self.fsync!r}")
+        if self.fsync != "interval" and "://" in self.target:
+            raise ConfigError("--fsync is the embedded log's: Kafka's brokers decide their own")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("TLS needs both --tls-cert and --tls-key")
 
