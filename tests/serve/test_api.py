@@ -186,6 +186,8 @@ def test_listing_and_status_of_maps(served: Served) -> None:
     again = http.put(f"/v1/maps/{name}", json={"partitions": 2})
     assert again.status_code == 200 and again.json()["created"] is False
     _error(http.put(f"/v1/maps/{name}", json={"partitions": 3}), 409, "settings_mismatch")
+    _error(http.put(f"/v1/maps/{name}", json={"versions": True}), 409, "settings_mismatch")
+    assert http.put(f"/v1/maps/{name}", json={"versions": False}).status_code == 200
     assert "kafkakv_map" in http.get("/metrics").text
 
 

@@ -19,7 +19,7 @@ from kafkakv.db import Database
 from kafkakv.directory import Directory
 from kafkakv.errors import ConfigError, UnknownMapError, UnknownTopicError
 from kafkakv.map import ReplicaMap, SortedReplicaMap
-from kafkakv.map.topics import MapTopics
+from kafkakv.map.topics import MapTopics, check_map_settings, check_topics
 from kafkakv.serve.config import ServeConfig
 from kafkakv.serve.convert import KeyForm, ValueForm
 from kafkakv.serve.errors import ApiError
@@ -156,34 +156,38 @@ class Registry:
 
     def create_map(self, name: str, partitions: int | None, settings: dict[str, bool]) -> bool:
         """Create map ``name`` unless it exists; True when this call created it. Blocking.
-        An existing map with other settings or another partition count raises 409
-        ``settings_mismatch``."""
+        An existing map is only checked, not loaded: another partition count or other
+        settings raise 409 ``settings_mismatch``."""
         if _bad_name(name):
             raise ApiError(400, "bad_request", f"{name!r} is not a valid map name")
-        existed = name in self.topic_names()[0]
-        key_codec, value_codec = self.config.codecs_of(name)
+        topics = MapTopics.for_name(name)
+        log, timeout = self.db.log, self.config.request_timeout
         try:
-            opened = self.db.map(
+            if name in self.topic_names()[0]:
+                check_topics(log, topics, partitions, create=False)
+                check_map_settings(
+                    log,
+                    topics,
+                    hash_tags=settings.get("hash_tags"),
+                    versions=settings.get("versions"),
+                    expiry=settings.get("expiry"),
+                    timeout=timeout,
+                )
+                return False
+            key_codec, value_codec = self.config.codecs_of(name)
+            self.db.map(
                 name,
                 partitions=partitions,
                 key_codec=key_codec,
                 value_codec=value_codec,
-                timeout=self.config.request_timeout,
+                timeout=timeout,
                 hash_tags=settings.get("hash_tags"),
                 versions=settings.get("versions"),
                 expiry=settings.get("expiry"),
-            )
+            ).close()  # new, so empty: opening it costs next to nothing
         except ConfigError as exc:
             raise ApiError(409, "settings_mismatch", str(exc)) from exc
-        if partitions is not None and opened.partition_count != partitions:
-            opened.close()
-            raise ApiError(
-                409,
-                "settings_mismatch",
-                f"map {name!r} exists with {opened.partition_count} partitions",
-            )
-        opened.close()
-        return not existed
+        return True
 
 
 def _bad_name(name: str) -> bool:
