@@ -414,6 +414,7 @@ class KafkaLog(Log):
         serve: Callable[[], object] | None = None,
         *,
         resumable: bool = False,
+        known: bool = False,
     ) -> _T:
         """``call(seconds)``, a blocking librdkafka call, within the log's ``timeout``, cut in
         slices (:func:`~.refusals.slices`: 0.25 s, then each twice the last) so that a refusal
@@ -428,7 +429,10 @@ class KafkaLog(Log):
         the first slice costs nothing more than the call. ``resumable``: a transactional call
         (``init_transactions``, ``commit_transaction``) that goes on in the background once
         cut short; the next call may report what went wrong meanwhile, so it is called again
-        after any retriable error too (see :func:`_call_again`)."""
+        after any retriable error too (see :func:`_call_again`). ``known``: the call is about
+        a partition the cluster's metadata already lists, so a broker that answers it does
+        not know that partition is only behind (a topic just created, a leader just moved):
+        such errors are called again as if the call had been cut short."""
         deadline = time.monotonic() + self.timeout
         mark = self._refusals.mark()
         again = False
@@ -446,7 +450,7 @@ class KafkaLog(Log):
                     ) from exc
             except KafkaException as exc:
                 ran_out = time.monotonic() - started >= 0.9 * wait
-                if final or not _call_again(error_of(exc), ran_out, again, resumable):
+                if final or not _call_again(error_of(exc), ran_out, again or known, resumable):
                     raise
                 if not ran_out:  # a quick retriable failure: do not spin
                     time.sleep(min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
@@ -810,6 +814,7 @@ class KafkaLog(Log):
                 what,
                 lambda t: self._meta.get_watermark_offsets(tp, timeout=t, cached=False),
                 lambda: self._meta.poll(0),  # the poll thread cannot while this holds it
+                known=True,  # the callers checked the partition against the metadata
             )
         return int(low), int(high)
 

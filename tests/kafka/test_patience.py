@@ -1,0 +1,37 @@
+"""A broker that does not know a partition the metadata already lists is only behind (a topic
+just created, a leader just moved): asking its offsets is tried again within the timeout,
+not failed at once (a map opening right after another process created its topics once did)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from kafkakv.dev import Cluster
+from kafkakv.log.kafka import KafkaLog
+from tests.conftest import KAFKA_TIMEOUT
+
+pytestmark = pytest.mark.kafka
+
+
+def _behind(times: int) -> tuple[list[float], object]:
+    calls: list[float] = []
+
+    def call(wait: float) -> int:
+        calls.append(wait)
+        if len(calls) <= times:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+        return 42
+
+    return calls, call
+
+
+def test_a_partition_the_metadata_lists_is_asked_again(kafka_cluster: Cluster) -> None:
+    with KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log:
+        calls, call = _behind(2)
+        assert log._patiently("asking", call, known=True) == 42  # type: ignore[arg-type]
+        assert len(calls) == 3
+        calls, call = _behind(1)
+        with pytest.raises(KafkaException):  # not known to exist: the first answer stands
+            log._patiently("asking", call)  # type: ignore[arg-type]
+        assert len(calls) == 1
