@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import platform
 import random
+import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +46,26 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{os.cpu_count()} x {cpu}, {mem:.1f} GiB, Python {platform.python_version()}"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it; another process may
+    take it before the caller binds it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def die_with_parent() -> None:
+    """In a server's child process (``preexec_fn``): SIGTERM when the benchmark script dies, even
+    by SIGKILL. Linux only; elsewhere it does nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def put_async_rate(m: Any, keys: list[str]) -> float:

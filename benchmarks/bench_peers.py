@@ -90,7 +90,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import msgpack
-from _common import VALUE, key, lat, machine, read_rate
+from _common import VALUE, die_with_parent, free_port, key, lat, machine, read_rate
 
 import kafkakv
 from kafkakv.log import Record
@@ -153,23 +153,6 @@ def fmt(value: float, unit: str) -> str:
     if unit == "s":
         return f"{value:.3f} s"
     return f"{value:.2f} %"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _die_with_parent() -> None:
-    """In a server's child process: SIGTERM when this script dies, even by SIGKILL."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def redis_ask(port: int, command: bytes) -> bytes | None:
@@ -269,7 +252,7 @@ class Bench:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         self.servers.append(proc)
         return proc

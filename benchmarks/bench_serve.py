@@ -89,7 +89,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from _common import key, machine
+from _common import die_with_parent, free_port, key, machine
 
 WORKLOADS = ("read", "read_serializable", "read_linearizable", "write")
 SYSTEMS = ("kafkakv", "etcd")
@@ -158,25 +158,6 @@ def value_json(i: int) -> str:
 
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _die_with_parent() -> None:
-    """In a child process: SIGTERM when this script dies, even by SIGKILL."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def http_call(
@@ -298,7 +279,7 @@ class Bench:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         self.children.append(proc)
         return proc
@@ -503,7 +484,7 @@ class Bench:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self.children.append(proc)
         try:
