@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import multiprocessing as mp
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,41 +17,16 @@ from kafkakv.errors import ConfigError, LockTimeoutError, OperationTimeoutError
 from kafkakv.log import EmbeddedLog, Record
 from kafkakv.log.embedded.cleaner import _clean_lock
 from kafkakv.log.embedded.flock import lock_holder
-from tests.waiting import wait_for
+from tests.locks import held, is_held, wait_until_held
 
 ctx = mp.get_context("spawn")
 
 
-def _held(path: str) -> bool:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # releases it if this test took it
-    return False
-
-
-def _wait_until_held(path: str) -> None:
-    wait_for(lambda: _held(path), 30, f"another process to take {path}")
-
-
 @pytest.fixture
 def hold() -> Iterator[Callable[[str], int]]:
-    """``hold(path)`` has util-linux ``flock`` take ``path`` and sleep; returns its pid."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(path: str) -> int:
-        proc = subprocess.Popen(["flock", path, "sleep", "60"], start_new_session=True)
-        procs.append(proc)
-        _wait_until_held(path)
-        return proc.pid
-
-    yield start
-    for proc in procs:
-        os.killpg(proc.pid, signal.SIGKILL)  # the sleeping child inherited the lock too
-        proc.wait()
+    """``hold(path)`` has util-linux ``flock`` take ``path`` until the test ends; returns its pid."""
+    with contextlib.ExitStack() as stack:
+        yield lambda path: stack.enter_context(held(path))
 
 
 def _filled(path: Path) -> EmbeddedLog:
@@ -83,7 +56,7 @@ def test_a_writer_stopped_holding_the_lock_blocks_no_reader(tmp_path: Path) -> N
     writer = ctx.Process(target=_stopped_writer, args=(str(tmp_path),))
     writer.start()
     try:
-        _wait_until_held(_lock_of(tmp_path, "t", 0))
+        wait_until_held(_lock_of(tmp_path, "t", 0))
         started = time.monotonic()
         # A fresh log object: first use of every partition, as in a newly started process.
         with EmbeddedLog(tmp_path, background_cleaner=False) as log:
@@ -95,7 +68,7 @@ def test_a_writer_stopped_holding_the_lock_blocks_no_reader(tmp_path: Path) -> N
             assert log.append("t", 1, [Record(b"k", b"other partition")]) == 1
         elapsed = time.monotonic() - started
         assert elapsed < 5, f"reads waited {elapsed:.1f} s for the stopped writer's lock"
-        assert _held(_lock_of(tmp_path, "t", 0)), "the writer lost its lock meanwhile"
+        assert is_held(_lock_of(tmp_path, "t", 0)), "the writer lost its lock meanwhile"
     finally:
         writer.kill()
         writer.join(30)
@@ -109,7 +82,7 @@ def test_an_append_gives_up_at_its_timeout_naming_the_lock_and_its_holder(
     writer.start()
     try:
         lock = _lock_of(tmp_path, "t", 0)
-        _wait_until_held(lock)
+        wait_until_held(lock)
         with EmbeddedLog(tmp_path, background_cleaner=False) as log:
             started = time.monotonic()
             with pytest.raises(LockTimeoutError) as caught:
@@ -263,7 +236,7 @@ def test_a_lock_released_while_a_forked_child_lives_is_free(tmp_path: Path, whic
             time.sleep(20)
             os._exit(0)
     try:
-        assert not _held(path), f"{path} stays held while the forked child lives"
+        assert not is_held(path), f"{path} stays held while the forked child lives"
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)

@@ -3,7 +3,6 @@ and the command's refusals. On the embedded log, whose locks let a test stall a 
 
 from __future__ import annotations
 
-import os
 import signal
 import ssl
 import subprocess
@@ -23,6 +22,7 @@ from kafkakv.cli.main import main
 from kafkakv.errors import ConfigError
 from kafkakv.serve.config import ServeConfig
 from kafkakv.serve.server import serve_in_thread
+from tests.locks import held
 from tests.serve.conftest import ServerProcess, events, start_server
 from tests.waiting import wait_for
 
@@ -39,31 +39,6 @@ def _server(tmp_path: Path, **options: Any) -> Iterator[httpx.Client]:
             yield http
     finally:
         db.close()
-
-
-@contextmanager
-def _held(path: Path) -> Iterator[None]:
-    """Another process holds the embedded log's lock file ``path`` (util-linux flock)."""
-    proc = subprocess.Popen(["flock", str(path), "sleep", "60"], start_new_session=True)
-    try:
-        wait_for(lambda: _is_held(path), 20, f"flock to take {path}")
-        yield
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def _is_held(path: Path) -> bool:
-    import fcntl
-
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def test_a_token_guards_everything_but_the_console_and_health(tmp_path: Path) -> None:
@@ -118,7 +93,7 @@ def test_a_write_the_log_cannot_take_in_time_answers_504(tmp_path: Path) -> None
         http.put("/v1/maps/m", json={})
         http.put("/v1/maps/m/keys/a", json=1)
         lock = tmp_path / "log" / "topics" / "m_ops" / "0" / "lock"
-        with _held(lock):
+        with held(lock):
             started = time.monotonic()
             answer = http.put("/v1/maps/m/keys/a", json=2)
             elapsed = time.monotonic() - started
@@ -147,7 +122,7 @@ def test_sigterm_drains_requests_in_flight_then_exits_0(tmp_path: Path) -> None:
 
         follower = threading.Thread(target=follow)
         follower.start()
-        with _held(log / "topics" / "m_ops" / "0" / "lock"):
+        with held(log / "topics" / "m_ops" / "0" / "lock"):
             writer = threading.Thread(
                 target=lambda: answers.append(http.put("/v1/maps/m/keys/a", json=2))
             )
