@@ -343,7 +343,7 @@ class _Api:
         if _linearizable(request):
             await served.map.sync_async(self.timeout)
         m = served.map
-        if m.creation_options.get("versions"):
+        if served.versions:
             found = m.get_versioned(key)
             if found is None:
                 raise _absent(served, key)
@@ -367,7 +367,7 @@ class _Api:
                 ttl = float(ttl_text)
             except ValueError:
                 raise ApiError(400, "bad_request", f"ttl is seconds, not {ttl_text!r}") from None
-        if ttl is not None and not served.map.creation_options.get("expiry"):
+        if ttl is not None and not served.expiry:
             raise ApiError(
                 409,
                 "settings_mismatch",
@@ -434,7 +434,7 @@ class _Api:
             keys.parse(k): values.parse_optional(v, "expected value")
             for k, v in _mapping(doc, "expect").items()
         }
-        if doc.get("expect_version") and not served.map.creation_options.get("versions"):
+        if doc.get("expect_version") and not served.versions:
             raise ApiError(
                 409,
                 "settings_mismatch",

@@ -197,7 +197,7 @@ class FastPath:
         if not sep or "/" in name:
             return False
         served = self.api.registry.maps.get(name)
-        if served is None or served.map.creation_options.get("versions"):
+        if served is None or served.versions:
             return False
         if rest == "cas" or rest.endswith("/cas"):
             return False  # the compare-and-set resource: the routes say which methods

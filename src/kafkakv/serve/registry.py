@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kafkakv.db import Database
@@ -35,12 +35,23 @@ _T = TypeVar("_T")
 
 @dataclass(eq=False)
 class ServedMap:
-    """One open map with the JSON forms of its keys and values."""
+    """One open map with the JSON forms of its keys and values, and the settings fixed at its
+    creation that requests look at (read once here: ``map.creation_options`` builds a dict on
+    every call)."""
 
     name: str
     map: ReplicaMap[Any, Any]
     keys: KeyForm
     values: ValueForm
+    versions: bool = field(init=False)
+    """Whether the map keeps a version per key (``versions=True`` at its creation)."""
+    expiry: bool = field(init=False)
+    """Whether the map's keys may expire (``expiry=True`` at its creation)."""
+
+    def __post_init__(self) -> None:
+        options = self.map.creation_options
+        self.versions = options["versions"]
+        self.expiry = options["expiry"]
 
     @property
     def sorted(self) -> bool:
