@@ -516,14 +516,8 @@ class _Api:
     async def _events(self, served: ServedMap, feed: Any) -> AsyncIterator[bytes]:
         keys, values = served.keys, served.values
         try:
-            start = {"cursor": str(feed.cursor)}
-            yield (
-                b"event: cursor\nid: "
-                + str(feed.cursor).encode()
-                + b"\ndata: "
-                + dumps(start)
-                + b"\n\n"
-            )
+            cursor = str(feed.cursor)
+            yield _frame("cursor", cursor, {"cursor": cursor})
             quiet_since = time.monotonic()
             while not self.gate.draining.is_set():
                 try:
@@ -535,7 +529,7 @@ class _Api:
                     continue
                 except KafkaKVError as exc:
                     error = api_error(exc)
-                    yield b"event: error\ndata: " + dumps(error.body()) + b"\n\n"
+                    yield _frame("error", None, error.body())
                     return
                 quiet_since = time.monotonic()
                 data = {
@@ -545,13 +539,7 @@ class _Api:
                     "partition": change.partition,
                     "offset": change.offset,
                 }
-                yield (
-                    b"event: change\nid: "
-                    + str(change.cursor).encode()
-                    + b"\ndata: "
-                    + dumps(data)
-                    + b"\n\n"
-                )
+                yield _frame("change", str(change.cursor), data)
         finally:
             feed.close()
 
@@ -637,6 +625,19 @@ class _Api:
         texts = sorted(((served.keys.text(k), k) for k in list(d)), key=lambda t: t[0])
         rows = ((k, d.get(k)) for t, k in texts if page.wants(t))
         return JSONResponse(page.answer((r for r in rows if r[1] is not None), served.values))
+
+
+def _frame(kind: str, id: str | None, data: Any) -> bytes:
+    """One server-sent event: ``event: kind``, ``id: id`` (a cursor the client may resume from
+    with ``Last-Event-ID``; none when None) and ``data`` as one line of JSON.
+
+    >>> _frame("cursor", "0:5", {"cursor": "0:5"})
+    b'event: cursor\\nid: 0:5\\ndata: {"cursor":"0:5"}\\n\\n'
+    >>> _frame("error", None, {"error": {"code": "timeout"}})
+    b'event: error\\ndata: {"error":{"code":"timeout"}}\\n\\n'
+    """
+    head = f"event: {kind}\n" if id is None else f"event: {kind}\nid: {id}\n"
+    return head.encode() + b"data: " + dumps(data) + b"\n\n"
 
 
 def _absent(served: ServedMap, key: Any) -> ApiError:
