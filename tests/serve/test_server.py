@@ -278,6 +278,28 @@ def test_a_body_that_trickles_in_is_cut_off_at_the_request_timeout(tmp_path: Pat
         assert http.get("/v1/maps/m/keys/k").status_code == 404
 
 
+def test_a_body_declared_too_large_is_refused_before_it_arrives(tmp_path: Path) -> None:
+    """413 on the headers alone, on the fast path (``PUT`` of a key of an open map) as on the
+    routes (a compare-and-set): the server does not wait for a body it would refuse."""
+    import socket
+
+    with _server(tmp_path, request_timeout=30.0, max_body=1000) as http:
+        http.put("/v1/maps/m", json={})
+        assert http.put("/v1/maps/m/keys/a", json=1).status_code == 200  # m is open: fast path
+        host, port = str(http.base_url.host), int(http.base_url.port or 0)
+        for method, path in (("PUT", "/v1/maps/m/keys/k"), ("POST", "/v1/maps/m/keys/k/cas")):
+            with socket.create_connection((host, port), timeout=5) as sock:
+                head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n"
+                sock.sendall(head.encode())  # and no body: a refusal must not wait for it
+                try:
+                    answer = sock.recv(4096).decode()
+                except TimeoutError:
+                    pytest.fail(f"{method} {path}: no answer within 5 s, waiting for the body")
+            assert answer.startswith("HTTP/1.1 413"), answer
+            assert '"body_too_large"' in answer
+        assert http.get("/v1/maps/m/keys/k").status_code == 404
+
+
 def test_fsync_always_is_the_embedded_logs_choice(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="embedded log"):
         ServeConfig("kafka://127.0.0.1:1", fsync="always").check()

@@ -203,11 +203,7 @@ class _Api:
         self.timeout = config.request_timeout
 
     async def _body(self, request: Request) -> Any:
-        length = request.headers.get("content-length")
-        limit = self.config.max_body
-        if length is not None and length.isdigit() and int(length) > limit:
-            raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
-        return await read_json(request.receive, limit, self.timeout)
+        return await read_json(request.scope, request.receive, self.config.max_body, self.timeout)
 
     def route(self, path: str, **handlers: Callable[[Request], Awaitable[Response]]) -> Route:
         """One route for several methods (``GET=...``), so that a 405 lists them all in

@@ -146,11 +146,14 @@ def _with_page_headers(send: Send) -> Send:
 # -- request helpers -----------------------------------------------------------------------
 
 
-async def read_json(receive: Receive, limit: int, timeout: float) -> Any:
-    """The request's JSON body from ``receive``: 413 ``body_too_large`` once it passes
-    ``limit`` bytes, 408 ``body_timeout`` when it has not all arrived within ``timeout``
-    seconds, 400 ``invalid_json`` when it is empty or does not parse. Routes and the fast path
-    both read bodies here."""
+async def read_json(scope: Scope, receive: Receive, limit: int, timeout: float) -> Any:
+    """The JSON body of ``scope``'s request from ``receive``: 413 ``body_too_large`` at once,
+    reading nothing, when its ``Content-Length`` declares more than ``limit`` bytes, else once
+    the bytes received pass ``limit`` (a chunked body); 408 ``body_timeout`` when it has not all
+    arrived within ``timeout`` seconds, 400 ``invalid_json`` when it is empty or does not parse.
+    Routes and the fast path both read bodies here."""
+    if _declared_length(scope) > limit:
+        raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
     body = bytearray()
     try:
         async with asyncio.timeout(timeout):
@@ -171,6 +174,15 @@ async def read_json(receive: Receive, limit: int, timeout: float) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's ``Content-Length``; 0 when it has none (or one the HTTP parser let
+    through that is not a number: the body's own length counts then)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
 
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -205,7 +217,7 @@ class FastPath:
         if method == "GET":
             return await self._get(served, rest, send)
         if method == "PUT":
-            await self._put(served, rest, receive, send)
+            await self._put(served, rest, scope, receive, send)
             return True
         return False
 
@@ -221,11 +233,13 @@ class FastPath:
         await _send_json(send, 200, body)
         return True
 
-    async def _put(self, served: ServedMap, text: str, receive: Receive, send: Send) -> None:
+    async def _put(
+        self, served: ServedMap, text: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         try:
             key = served.keys.parse(text)
             config = self.api.config
-            doc = await read_json(receive, config.max_body, config.request_timeout)
+            doc = await read_json(scope, receive, config.max_body, config.request_timeout)
             answer = await self.api.put(served, key, served.values.parse(doc), None)
         except (ApiError, KafkaKVError, TimeoutError) as exc:
             error = api_error(exc)
