@@ -41,6 +41,39 @@ def _server(tmp_path: Path, **options: Any) -> Iterator[httpx.Client]:
         db.close()
 
 
+def test_a_drain_ends_an_idle_change_stream_at_once(tmp_path: Path) -> None:
+    """The stream notices the drain when it starts, not at the end of the wait for the next
+    change it was in (a second, when this test begins the drain just after a change)."""
+    got_cursor, got_change = threading.Event(), threading.Event()
+    ended: list[float] = []
+    with _server(tmp_path) as http:
+        http.put("/v1/maps/m", json={})
+        url = str(http.base_url.join("/v1/maps/m/changes"))
+
+        def follow() -> None:
+            with httpx.stream("GET", url, timeout=30) as stream:
+                lines = stream.iter_lines()
+                events(lines, 1)
+                got_cursor.set()
+                events(lines, 1)
+                got_change.set()
+                for _ in lines:
+                    pass
+            ended.append(time.monotonic())
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        assert got_cursor.wait(30), "no cursor event"
+        http.put("/v1/maps/m/keys/a", json=1)
+        assert got_change.wait(30), "no change event"
+        draining = time.monotonic()  # leaving the block drains the server
+    follower.join(30)
+    assert ended, "the change stream did not end"
+    assert ended[0] - draining < 0.5, (
+        f"the stream ended {ended[0] - draining:.2f} s after the drain"
+    )
+
+
 def test_a_token_guards_everything_but_the_console_and_health(tmp_path: Path) -> None:
     with _server(tmp_path, token=TOKEN) as http:
         assert http.get("/v1/health").status_code == 200

@@ -35,7 +35,7 @@ from starlette.staticfiles import StaticFiles
 
 from kafkakv.db import Database, connect
 from kafkakv.errors import CrossPartitionError, KafkaKVError, OperationTimeoutError
-from kafkakv.map.feed import Cursor
+from kafkakv.map.feed import Change, ChangeFeed, Cursor
 from kafkakv.serve.config import ServeConfig
 from kafkakv.serve.convert import dumps
 from kafkakv.serve.errors import ApiError, api_error
@@ -500,7 +500,7 @@ class _Api:
         since = request.headers.get("last-event-id") or request.query_params.get("since")
         try:
             cursor = None if not since else Cursor.parse(since)
-            feed = served.map.changes(cursor, timeout=min(1.0, self.config.heartbeat))
+            feed = served.map.changes(cursor, timeout=0)  # _next_change sets each step's wait
         except KafkaKVError as exc:
             raise api_error(exc) from exc
         return StreamingResponse(
@@ -509,15 +509,17 @@ class _Api:
             headers={"cache-control": "no-store", "x-accel-buffering": "no"},
         )
 
-    async def _events(self, served: ServedMap, feed: Any) -> AsyncIterator[bytes]:
+    async def _events(self, served: ServedMap, feed: ChangeFeed[Any, Any]) -> AsyncIterator[bytes]:
         keys, values = served.keys, served.values
+        wait = min(1.0, self.config.heartbeat)  # between looks at the heartbeat
+        drained = asyncio.ensure_future(self.gate.draining.wait())
         try:
             cursor = str(feed.cursor)
             yield _frame("cursor", cursor, {"cursor": cursor})
             quiet_since = time.monotonic()
             while not self.gate.draining.is_set():
                 try:
-                    change = await feed.__anext__()
+                    change = await _next_change(feed, wait, drained)
                 except StopAsyncIteration:
                     if time.monotonic() - quiet_since >= self.config.heartbeat:
                         quiet_since = time.monotonic()
@@ -537,6 +539,7 @@ class _Api:
                 }
                 yield _frame("change", str(change.cursor), data)
         finally:
+            drained.cancel()
             feed.close()
 
     # -- directories --------------------------------------------------------------------
@@ -621,6 +624,35 @@ class _Api:
         texts = sorted(((served.keys.text(k), k) for k in list(d)), key=lambda t: t[0])
         rows = ((k, d.get(k)) for t, k in texts if page.wants(t))
         return JSONResponse(page.answer((r for r in rows if r[1] is not None), served.values))
+
+
+async def _next_change(
+    feed: ChangeFeed[Any, Any], wait: float, drained: asyncio.Future[Any]
+) -> Change[Any, Any]:
+    """The feed's next change, waited for at most ``wait`` seconds and only until ``drained``
+    is done; StopAsyncIteration when none came.
+
+    A change already there is taken by a plain step of the feed; only a step that has to wait
+    runs as a task, raced against ``drained`` and cancelled when that comes first. So a drain
+    ends an idle change stream at once, not after the rest of its wait, and a busy stream
+    pays no task per change."""
+    feed.timeout = 0
+    try:
+        return await feed.__anext__()
+    except StopAsyncIteration:
+        if drained.done():
+            raise
+    feed.timeout = wait
+    step = asyncio.ensure_future(feed.__anext__())
+    try:
+        await asyncio.wait((step, drained), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not step.done():  # drained, or the client left: end the feed's wait
+            step.cancel()
+            await asyncio.wait((step,))
+    if step.cancelled():
+        raise StopAsyncIteration
+    return step.result()
 
 
 def _frame(kind: str, id: str | None, data: Any) -> bytes:
