@@ -43,7 +43,9 @@ class Recorder:
     def __enter__(self) -> Recorder:
         for name in ("open", "close", "dup", "pwrite", "write", "fsync", "fdatasync"):
             self._wrap(name)
-        for name in ("ftruncate", "rename", "replace", "link", "unlink", "makedirs", "rmtree"):
+        for name in ("ftruncate", "fallocate", "rename", "replace", "link", "unlink"):
+            self._wrap(name)
+        for name in ("makedirs", "rmtree"):
             self._wrap(name)
         return self
 
@@ -127,6 +129,14 @@ class Recorder:
         real(fd, size)
         if fd in self._fds:
             self._note("truncate", self._fds[fd][0], size=size)
+
+    def _fallocate(self, real: Callable[[int, int, int], None], fd: int, at: int, n: int) -> None:
+        """Noted as what it does to the file's content: a size that grows with zeros (a
+        truncate upwards), durable at the next sync like any size change."""
+        before = os.fstat(fd).st_size
+        real(fd, at, n)
+        if fd in self._fds and at + n > before:
+            self._note("truncate", self._fds[fd][0], size=at + n)
 
     def _rename(self, real: Callable[..., None], src: str, dst: str) -> None:
         rel_src, rel_dst = self._rel(src), self._rel(dst)

@@ -3,7 +3,7 @@
 The names are the :mod:`os` functions themselves, bound once at import: calling
 ``fs.pwrite`` costs what calling ``os.pwrite`` does, so production pays nothing for the
 layer. Tests rebind them to recorders (``tests/log/fs_record.py``) and learn, in order, every
-create, write, truncate, sync, rename and unlink a workload made; the crash-state explorer
+create, write, truncate (or preallocation), sync, rename and unlink a workload made; the crash-state explorer
 (``tests/log/test_crash_explorer.py``) builds from that recording the disks a power loss may
 leave behind.
 
@@ -21,6 +21,7 @@ import shutil
 __all__ = [
     "close",
     "dup",
+    "fallocate",
     "fdatasync",
     "fsync",
     "fsync_dir",
@@ -46,6 +47,7 @@ pwrite = os.pwrite
 write = os.write
 fsync = os.fsync
 fdatasync = os.fdatasync
+fallocate = os.posix_fallocate
 ftruncate = os.ftruncate
 rename = os.rename
 replace = os.replace

@@ -73,6 +73,11 @@ _READ_CHUNK = 1 << 17
 _MAX_READ_CHUNK = 1 << 22
 _MAX_SEGMENT_SPAN = 2**31 - 1  # relative offsets in the index are u32; stay well inside
 _LOCK_NOW = fcntl.LOCK_EX | fcntl.LOCK_NB
+_PREALLOCATE = 1 << 18
+"""Under ``fsync=always`` the active segment's file is grown this far ahead of its data, with
+``fallocate``. An ``fdatasync`` after a write that grows a file must also commit the new size
+to the file system's journal; inside the file's size it flushes the data alone (on ext4 here,
+130 against 200 µs a call). The bytes past the published position read as zeros."""
 
 CommittedCheck = Callable[[int, str, int, int, int], bool]
 """``(producer, topic, partition, segment_base, batch_end) -> committed``; see txn.py."""
@@ -173,6 +178,11 @@ class Partition:
         self._wname: str | None = None
         self._wfd = -1
         self._ifd = -1
+        # The active segment's file size as far as this process knows (it grew it, or saw
+        # it when opening the file): when another process shrank or grew it since, appends
+        # only preallocate later or sooner than they might.
+        self._wsize = 0
+        self._preallocates = settings.fsync is FsyncPolicy.ALWAYS
         # Under fsync=interval an append only marks the partition unsynced; the log's flusher
         # thread fdatasyncs it (see sync_pending). _fd_lock keeps the segment fd it dups open.
         self._unsynced = False
@@ -555,6 +565,7 @@ class Partition:
             raise _io("cannot open segment", base, exc) from exc
         with self._fd_lock:
             self._wfd, self._ifd, self._wname = wfd, ifd, name
+        self._wsize = os.fstat(wfd).st_size
 
     def _close_writer(self) -> None:
         with self._fd_lock:
@@ -570,6 +581,8 @@ class Partition:
         Repairs a torn tail left by a writer that died before publishing. When
         ``resolve_pending`` is true and such a tail exists, raises :class:`PendingTailError`
         instead, so the caller can first roll forward a committed transaction that owns it.
+        Zeros past the published position are not a tail but preallocated space (see
+        :data:`_PREALLOCATE`): a batch never begins with the zero bytes of a whole header.
         """
         head = self._head.read()
         if head is None or head.boot_id != BOOT_ID:
@@ -579,17 +592,24 @@ class Partition:
             head = self.recover_locked()
             m = self.manifest(head.layout_version)
         self._open_active_locked(m)
-        size = os.fstat(self._wfd).st_size
-        if size > head.active_pos:
+        # One pread from the last published byte: whether the file reaches the published
+        # position, and whether a batch was written after it. No fstat: on Linux 6.13 and
+        # later a stat makes the next write's mtime fine-grained, and the fdatasync after it
+        # then commits the journal (230 instead of 130 µs under fsync=always).
+        pos = head.active_pos
+        at = pos - 1 if pos else 0
+        raw = os.pread(self._wfd, HEADER_SIZE + 1, at)
+        if at + len(raw) < pos:
+            head = self.recover_locked()
+        elif raw.count(0, pos - at) != len(raw) - (pos - at):
             if resolve_pending:
                 raise PendingTailError()
-            self._truncate_locked(head.active_pos)
-        elif size < head.active_pos:
-            head = self.recover_locked()
+            self._truncate_locked(pos)
         return head
 
     def _truncate_locked(self, pos: int) -> None:
         fs.ftruncate(self._wfd, pos)
+        self._wsize = pos
         raw = os.pread(self._ifd, os.fstat(self._ifd).st_size, 0)
         keep = 0
         for rel_pos in INDEX_ENTRY.iter_unpack(raw[: len(raw) - len(raw) % INDEX_ENTRY.size]):
@@ -627,6 +647,8 @@ class Partition:
             producer=producer,
         )
         pos = head.active_pos
+        if self._preallocates and pos + len(batch) > self._wsize:
+            self._preallocate_locked(pos, pos + len(batch))
         try:
             written = fs.pwrite(self._wfd, batch, pos)
             if written != len(batch):
@@ -640,6 +662,7 @@ class Partition:
             with contextlib.suppress(OSError):
                 self._truncate_locked(pos)
             raise _io("cannot append to", os.path.join(self.dir, self._wname or "?"), exc) from exc
+        self._wsize = max(self._wsize, pos + len(batch))
         new = HeadState(  # spelled out: dataclasses.replace costs more than the write above
             head.seq + 1,
             first + count,
@@ -651,6 +674,18 @@ class Partition:
             head.boot_id,
         )
         return PreparedBatch(first, new, pos, len(batch))
+
+    def _preallocate_locked(self, pos: int, end: int) -> None:
+        """Grow the active segment's file to hold at least up to ``end``, and up to
+        :data:`_PREALLOCATE` bytes past ``pos`` within ``segment.bytes``. Where the file
+        system cannot, appends go on growing the file as they write."""
+        size = max(end, min(pos + _PREALLOCATE, self.config.segment_bytes))
+        try:
+            fs.fallocate(self._wfd, pos, size - pos)
+        except OSError:
+            self._preallocates = False
+            return
+        self._wsize = max(self._wsize, size)
 
     def sync_locked(self, *, force: bool = False) -> None:
         """Flush the active segment as the fsync policy asks; the caller holds :meth:`locked`.
@@ -726,6 +761,8 @@ class Partition:
 
     def roll_locked(self, head: HeadState, m: Manifest) -> HeadState:
         """Seal the active segment and start a new one at ``head.next_offset``; publish it."""
+        if os.fstat(self._wfd).st_size > head.active_pos:
+            fs.ftruncate(self._wfd, head.active_pos)  # preallocated: it seals at its data's end
         fs.fdatasync(self._wfd)  # under every policy: the manifest records the size it seals
         sealed = replace(m.active, size=head.active_pos, max_ts=self._max_timestamp_locked(head))
         new = SegmentInfo(
@@ -807,6 +844,7 @@ class Partition:
             )
         if pos < size:
             fs.ftruncate(fd, pos)
+        self._wsize = pos
         fs.ftruncate(self._ifd, 0)
         for entries in index_entries(lambda n, at: os.pread(fd, n, at), pos, active.base, interval):
             fs.write(self._ifd, entries)

@@ -78,10 +78,23 @@ class SegmentScan:
             done += len(piece)
         return h if crc == h.crc else None
 
+    def last_nonzero(self) -> int:
+        """The position of the file's last byte that is not zero (-1: none), read backwards
+        a window at a time. A preallocated segment ends in zeros (see partition.py)."""
+        end = self.size
+        while end > 0:
+            start = max(0, end - self._window)
+            piece = self._read(end - start, start).rstrip(b"\0")
+            if piece:
+                return start + len(piece) - 1
+            end = start
+        return -1
+
     def next_valid(self, start: int, accept: Accept) -> int | None:
         """The first position from ``start`` holding a valid batch that ``accept`` takes (as
-        :func:`~kafkakv.log.embedded.format.next_valid_batch`). O(n) header parses."""
-        for p in range(start, self.size - HEADER_SIZE + 1):
+        :func:`~kafkakv.log.embedded.format.next_valid_batch`). O(n) header parses, up to the
+        last byte that is not zero: a batch's header is never all zeros."""
+        for p in range(start, min(self.size - HEADER_SIZE, self.last_nonzero()) + 1):
             h = self.valid_at(p)
             if h is not None and accept(p, h):
                 return p

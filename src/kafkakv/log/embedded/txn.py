@@ -298,7 +298,10 @@ def _publish_if_pending(part: Partition, entry: Mapping[str, int | str]) -> None
     while pos < len(buf):
         if len(buf) - pos < HEADER_SIZE:
             return
-        h = parse_header(buf, pos)
+        try:
+            h = parse_header(buf, pos)
+        except CorruptLogError:
+            return  # zeros (a preallocated segment) or garbage where the data should be
         if pos + h.size > len(buf) or not verify_crc(buf, pos, h):
             return  # the data did not survive (power loss without fsync): leave it unpublished
         pos += h.size
