@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import operator
 import time
 from collections.abc import (
     Callable,
@@ -545,7 +546,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         # could list its keys and its values in two orders); the last value of a key wins.
         latest = pairs if type(pairs) is dict else dict(_pairs_of(pairs))
         given = list(latest.values())
-        if any(v is None for v in given):
+        if any(map(operator.is_, given, itertools.repeat(None))):  # C-level, identity only
             raise EncodeError("None is not a value: use remove_all() to delete keys")
         values = self._values.encode_many(given)
         deadline = None if ttl is None else self._deadline(ttl)

@@ -133,8 +133,11 @@ class HeadFile:
         return None
 
     def publish(self, state: HeadState) -> None:
-        """Make ``state`` visible to every process (caller holds the partition lock)."""
-        fs.pwrite(self._fd, state.pack(), 0)
+        """Make ``state`` visible to every process (caller holds the partition lock). The
+        publisher's next :meth:`read` finds these bytes and skips the CRC and unpacking."""
+        raw = state.pack()
+        fs.pwrite(self._fd, raw, 0)
+        self._last = (raw, state)
 
     def close(self) -> None:
         if self._mm is not None:

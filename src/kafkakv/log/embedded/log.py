@@ -375,8 +375,8 @@ class EmbeddedLog(Log):
 
         Waits for the partition's lock at most ``timeout`` seconds (None: ``lock_timeout``),
         then raises :class:`~kafkakv.errors.LockTimeoutError`. Costs: encoding O(bytes)
-        outside the lock; under the lock a handful of system calls (flock, fstat, pwrite of
-        the batch, pwrite of the head), plus ``fdatasync`` under the ``always`` policy.
+        outside the lock; under the lock a handful of system calls (flock, a pread after the
+        published end, pwrite of the batch, pwrite of the head), plus ``fdatasync`` under the ``always`` policy.
         """
         part = self._partition(topic, partition)
         body, count, base_ts, max_ts = self._encode(part, records)
