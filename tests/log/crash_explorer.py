@@ -37,7 +37,7 @@ import tempfile
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kafkakv.errors import KafkaKVError
 from kafkakv.log import EmbeddedLog, FsyncPolicy, Record
@@ -303,7 +303,7 @@ def reboot(root: str) -> None:
             state = unpack_head(f.read(HEAD_SIZE))
             if state is not None:
                 f.seek(0)
-                f.write(replace(state, boot_id=other).pack())
+                f.write(state._replace(boot_id=other).pack())
 
 
 def _files(root: str) -> Iterator[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,7 +48,7 @@ def _pretend_reboot(path: Path, topic: str) -> None:
     hf = HeadFile(head_path)
     state = hf.read()
     assert state is not None
-    hf.publish(replace(state, boot_id=b"\x01" * 16))
+    hf.publish(state._replace(boot_id=b"\x01" * 16))
     hf.close()
 
 

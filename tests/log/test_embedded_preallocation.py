@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ def _reboot(pdir: Path) -> None:
     hf = HeadFile(str(pdir / "head"))
     state = hf.read()
     assert state is not None
-    hf.publish(replace(state, boot_id=b"\x01" * 16))
+    hf.publish(state._replace(boot_id=b"\x01" * 16))
     hf.close()
 
 

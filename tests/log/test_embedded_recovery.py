@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -162,7 +161,7 @@ def test_recovering_a_large_torn_segment_keeps_memory_bounded(tmp_path: Path) ->
     hf = HeadFile(str(pdir / "head"))  # as if written before the machine restarted
     state = hf.read()
     assert state is not None
-    hf.publish(replace(state, boot_id=b"\x01" * 16))
+    hf.publish(state._replace(boot_id=b"\x01" * 16))
     hf.close()
 
     with EmbeddedLog(tmp_path, background_cleaner=False) as log:

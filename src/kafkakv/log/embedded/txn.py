@@ -34,7 +34,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kafkakv.errors import (
@@ -306,8 +306,7 @@ def _publish_if_pending(part: Partition, entry: Mapping[str, int | str]) -> None
             return  # the data did not survive (power loss without fsync): leave it unpublished
         pos += h.size
     part.publish_locked(
-        replace(
-            head,
+        head._replace(
             seq=head.seq + 1,
             next_offset=int(entry["new_next"]),
             active_pos=new_pos,
