@@ -85,12 +85,14 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         # The direct read path (see _direct_read): every partition held, so only the engine's
         # plain_reads flag is left to check per read, and for a linearizable map the log's end.
         self._direct = len(engine.held) == engine.partition_count
-        # The local read path, inlined in __getitem__, get and __contains__: a direct map with
-        # local consistency, whose reads check the engine's plain_reads flag and nothing else.
-        self._local = self._direct and not self._linearizable
         self._single = engine.partition_count == 1
         self._key_bytes = self._keys.fast_encode or self._keys.encode
         self._lookup: Callable[[bytes], Any] = self._store.lookup()
+        # The local read path, inlined in __getitem__, get and __contains__: a direct map with
+        # local consistency over a store that keeps a dict (see Store.table), whose reads
+        # check the engine's plain_reads flag and nothing else. None: the map has none.
+        local = self._direct and not self._linearizable
+        self._table: Mapping[bytes, Any] | None = self._store.table() if local else None
         self._decode = None if self._values.decodes_as_is else self._values.decode
 
     # -- identity -----------------------------------------------------------------------
@@ -136,29 +138,32 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             engine.sync(self.partitions if p is None else (p,), None)
 
     # The three reads below inline the local path (one call to encode the key, one dict
-    # lookup): a read spends most of its time in the cache misses of a random lookup, and
-    # each Python call saved is a sixth of what is left. They read the engine's plain_reads
-    # flag each time, never a copy of it, so a close, failure or stall turns them to the
-    # checked path at once. A key its codec refuses takes the checked path, which raises
-    # the typed error.
+    # lookup with [] or in, no call): a read spends most of its time in the cache misses of
+    # a random lookup, and each Python call saved is a good part of what is left. Functions
+    # kept in attributes are called from locals: 3.11 specializes no method call of an
+    # instance attribute. The reads test the engine's plain_reads flag each time, never a
+    # copy of it, so a close, failure or stall turns them to the checked path at once. A
+    # key its codec refuses takes the checked path, which raises the typed error.
     def __getitem__(self, key: K) -> V:
-        if self._local and self._engine.plain_reads:  # the common case: one dict lookup
-            encode, lookup = self._key_bytes, self._lookup  # see above: locals, not methods
+        table = self._table
+        if table is not None and self._engine.plain_reads:  # the common case
+            encode = self._key_bytes
             try:
                 encoded = encode(key)
             except Exception:
                 pass
             else:
-                data = lookup(encoded)
-                if data is None:
-                    raise KeyError(key)
+                try:
+                    data = table[encoded]
+                except KeyError:
+                    raise KeyError(key) from None
                 decode = self._decode
                 value: V = data if decode is None else decode(data)
                 return value
         return self._checked_getitem(key)
 
     def _checked_getitem(self, key: K) -> V:
-        if self._direct and self._engine.plain_reads:  # a linearizable map
+        if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
             data = self._direct_read(key)
             if data is not _CHECKED:
                 if data is None:
@@ -188,14 +193,15 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def get(self, key: K, default: Any = None) -> Any:
         """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
-        if self._local and self._engine.plain_reads:
-            encode, lookup = self._key_bytes, self._lookup  # see above: locals, not methods
+        table = self._table
+        if table is not None and self._engine.plain_reads:
+            encode = self._key_bytes
             try:
                 encoded = encode(key)
             except Exception:
                 pass
             else:
-                data = lookup(encoded)
+                data = table.get(encoded)
                 if data is None:
                     return default
                 decode = self._decode
@@ -203,7 +209,7 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         return self._checked_get(key, default)
 
     def _checked_get(self, key: K, default: Any) -> Any:
-        if self._direct and self._engine.plain_reads:  # a linearizable map
+        if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
             data = self._direct_read(key)
             if data is not _CHECKED:
                 if data is None:
@@ -216,18 +222,19 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         return default if data is None else self._values.decode(data)
 
     def __contains__(self, key: object) -> bool:
-        if self._local and self._engine.plain_reads:
-            encode, lookup = self._key_bytes, self._lookup
+        table = self._table
+        if table is not None and self._engine.plain_reads:
+            encode = self._key_bytes
             try:
                 encoded = encode(key)
             except Exception:
                 pass
             else:
-                return lookup(encoded) is not None
+                return encoded in table
         return self._checked_contains(key)
 
     def _checked_contains(self, key: object) -> bool:
-        if self._direct and self._engine.plain_reads:  # a linearizable map
+        if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
             data = self._direct_read(key)
             if data is not _CHECKED:
                 return data is not None
