@@ -82,8 +82,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         self._values = state.values
         self._prefix = state.prefix
         self._linearizable = engine.settings.consistency == "linearizable"
-        # The direct read path (see _direct_read): every partition held, so only the engine's
-        # plain_reads flag is left to check per read, and for a linearizable map the log's end.
+        # The direct read path (see _checked_getitem): every partition held, so only the
+        # engine's plain_reads flag is left to check per read, and for a linearizable map the
+        # log's end.
         self._direct = len(engine.held) == engine.partition_count
         self._single = engine.partition_count == 1
         self._key_bytes = self._keys.fast_encode or self._keys.encode
@@ -144,6 +145,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
     # instance attribute. The reads test the engine's plain_reads flag each time, never a
     # copy of it, so a close, failure or stall turns them to the checked path at once. A
     # key its codec refuses takes the checked path, which raises the typed error.
+    # The _checked_* methods take every other read: a direct map that is linearizable
+    # (catch up with the log's end first, inline: a call per read less) or reads through its
+    # store's lookup (LMDB, expiry), then the fully checked path (_locate, _barrier).
     def __getitem__(self, key: K) -> V:
         table = self._table
         if table is not None and self._engine.plain_reads:  # the common case
@@ -164,8 +168,16 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def _checked_getitem(self, key: K) -> V:
         if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
-            data = self._direct_read(key)
-            if data is not _CHECKED:
+            encode = self._key_bytes
+            try:
+                encoded = encode(key)
+            except Exception:
+                pass
+            else:
+                if self._linearizable:
+                    self._engine.catch_up(self._prefix + encoded)
+                lookup = self._lookup
+                data = lookup(encoded)
                 if data is None:
                     raise KeyError(key)
                 decode = self._decode
@@ -177,19 +189,6 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         if data is None:
             raise KeyError(key)
         return cast("V", self._values.decode(data))
-
-    def _direct_read(self, key: object) -> Any:
-        """The direct path of a read (every partition held, the engine's plain_reads set):
-        the stored bytes of ``key`` or None, or _CHECKED when the key needs the checked path
-        (its codec refuses it, and that path raises the typed error). A linearizable map
-        catches up with the log's end first."""
-        try:
-            encoded = self._key_bytes(key)
-        except Exception:  # the checked path raises the typed error
-            return _CHECKED
-        if self._linearizable:
-            self._engine.catch_up(self._prefix + encoded)
-        return self._lookup(encoded)
 
     def get(self, key: K, default: Any = None) -> Any:
         """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
@@ -210,8 +209,16 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def _checked_get(self, key: K, default: Any) -> Any:
         if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
-            data = self._direct_read(key)
-            if data is not _CHECKED:
+            encode = self._key_bytes
+            try:
+                encoded = encode(key)
+            except Exception:
+                pass
+            else:
+                if self._linearizable:
+                    self._engine.catch_up(self._prefix + encoded)
+                lookup = self._lookup
+                data = lookup(encoded)
                 if data is None:
                     return default
                 decode = self._decode
@@ -235,9 +242,16 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def _checked_contains(self, key: object) -> bool:
         if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
-            data = self._direct_read(key)
-            if data is not _CHECKED:
-                return data is not None
+            encode = self._key_bytes
+            try:
+                encoded = encode(key)
+            except Exception:
+                pass
+            else:
+                if self._linearizable:
+                    self._engine.catch_up(self._prefix + encoded)
+                lookup = self._lookup
+                return lookup(encoded) is not None
         try:
             encoded, _, p = self._locate(cast("K", key))
         except EncodeError:
@@ -1012,9 +1026,6 @@ class _Values(ValuesView[V]):
     def __iter__(self) -> Iterator[V]:
         for _, v in self._mapping._pairs():
             yield v
-
-
-_CHECKED = object()  # _direct_read: take the checked path
 
 
 def _pairs_of(pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> Iterable[tuple[K, V]]:
