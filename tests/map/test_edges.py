@@ -75,6 +75,9 @@ def test_a_missing_function_stalls_the_partition_until_it_is_registered(
     p = peer.partition_of("k")
     with pytest.raises(PartitionStalledError, match=edge_add) as raised:
         peer["k"]
+    for read in (lambda: peer.get("k"), lambda: "k" in peer):  # every form of read
+        with pytest.raises(PartitionStalledError, match=edge_add):
+            read()
     assert (raised.value.partition, raised.value.offset) == (p, offset)
     assert raised.value.function == edge_add and str(offset) in str(raised.value)
     assert set(peer.stalled()) == {p}

@@ -148,6 +148,22 @@ def test_bad_input_raises_before_anything_is_appended(open_map: OpenMap) -> None
     assert m == {"k": 1}
 
 
+@pytest.mark.parametrize("consistency", ["local", "linearizable"])
+def test_reads_of_a_key_the_codec_refuses_raise_its_typed_error(
+    open_map: OpenMap, consistency: str
+) -> None:
+    """The fast read paths hand such a key to the checked path, which says what is wrong."""
+    m = open_map(consistency=consistency)
+    m["k"] = 1
+    for refused in (3, b"k", "\ud800"):  # not a str, bytes, a lone surrogate (no UTF-8)
+        with pytest.raises(EncodeError):
+            m[refused]
+        with pytest.raises(EncodeError):
+            m.get(refused)
+        assert refused not in m
+    assert m["k"] == 1 and m.get("k") == 1 and "k" in m
+
+
 def test_an_applied_update_whose_result_does_not_decode_keeps_its_bytes(
     open_map: OpenMap,
 ) -> None:

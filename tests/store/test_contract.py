@@ -151,6 +151,24 @@ def test_closed_store_raises(store: Store) -> None:
             call()
 
 
+def test_a_table_is_the_live_data_and_holds_nothing_after_close(store: Store) -> None:
+    """Store.table: what a map's fast reads index with [] and in (memory stores only)."""
+    store.write({b"a": b"1"}, {})
+    table = store.table()
+    if table is None:
+        assert isinstance(store, LmdbStore)  # it keeps no dict
+        return
+    assert table[b"a"] == b"1" and b"a" in table and b"b" not in table
+    store.write({b"b": b"2", b"a": None}, {})
+    assert table[b"b"] == b"2" and b"a" not in table  # live, not a copy
+    store.close()
+    assert b"b" not in table and len(table) == 0  # the data is let go of
+    closed = store.table()
+    assert closed is not None
+    with pytest.raises(ClosedError):
+        closed[b"b"]
+
+
 def test_iterate_while_another_thread_writes(store: Store) -> None:
     """Each iteration is paused half-way until the writer has written more batches."""
     stable = {b"s%05d" % i: b"stable" for i in range(3000)}

@@ -83,12 +83,18 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         self._values = state.values
         self._prefix = state.prefix
         self._linearizable = engine.settings.consistency == "linearizable"
-        # The direct read path (see __getitem__): every partition held, so only the engine's
-        # plain_reads flag is left to check per read, and for a linearizable map the log's end.
+        # The direct read path (see _checked_getitem): every partition held, so only the
+        # engine's plain_reads flag is left to check per read, and for a linearizable map the
+        # log's end.
         self._direct = len(engine.held) == engine.partition_count
         self._single = engine.partition_count == 1
         self._key_bytes = self._keys.fast_encode or self._keys.encode
-        self._lookup = self._store.lookup()
+        self._lookup: Callable[[bytes], Any] = self._store.lookup()
+        # The local read path, inlined in __getitem__, get and __contains__: a direct map with
+        # local consistency over a store that keeps a dict (see Store.table), whose reads
+        # check the engine's plain_reads flag and nothing else. None: the map has none.
+        local = self._direct and not self._linearizable
+        self._table: Mapping[bytes, Any] | None = self._store.table() if local else None
         self._decode = None if self._values.decodes_as_is else self._values.decode
 
     # -- identity -----------------------------------------------------------------------
@@ -133,14 +139,51 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         if self._linearizable:
             engine.sync(self.partitions if p is None else (p,), None)
 
+    # The three reads below inline the local path (one call to encode the key, one dict
+    # lookup with [] or in, no call): a read spends most of its time in the cache misses of
+    # a random lookup, and each Python call saved is a good part of what is left. Functions
+    # kept in attributes are called from locals: 3.11 specializes no method call of an
+    # instance attribute. The reads test the engine's plain_reads flag each time, never a
+    # copy of it, so a close, failure or stall turns them to the checked path at once. A
+    # key its codec refuses takes the checked path, which raises the typed error.
+    # The _checked_* methods take every other read: a direct map that is linearizable
+    # (catch up with the log's end first, inline: a call per read less) or reads through its
+    # store's lookup (LMDB, expiry), then the fully checked path (_locate, _barrier).
     def __getitem__(self, key: K) -> V:
-        if self._direct and self._engine.plain_reads:  # the common case: one dict lookup
-            data = self._direct_read(key)
-            if data is not _CHECKED:
+        table = self._table
+        if table is not None and self._engine.plain_reads:  # the common case
+            encode = self._key_bytes
+            try:
+                encoded = encode(key)
+            except Exception:
+                pass
+            else:
+                try:
+                    data = table[encoded]
+                except KeyError:
+                    raise KeyError(key) from None
+                decode = self._decode
+                value: V = data if decode is None else decode(data)
+                return value
+        return self._checked_getitem(key)
+
+    def _checked_getitem(self, key: K) -> V:
+        if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
+            encode = self._key_bytes
+            try:
+                encoded = encode(key)
+            except Exception:
+                pass
+            else:
+                if self._linearizable:
+                    self._engine.catch_up(self._prefix + encoded)
+                lookup = self._lookup
+                data = lookup(encoded)
                 if data is None:
                     raise KeyError(key)
                 decode = self._decode
-                return cast("V", data if decode is None else decode(data))
+                value: V = data if decode is None else decode(data)
+                return value
         encoded, _, p = self._locate(key)
         self._barrier(p)
         data = self._store.get(encoded)
@@ -148,23 +191,35 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             raise KeyError(key)
         return cast("V", self._values.decode(data))
 
-    def _direct_read(self, key: object) -> Any:
-        """The short path of a read (every partition held, the engine's plain_reads set):
-        the stored bytes of ``key`` or None, or _CHECKED when the key needs the checked path
-        (its codec refuses it, and that path raises the typed error)."""
-        try:
-            encoded = self._key_bytes(key)
-        except Exception:  # the checked path raises the typed error
-            return _CHECKED
-        if self._linearizable:
-            self._engine.catch_up(self._prefix + encoded)
-        return self._lookup(encoded)
-
     def get(self, key: K, default: Any = None) -> Any:
         """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
-        if self._direct and self._engine.plain_reads:
-            data = self._direct_read(key)
-            if data is not _CHECKED:
+        table = self._table
+        if table is not None and self._engine.plain_reads:
+            encode = self._key_bytes
+            try:
+                encoded = encode(key)
+            except Exception:
+                pass
+            else:
+                data = table.get(encoded)
+                if data is None:
+                    return default
+                decode = self._decode
+                return data if decode is None else decode(data)
+        return self._checked_get(key, default)
+
+    def _checked_get(self, key: K, default: Any) -> Any:
+        if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
+            encode = self._key_bytes
+            try:
+                encoded = encode(key)
+            except Exception:
+                pass
+            else:
+                if self._linearizable:
+                    self._engine.catch_up(self._prefix + encoded)
+                lookup = self._lookup
+                data = lookup(encoded)
                 if data is None:
                     return default
                 decode = self._decode
@@ -175,10 +230,29 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         return default if data is None else self._values.decode(data)
 
     def __contains__(self, key: object) -> bool:
-        if self._direct and self._engine.plain_reads:
-            data = self._direct_read(key)
-            if data is not _CHECKED:
-                return data is not None
+        table = self._table
+        if table is not None and self._engine.plain_reads:
+            encode = self._key_bytes
+            try:
+                encoded = encode(key)
+            except Exception:
+                pass
+            else:
+                return encoded in table
+        return self._checked_contains(key)
+
+    def _checked_contains(self, key: object) -> bool:
+        if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
+            encode = self._key_bytes
+            try:
+                encoded = encode(key)
+            except Exception:
+                pass
+            else:
+                if self._linearizable:
+                    self._engine.catch_up(self._prefix + encoded)
+                lookup = self._lookup
+                return lookup(encoded) is not None
         try:
             encoded, _, p = self._locate(cast("K", key))
         except EncodeError:
@@ -953,9 +1027,6 @@ class _Values(ValuesView[V]):
     def __iter__(self) -> Iterator[V]:
         for _, v in self._mapping._pairs():
             yield v
-
-
-_CHECKED = object()  # _direct_read: take the checked path
 
 
 def _pairs_of(pairs: Mapping[K, V] | Iterable[tuple[K, V]]) -> Iterable[tuple[K, V]]:

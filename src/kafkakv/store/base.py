@@ -63,6 +63,13 @@ class Store(Closeable):
         of: after it the function may go on answering from the old state."""
         return self.get
 
+    def table(self) -> Mapping[bytes, bytes] | None:
+        """The store's own dict of keys to values, for a hot path to read with ``[]`` and
+        ``in``, no function call per read (a memory store's dict), or None when the store
+        keeps none. Read only; valid until :meth:`close`, which the caller must know of:
+        after it the dict raises ClosedError or is empty."""
+        return None
+
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """The value (or ``None``) of each of ``keys``, in order: what a batch of updates reads."""
         get = self.get

@@ -73,6 +73,9 @@ class _ClosedDict(dict[bytes, bytes]):
     def get(self, *args: object, **kwargs: object) -> NoReturn:
         raise ClosedError("the store is closed")
 
+    def __getitem__(self, key: bytes) -> NoReturn:
+        raise ClosedError("the store is closed")
+
     def __contains__(self, key: object) -> NoReturn:
         raise ClosedError("the store is closed")
 
@@ -102,6 +105,9 @@ class _MemoryStore(Store):
 
     def lookup(self) -> Callable[[bytes], bytes | None]:
         return self._data.get
+
+    def table(self) -> Mapping[bytes, bytes]:
+        return self._data
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """One C-level pass over ``keys``, no lock (as :meth:`get`)."""
