@@ -23,6 +23,7 @@ from kafkakv.errors import FencedError
 from kafkakv.map import ReplicaMap
 from kafkakv.store import LmdbStore, Positions
 from tests.map.conftest import OpenMap
+from tests.waiting import wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -181,11 +182,15 @@ def test_deep_check_while_the_replica_follows_concurrent_writes(open_map: OpenMa
     for thread in threads:
         thread.start()
     try:
+        # Both writers under way first: a check loop that starts on an empty map spends most
+        # of its time in the paused part of a check, and the lock is not fair.
+        wait_for(lambda: all(checked.applied_offsets().values()), 30, "the first writes")
         start = checked.applied_offsets()
         checks: list[list[str]] = []
         deadline = time.monotonic() + 2
         while len(checks) < 10 or time.monotonic() < deadline:
             checks.append(checked.check(deep=True))
+            time.sleep(0.001)  # as a monitor checks: now and then, the appliers in between
         moved = checked.applied_offsets()
     finally:
         stop.set()
