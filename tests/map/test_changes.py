@@ -32,7 +32,7 @@ from kafkakv.errors import (
     DecodeError,
 )
 from kafkakv.map import Change, ChangeFeed
-from tests.map.conftest import OpenMap, shared_logs
+from tests.map.conftest import OpenMap, embedded_only, shared_logs
 from tests.map.test_map_protocol import _seed
 from tests.waiting import wait_for
 
@@ -376,3 +376,46 @@ def test_a_consumer_killed_with_sigkill_resumes_from_its_cursor_exactly_once(
         assert _by_partition(told) == _by_partition(heard)
     finally:
         db.close()
+
+
+@one_store
+@embedded_only
+def test_closing_a_feed_while_another_thread_replays_its_backlog(open_map: OpenMap) -> None:
+    """An async step replays a feed's backlog in a worker thread; a client that leaves
+    cancels the step, not the thread, and the feed is closed while the thread is inside the
+    replay. The close must not fail (it raised 'generator already executing'); the replay
+    ends when the thread lets go of it, and the feed is closed."""
+    m = open_map()
+    feed = m.changes(timeout=0)
+    inside, release = threading.Event(), threading.Event()
+    ended: list[bool] = []
+
+    def backlog() -> Any:
+        try:
+            inside.set()
+            release.wait(10)
+            yield []
+        finally:
+            ended.append(True)
+
+    feed._backlog = backlog()
+    errors: list[BaseException] = []
+
+    def step() -> None:
+        try:
+            feed._poll()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=step)
+    thread.start()
+    assert inside.wait(10)
+    try:
+        feed.close()
+    finally:
+        release.set()
+        thread.join(10)
+    assert not errors, errors
+    assert ended == [True]
+    with pytest.raises(ClosedError):
+        next(feed)

@@ -486,7 +486,10 @@ class ChangeFeed(Generic[K, V]):
         self._engine.remove_tap(self._state, self._tap)
         backlog, self._backlog = self._backlog, None
         if isinstance(backlog, Generator):
-            backlog.close()
+            # A step replaying in another thread (an async step's worker, whose caller was
+            # cancelled) may be inside it: it then ends when that step lets go of it.
+            with contextlib.suppress(ValueError):  # "generator already executing"
+                backlog.close()
         with self._cond:
             self._queue.clear()
             self._cond.notify_all()
