@@ -12,7 +12,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 VALUE = b"v" * 100
@@ -103,3 +104,17 @@ def read_rate(make: Callable[[int], Callable[[str], Any]], threads: int, seconds
     for w in workers:
         w.join()
     return (after - before) / elapsed
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt, so the cleanup of Ctrl-C runs for it too."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -75,7 +75,6 @@ import multiprocessing as mp
 import os
 import random
 import shutil
-import signal
 import socket
 import sqlite3
 import statistics
@@ -85,12 +84,20 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
-from _common import VALUE, die_with_parent, free_port, key, lat, machine, read_rate
+from _common import (
+    VALUE,
+    die_with_parent,
+    free_port,
+    key,
+    lat,
+    machine,
+    read_rate,
+    terminate_as_interrupt,
+)
 
 import kafkakv
 from kafkakv.log import Record
@@ -966,20 +973,6 @@ def _redis_writer(port: int, n: int) -> None:
     client.close()
 
 
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt, so the cleanup of Ctrl-C runs for it too."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -996,7 +989,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"load average (1 min) at start {load:.2f}; {args.rounds} rounds")
     bench = Bench(root, args.quick, args.rounds)
-    with _terminate_as_interrupt():
+    with terminate_as_interrupt():
         try:
             bench.servers_up(names)
             for name in WORKLOADS:

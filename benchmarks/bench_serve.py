@@ -79,17 +79,15 @@ import platform
 import re
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import Any
 
-from _common import die_with_parent, free_port, key, machine
+from _common import die_with_parent, free_port, key, machine, terminate_as_interrupt
 
 WORKLOADS = ("read", "read_serializable", "read_linearizable", "write")
 SYSTEMS = ("kafkakv", "etcd")
@@ -772,20 +770,6 @@ def print_profile(workload: str, s: dict[str, Any], path: str, run: Run | None) 
             print(f"    {pct:5.1f}%  {name}")
 
 
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt, so the cleanup of Ctrl-C runs for it too."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _git_commit() -> str:
     out = subprocess.run(
         ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
@@ -842,7 +826,7 @@ def main() -> int:
     output: dict[str, Any] = {"info": info, "settings": vars(args) | {"connections": counts}}
     load_start = os.getloadavg()[0]
     tables = []
-    with _terminate_as_interrupt():
+    with terminate_as_interrupt():
         try:
             if "kafkakv" in systems:
                 bench.start_kafkakv()
