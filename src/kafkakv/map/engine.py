@@ -37,7 +37,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import msgpack
@@ -80,6 +80,7 @@ from kafkakv.map.machine import (
     start_point,
 )
 from kafkakv.map.ops import OpCode, decode_op, encode_op, write_many_chunks
+from kafkakv.map.replicalock import ReplicaLock
 from kafkakv.map.sender import Sender, Slots
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics
@@ -148,7 +149,7 @@ class ReplicaEngine:
         self._reaper_wake = threading.Condition(threading.Lock())
         self.origin = os.urandom(8)
         self._seq = itertools.count()
-        self._lock = threading.RLock()
+        self._lock = ReplicaLock()  # handed over to waiting threads: see map.replicalock
         #: The protocol state of each held partition (see kafkakv.map.machine).
         self.machines = {
             p: PartitionMachine(p, self.table, self.origin, settings.flush_period, topics.ops)
@@ -387,13 +388,12 @@ class ReplicaEngine:
         self._load(p, self.log.start_offset(self.topics.ops, p))
         return self.machines[p].flushed
 
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Nothing is applied to the stores while this is held (the replica lock): updates
-        and the follower wait. Keep it short; writers waiting past their timeout raise
+    def paused(self) -> contextlib.AbstractContextManager[bool]:
+        """Nothing is applied to the stores while this is held (the replica lock: reentrant,
+        the same object each call, and threads already waiting for it go first): updates and
+        the follower wait. Keep it short; writers waiting past their timeout raise
         OperationTimeoutError."""
-        with self._lock:
-            yield
+        return self._lock
 
     # -- keys and partitions ------------------------------------------------------------
     def partition_of(self, record_key: bytes) -> int:

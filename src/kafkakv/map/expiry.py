@@ -5,13 +5,17 @@ The replica's state machine decides each op by the op record's timestamp (see
 that a key reads as absent as soon as its deadline passes here, before the ``EXPIRE`` op that
 removes it is applied. :class:`LiveView` (and :class:`OrderedLiveView` over an ordered store)
 wraps the store for :class:`~kafkakv.map.ReplicaMap`'s reads: every read skips expired keys;
-writes are the engine's and go to the store itself.
+writes are the engine's and go to the store itself. A read that looks at the store more than
+once (``len``, a step over expired keys in order) holds the replica's lock meanwhile, so its
+answer comes from one state: an op applied between two looks would otherwise be counted twice,
+or stepped over.
 
+>>> import threading
 >>> from kafkakv.store.memory import DictStore
 >>> store, deadlines = DictStore(), {}
 >>> store.write({b"old": b"1", b"new": b"2", b"forever": b"3"}, {})
 >>> deadlines.update({b"old": 1000, b"new": now_ms() + 60_000})
->>> view = LiveView(store, deadlines)
+>>> view = LiveView(store, deadlines, threading.RLock())
 >>> view.get(b"old"), view.get(b"new"), len(view), sorted(view)
 (None, b'2', 2, [b'forever', b'new'])
 """
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 from kafkakv.store.base import OrderedStore, Positions, Store
 
@@ -34,11 +40,15 @@ def now_ms() -> float:
 class LiveView(Store):
     """``store`` as readers see it: keys whose deadline (in ``deadlines``, ms) has passed by
     this process's clock are absent. Reads cost one dict look-up more per key while any key
-    has a deadline, nothing more otherwise."""
+    has a deadline, nothing more otherwise. ``lock`` is the replica's (reentrant): nothing is
+    applied while it is held."""
 
-    def __init__(self, store: Store, deadlines: Mapping[bytes, int]) -> None:
+    def __init__(
+        self, store: Store, deadlines: Mapping[bytes, int], lock: AbstractContextManager[Any]
+    ) -> None:
         self.store = store
         self.deadlines = deadlines
+        self.lock = lock
         self.persistent = store.persistent
 
     def _expired(self, key: bytes) -> bool:
@@ -60,11 +70,12 @@ class LiveView(Store):
         return isinstance(key, bytes) and self.get(key) is not None
 
     def __len__(self) -> int:
-        if not self.deadlines:
-            return len(self.store)
-        now, get = now_ms(), self.store.get
-        gone = sum(1 for k, d in list(self.deadlines.items()) if d <= now and get(k) is not None)
-        return len(self.store) - gone
+        with self.lock:  # the expired keys the store still holds, and its size, of one state
+            if not self.deadlines:
+                return len(self.store)
+            now, get = now_ms(), self.store.get
+            gone = sum(1 for k, d in self.deadlines.items() if d <= now and get(k) is not None)
+            return len(self.store) - gone
 
     def keys(self) -> Iterator[bytes]:
         return (k for k in iter(self.store) if not (self.deadlines and self._expired(k)))
@@ -98,13 +109,14 @@ class OrderedLiveView(LiveView, OrderedStore):
     def _edge(
         self, lo: bytes | None, hi: bytes | None, inclusive: tuple[bool, bool], reverse: bool
     ) -> bytes | None:
-        found = self.store._edge(lo, hi, inclusive, reverse)
-        while found is not None and self.deadlines and self._expired(found):
-            if reverse:  # on below it, within the bounds
-                found = self.store._edge(lo, found, (inclusive[0], False), True)
-            else:
-                found = self.store._edge(found, hi, (False, inclusive[1]), False)
-        return found
+        with self.lock:  # every step over an expired key in one state
+            found = self.store._edge(lo, hi, inclusive, reverse)
+            while found is not None and self.deadlines and self._expired(found):
+                if reverse:  # on below it, within the bounds
+                    found = self.store._edge(lo, found, (inclusive[0], False), True)
+                else:
+                    found = self.store._edge(found, hi, (False, inclusive[1]), False)
+            return found
 
     def range(
         self,
@@ -118,8 +130,11 @@ class OrderedLiveView(LiveView, OrderedStore):
         return (kv for kv in pairs if not (self.deadlines and self._expired(kv[0])))
 
 
-def view_of(store: Store, deadlines: Mapping[bytes, int]) -> Store:
-    """The live view of ``store`` (ordered when it is)."""
+def view_of(
+    store: Store, deadlines: Mapping[bytes, int], lock: AbstractContextManager[Any]
+) -> Store:
+    """The live view of ``store`` (ordered when it is), reading under the replica's ``lock``
+    where it looks more than once."""
     if isinstance(store, OrderedStore):
-        return OrderedLiveView(store, deadlines)
-    return LiveView(store, deadlines)
+        return OrderedLiveView(store, deadlines, lock)
+    return LiveView(store, deadlines, lock)

@@ -77,7 +77,9 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         self._state = state
         # Reads of a map with expiry skip keys past their deadline (see kafkakv.map.expiry).
         self._store = (
-            state.store if state.expiries is None else view_of(state.store, state.expiries)
+            state.store
+            if state.expiries is None
+            else view_of(state.store, state.expiries, engine.paused())
         )
         self._keys = state.keys
         self._values = state.values
@@ -263,7 +265,8 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
     def __len__(self) -> int:
         """The number of keys, those that do not decode here left out (see :meth:`errors`)."""
         self._barrier()
-        return len(self._store) - len(self._state.unreadable)
+        with self._engine.paused():  # counts from one state: see LiveView.__len__
+            return len(self._store) - len(self._state.unreadable)
 
     def __iter__(self) -> Iterator[K]:
         self._barrier()
