@@ -183,6 +183,26 @@ def test_describe_json_reports_offsets_sizes_and_config(
     assert doc["config"]["retention.bytes"] == "10000000"
 
 
+def test_describe_counts_the_data_not_the_space_reserved_past_it(
+    tmp_path: Path, topic: str
+) -> None:
+    """Under fsync=always a segment is preallocated ahead of its data: describe's bytes are
+    the batches' (it used to add the file's size, reserved zeros included)."""
+    sizes = {}
+    for policy in ("interval", "always"):
+        log_dir = tmp_path / policy
+        with EmbeddedLog(log_dir, fsync=policy, background_cleaner=False) as lg:
+            lg.create_topic(topic, config={"segment.bytes": 4096})
+            for i in range(40):  # rolls a few segments: sealed sizes and the active one
+                lg.append(topic, 0, [Record(b"k%d" % i, b"v" * 200)])
+        result = cli(log_dir, "describe", topic, "--json")
+        assert result.exit_code == 0, result.output
+        sizes[policy] = json.loads(result.stdout)["partitions"][0]["size_bytes"]
+    segments = sorted((tmp_path / "interval" / "topics" / topic / "0").glob("*.log"))
+    assert len(segments) > 2
+    assert sizes["always"] == sizes["interval"] == sum(p.stat().st_size for p in segments)
+
+
 def test_describe_table_shows_the_figures(engine: EmbeddedLog, log_dir: Path, topic: str) -> None:
     engine.create_topic(topic, config={"cleanup.policy": "compact"})
     engine.append(topic, 0, [Record(b"a", b"1"), Record(b"b", b"2"), Record(b"c", b"3")])

@@ -1,9 +1,7 @@
 """``kafkakv log ...``: inspect and maintain an embedded log from the shell.
 
 Every command parses its arguments, calls the public :class:`~kafkakv.log.EmbeddedLog` API and
-prints the answer; nothing here knows more about the log than that API tells it (the one
-exception: ``describe`` adds up the sizes of a partition's ``*.log`` files, which the API does
-not report).
+prints the answer; nothing here knows more about the log than that API tells it.
 
 The log directory comes from ``--path/-p`` or the ``KAFKAKV_LOG`` environment variable. A
 bare ``host:port`` there (no ``kafka://``) that is not an existing directory is refused with
@@ -18,7 +16,6 @@ traceback); 130 ``tail`` stopped by Ctrl-C.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -242,24 +239,12 @@ def create_command(target: LogTarget, topic: str, partitions: int, pairs: tuple[
     click.echo(f"created topic {topic} with {partitions} partition(s)")
 
 
-def _size_on_disk(log: EmbeddedLog, topic: str, partition: int) -> int:
-    directory = os.path.join(log.path, "topics", topic, str(partition))
-    total = 0
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            if entry.name.endswith(".log"):
-                # a cleaner in another process may remove the file meanwhile
-                with contextlib.suppress(FileNotFoundError):
-                    total += entry.stat().st_size
-    return total
-
-
 @log_group.command("describe")
 @click.argument("topic")
 @_json_option
 @pass_target
 def describe_command(target: LogTarget, topic: str, as_json: bool) -> None:
-    """Show TOPIC's partitions (offsets, record estimate, bytes on disk) and its config."""
+    """Show TOPIC's partitions (offsets, record estimate, bytes of data) and its config."""
     with target.open() as log:
         config = log.topic_config(topic)
         rows: list[dict[str, int]] = []
@@ -271,7 +256,7 @@ def describe_command(target: LogTarget, topic: str, as_json: bool) -> None:
                     "start_offset": start,
                     "end_offset": end,
                     "records": end - start,
-                    "size_bytes": _size_on_disk(log, topic, p),
+                    "size_bytes": log.data_bytes(topic, p),
                 }
             )
     if as_json:

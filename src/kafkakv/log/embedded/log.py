@@ -452,6 +452,11 @@ class EmbeddedLog(Log):
     def end_offset(self, topic: str, partition: int) -> int:
         return self._partition(topic, partition).end_offset()
 
+    def data_bytes(self, topic: str, partition: int) -> int:
+        """Bytes of record batches in ``partition`` of ``topic`` (what ``kafkakv log describe``
+        shows): file sizes, less the space a segment has reserved past its data."""
+        return self._partition(topic, partition).data_bytes()
+
     def wait(self, topic: str, partition: int, offset: int, timeout: float | None) -> bool:
         """See :meth:`Log.wait`. Sleeps on inotify events of the partition's head file."""
         part = self._partition(topic, partition)

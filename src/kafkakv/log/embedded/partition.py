@@ -284,6 +284,28 @@ class Partition:
     def end_offset(self) -> int:
         return self.published().next_offset
 
+    def data_bytes(self) -> int:
+        """Bytes of batches the partition holds: its sealed segments' sizes and the published
+        part of the active one, not the space preallocated past it (``fsync=always``). Costs
+        a head read, and a manifest read when the cached one is older than the head."""
+        head = self.published()
+        m = self.manifest()
+        if m.active.base != head.active_base:  # rolled since the manifest was cached
+            with self._cache_lock:
+                m = self._reload_manifest_locked()
+            if m.active.base != head.active_base:  # a roll under way now: wait for it
+                with self.locked():
+                    head = self.settled_locked()
+                    m = self.manifest()
+        total = head.active_pos
+        for seg in m.sealed:
+            if seg.size is not None:
+                total += seg.size
+            else:  # sealed by a version that did not record sizes
+                with contextlib.suppress(FileNotFoundError):  # the cleaner replaced it
+                    total += os.stat(os.path.join(self.dir, seg.name + ".log")).st_size
+        return total
+
     # -- reading ----------------------------------------------------------------------
     def _read_fd(self, name: str) -> int:
         fd = self._read_fds.get(name)
