@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 
-__all__ = ["wait_for"]
+__all__ = ["interrupt", "wait_for"]
 
 
 def wait_for(
@@ -42,3 +44,18 @@ def _source(condition: Callable[[], object]) -> str:
         return " ".join(inspect.getsource(condition).split())
     except (OSError, TypeError):
         return getattr(condition, "__qualname__", repr(condition))
+
+
+def interrupt(proc: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    """Send ``proc`` SIGINT (Ctrl-C) and return its stderr once it exits. A process still
+    running after ``timeout`` seconds fails the test with every thread's traceback, which
+    faulthandler prints on SIGABRT: start the process with ``python -X faulthandler``."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        err = proc.communicate(timeout=30)[1]
+        raise AssertionError(
+            f"still running {timeout} s after SIGINT; its threads then:\n{err}"
+        ) from None

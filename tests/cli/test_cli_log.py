@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from click.testing import CliRunner, Result
 from kafkakv import __version__
 from kafkakv.cli.main import main
 from kafkakv.log import EmbeddedLog, Record
+from tests.waiting import interrupt
 
 
 @pytest.fixture
@@ -361,7 +361,18 @@ def test_tail_ctrl_c_exits_130(engine: EmbeddedLog, log_dir: Path, topic: str) -
     engine.create_topic(topic)
     env = {k: v for k, v in os.environ.items() if k != "KAFKAKV_LOG"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kafkakv", "log", "-p", str(log_dir), "tail", topic],
+        [
+            sys.executable,
+            "-X",
+            "faulthandler",
+            "-m",
+            "kafkakv",
+            "log",
+            "-p",
+            str(log_dir),
+            "tail",
+            topic,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -386,8 +397,7 @@ def test_tail_ctrl_c_exits_130(engine: EmbeddedLog, log_dir: Path, topic: str) -
             stop.set()
             feeder.join()
         assert "value='ping'" in first
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        err = interrupt(proc)
     finally:
         watchdog.cancel()
         if proc.poll() is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from click.testing import CliRunner, Result
 import kafkakv
 from kafkakv.cli.main import main
 from kafkakv.log import Record
+from tests.waiting import interrupt
 
 
 @pytest.fixture
@@ -388,7 +388,18 @@ def test_watch_ctrl_c_exits_0(log_dir: Path, name: str) -> None:
     api_put(log_dir, name, {"start": 0})
     env = {k: v for k, v in os.environ.items() if k != "KAFKAKV_LOG"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kafkakv", "map", "-p", str(log_dir), "watch", name],
+        [
+            sys.executable,
+            "-X",
+            "faulthandler",
+            "-m",
+            "kafkakv",
+            "map",
+            "-p",
+            str(log_dir),
+            "watch",
+            name,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -416,8 +427,7 @@ def test_watch_ctrl_c_exits_0(log_dir: Path, name: str) -> None:
             stop.set()
             feeder.join(timeout=30)
         assert json.loads(first)["key"] == "ping"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        err = interrupt(proc)
     finally:
         watchdog.cancel()
         if proc.poll() is None:
