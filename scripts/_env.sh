@@ -16,9 +16,14 @@ ensure_venv() {
         "$PYTHON_BIN" -m venv "$VENV"
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
     fi
-    # Re-install only when pyproject.toml changed since the last install (pip caches wheels).
-    local stamp="$VENV/.kafkakv-installed-$extras"
-    if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+    # Re-install only when pyproject.toml, setup.py or a C source changed since the last
+    # install (pip caches wheels); the install builds the C extension in place.
+    local stamp="$VENV/.kafkakv-installed-$extras" source
+    local stale=""
+    for source in "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT"/src/kafkakv/*/*.c; do
+        [ "$source" -nt "$stamp" ] && stale=1
+    done
+    if [ ! -f "$stamp" ] || [ -n "$stale" ]; then
         echo "==> installing kafkakv[$extras] into $VENV"
         "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$extras]"
         touch "$stamp"

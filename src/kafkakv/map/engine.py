@@ -80,6 +80,7 @@ from kafkakv.map.machine import (
     start_point,
 )
 from kafkakv.map.ops import OpCode, decode_op, encode_op, write_many_chunks
+from kafkakv.map.reads import ReadGate
 from kafkakv.map.replicalock import ReplicaLock
 from kafkakv.map.sender import Sender, Slots
 from kafkakv.map.settings import MapSettings
@@ -194,9 +195,9 @@ class ReplicaEngine:
         #: Partitions this replica stopped applying, at a record it cannot apply as the others
         #: do (see _stall). Read without the lock on every read: a dict, empty as a rule.
         self.stalled: dict[int, PartitionStalledError] = {}
-        #: True while a local read may skip every check (open, not failed, nothing stalled);
-        #: see _checks_changed.
-        self.plain_reads = True
+        #: Open while a local read may skip every check (open, not failed, nothing stalled);
+        #: see _checks_changed. Every map of this engine reads it (kafkakv.map.reads).
+        self.read_gate = ReadGate()
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -293,10 +294,9 @@ class ReplicaEngine:
     def _checks_changed(self) -> None:
         """Called whenever closing, a failure or a stall changes what check_usable and
         check_partitions say."""
-        self.plain_reads = not (
+        self.read_gate.open = not (
             self._closed or self._stopped or self._failure is not None or self.stalled
         )
-
     def _drain(self, deadline: float) -> None:
         """close(): hand every queued update to the log, then apply until every future of
         this replica is resolved, or ``deadline``. The threads still run meanwhile."""

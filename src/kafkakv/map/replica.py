@@ -23,7 +23,7 @@ from collections.abc import (
     Sequence,
     ValuesView,
 )
-from typing import Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import msgpack
 
@@ -48,6 +48,7 @@ from kafkakv.map.futures import OpFuture
 from kafkakv.map.keyspace import check_update_key
 from kafkakv.map.machine import ApplyError, Listener, MapState
 from kafkakv.map.ops import OpCode
+from kafkakv.map.reads import LocalReads
 from kafkakv.store.base import OrderedStore
 
 __all__ = ["ReplicaMap", "SortedReplicaMap"]
@@ -57,7 +58,7 @@ V = TypeVar("V")
 _MISSING: Any = object()
 
 
-class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
+class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
     """One replica of a replicated map; open it with :meth:`kafkakv.Database.map`.
 
     Dict behaviour: ``m[k]``, ``get``, ``in``, ``len``, iteration, ``keys/items/values``,
@@ -85,19 +86,19 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         self._values = state.values
         self._prefix = state.prefix
         self._linearizable = engine.settings.consistency == "linearizable"
-        # The direct read path (see _checked_getitem): every partition held, so only the
-        # engine's plain_reads flag is left to check per read, and for a linearizable map the
-        # log's end.
         self._direct = len(engine.held) == engine.partition_count
         self._single = engine.partition_count == 1
+        # The short read paths (kafkakv.map.reads), for a replica that holds every partition
+        # (so only the engine's read gate is left to check per read): the local path, over
+        # the store's dict for local consistency, else the direct path, the store's lookup
+        # after catching up with the log's end for a linearizable map.
+        self._gate = engine.read_gate
         self._key_bytes = self._keys.fast_encode or self._keys.encode
-        self._lookup: Callable[[bytes], Any] = self._store.lookup()
-        # The local read path, inlined in __getitem__, get and __contains__: a direct map with
-        # local consistency over a store that keeps a dict (see Store.table), whose reads
-        # check the engine's plain_reads flag and nothing else. None: the map has none.
-        local = self._direct and not self._linearizable
-        self._table: Mapping[bytes, Any] | None = self._store.table() if local else None
         self._decode = None if self._values.decodes_as_is else self._values.decode
+        local = self._direct and not self._linearizable
+        self._table = self._store.table() if local else None
+        self._lookup = self._store.lookup() if self._direct else None
+        self._catch_up = engine.catch_up if self._linearizable else None
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -141,51 +142,18 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
         if self._linearizable:
             engine.sync(self.partitions if p is None else (p,), None)
 
-    # The three reads below inline the local path (one call to encode the key, one dict
-    # lookup with [] or in, no call): a read spends most of its time in the cache misses of
-    # a random lookup, and each Python call saved is a good part of what is left. Functions
-    # kept in attributes are called from locals: 3.11 specializes no method call of an
-    # instance attribute. The reads test the engine's plain_reads flag each time, never a
-    # copy of it, so a close, failure or stall turns them to the checked path at once. A
-    # key its codec refuses takes the checked path, which raises the typed error.
-    # The _checked_* methods take every other read: a direct map that is linearizable
-    # (catch up with the log's end first, inline: a call per read less) or reads through its
-    # store's lookup (LMDB, expiry), then the fully checked path (_locate, _barrier).
-    def __getitem__(self, key: K) -> V:
-        table = self._table
-        if table is not None and self._engine.plain_reads:  # the common case
-            encode = self._key_bytes
-            try:
-                encoded = encode(key)
-            except Exception:
-                pass
-            else:
-                try:
-                    data = table[encoded]
-                except KeyError:
-                    raise KeyError(key) from None
-                decode = self._decode
-                value: V = data if decode is None else decode(data)
-                return value
-        return self._checked_getitem(key)
+    # m[k], get and `in` are LocalReads' (kafkakv.map.reads, in C where built): the local
+    # and direct paths. The _checked_* methods take every other read (_locate, _barrier).
+    if TYPE_CHECKING:  # at run time LocalReads' own (C slots where built) are the ones
+
+        def __getitem__(self, key: K) -> V: ...
+
+        def get(self, key: K, default: Any = None) -> Any:
+            """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
+
+        def __contains__(self, key: object) -> bool: ...
 
     def _checked_getitem(self, key: K) -> V:
-        if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
-            encode = self._key_bytes
-            try:
-                encoded = encode(key)
-            except Exception:
-                pass
-            else:
-                if self._linearizable:
-                    self._engine.catch_up(self._prefix + encoded)
-                lookup = self._lookup
-                data = lookup(encoded)
-                if data is None:
-                    raise KeyError(key)
-                decode = self._decode
-                value: V = data if decode is None else decode(data)
-                return value
         encoded, _, p = self._locate(key)
         self._barrier(p)
         data = self._store.get(encoded)
@@ -193,68 +161,13 @@ class ReplicaMap(MutableMapping[K, V], Closeable, Generic[K, V]):
             raise KeyError(key)
         return cast("V", self._values.decode(data))
 
-    def get(self, key: K, default: Any = None) -> Any:
-        """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
-        table = self._table
-        if table is not None and self._engine.plain_reads:
-            encode = self._key_bytes
-            try:
-                encoded = encode(key)
-            except Exception:
-                pass
-            else:
-                data = table.get(encoded)
-                if data is None:
-                    return default
-                decode = self._decode
-                return data if decode is None else decode(data)
-        return self._checked_get(key, default)
-
     def _checked_get(self, key: K, default: Any) -> Any:
-        if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
-            encode = self._key_bytes
-            try:
-                encoded = encode(key)
-            except Exception:
-                pass
-            else:
-                if self._linearizable:
-                    self._engine.catch_up(self._prefix + encoded)
-                lookup = self._lookup
-                data = lookup(encoded)
-                if data is None:
-                    return default
-                decode = self._decode
-                return data if decode is None else decode(data)
         encoded, _, p = self._locate(key)
         self._barrier(p)
         data = self._store.get(encoded)
         return default if data is None else self._values.decode(data)
 
-    def __contains__(self, key: object) -> bool:
-        table = self._table
-        if table is not None and self._engine.plain_reads:
-            encode = self._key_bytes
-            try:
-                encoded = encode(key)
-            except Exception:
-                pass
-            else:
-                return encoded in table
-        return self._checked_contains(key)
-
     def _checked_contains(self, key: object) -> bool:
-        if self._direct and self._engine.plain_reads:  # linearizable, or not over a dict
-            encode = self._key_bytes
-            try:
-                encoded = encode(key)
-            except Exception:
-                pass
-            else:
-                if self._linearizable:
-                    self._engine.catch_up(self._prefix + encoded)
-                lookup = self._lookup
-                return lookup(encoded) is not None
         try:
             encoded, _, p = self._locate(cast("K", key))
         except EncodeError:

@@ -1,0 +1,197 @@
+"""The local read path of a replica map: ``m[k]``, ``m.get(k)`` and ``k in m``.
+
+A read of a map whose replica holds every partition, while its engine is open, has failed in
+nothing and has no stalled partition (its read gate is open), takes one of two short paths:
+
+- the local path, with local consistency over a store that keeps a dict
+  (:meth:`kafkakv.store.base.Store.table`): one key encoding and one dict lookup;
+- the direct path otherwise (a linearizable map, a store without a dict): encode the key,
+  catch up with the log's end for a linearizable map, call the store's lookup.
+
+:class:`LocalReads` takes them and hands every other read to the map's checked path
+(``_checked_getitem``, ``_checked_get``, ``_checked_contains``): a sharded replica, a closed,
+failed or stalled engine, a key its codec refuses.
+
+Two implementations with one behaviour:
+
+- ``kafkakv.map._reads``, a C type built from ``_reads.c`` when kafkakv is installed where a C
+  compiler is (the build is optional: without one, installing still succeeds). A read through
+  it makes no Python call for a ``str`` key and an as-is value codec (``bytes``), and what
+  Python calls it makes (another key codec's encode, a value codec's decode) are made from C.
+- :class:`PyLocalReads` and :class:`PyReadGate` below, the same in Python, used when the C type
+  is not built or ``KAFKAKV_PURE_PYTHON=1`` is set in the environment.
+
+:data:`COMPILED` says which one this process uses. ``tests/map/test_local_reads.py`` runs the
+same reads through both and compares every result and error.
+
+The fields (``_table``, ``_lookup``, ``_catch_up``, ``_prefix``, ``_gate``, ``_key_bytes``,
+``_decode``) are set by the map's ``__init__``; until then every read takes the checked path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["COMPILED", "LocalReads", "PyLocalReads", "PyReadGate", "ReadGate"]
+
+
+class PyReadGate:
+    """Whether a local read may skip every check: shared by the maps of one engine, which
+    closes it on close, failure or a stall (see ``ReplicaEngine._checks_changed``). A read
+    tests ``open`` every time, never a copy of it."""
+
+    __slots__ = ("open",)
+
+    def __init__(self) -> None:
+        self.open = True
+
+
+_SHUT = PyReadGate()
+_SHUT.open = False
+
+
+class PyLocalReads:
+    """``__getitem__``, ``get`` and ``__contains__`` of a replica map (see the module doc)."""
+
+    __slots__ = ("_catch_up", "_decode", "_gate", "_key_bytes", "_lookup", "_prefix", "_table")
+
+    # The local path: the store's dict. None: the map has none (see the direct path).
+    _table: Mapping[bytes, Any] | None
+    # The direct path, for a replica that holds every partition and has no local path (a
+    # linearizable map, a store without a dict): the store's lookup (None: the map has no
+    # direct path), and for a linearizable map what catches the replica up with the log's
+    # end for a record key first (the engine's catch_up; None: local consistency).
+    _lookup: Callable[[bytes], Any] | None
+    _catch_up: Callable[[bytes], None] | None
+    _prefix: bytes  # the map's record-key prefix (several maps per topic set)
+    _gate: PyReadGate
+    _key_bytes: Callable[[Any], bytes]  # the key codec's encode (may raise anything)
+    _decode: Callable[[Any], Any] | None  # the value codec's decode; None: values as stored
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # As the C type's fields start out: no path until the map's __init__ sets one.
+        self = super().__new__(cls)
+        self._table = self._lookup = self._catch_up = self._decode = None
+        self._gate = _SHUT
+        self._prefix = b""
+        return self
+
+    # The checked paths, which the map provides.
+    def _checked_getitem(self, key: Any) -> Any:
+        raise NotImplementedError
+
+    def _checked_get(self, key: Any, default: Any) -> Any:
+        raise NotImplementedError
+
+    def _checked_contains(self, key: Any) -> bool:
+        raise NotImplementedError
+
+    # Each read: one call to encode the key, one lookup with [] or in (the local path) or a
+    # call of the store's lookup (the direct path), no other call. A key its codec refuses
+    # takes the checked path, which raises the typed error.
+    def __getitem__(self, key: Any) -> Any:
+        if self._gate.open:
+            table = self._table
+            if table is not None:
+                try:
+                    encoded = self._key_bytes(key)
+                except Exception:
+                    pass
+                else:
+                    try:
+                        data = table[encoded]
+                    except KeyError:
+                        raise KeyError(key) from None
+                    decode = self._decode
+                    return data if decode is None else decode(data)
+            else:
+                lookup = self._lookup
+                if lookup is not None:
+                    try:
+                        encoded = self._key_bytes(key)
+                    except Exception:
+                        pass
+                    else:
+                        catch_up = self._catch_up
+                        if catch_up is not None:
+                            catch_up(self._prefix + encoded)
+                        data = lookup(encoded)
+                        if data is None:
+                            raise KeyError(key) from None
+                        decode = self._decode
+                        return data if decode is None else decode(data)
+        return self._checked_getitem(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value of ``key`` or ``default``. A local lookup: O(1), no I/O."""
+        if self._gate.open:
+            table = self._table
+            if table is not None:
+                try:
+                    encoded = self._key_bytes(key)
+                except Exception:
+                    pass
+                else:
+                    data = table.get(encoded)
+                    if data is None:
+                        return default
+                    decode = self._decode
+                    return data if decode is None else decode(data)
+            else:
+                lookup = self._lookup
+                if lookup is not None:
+                    try:
+                        encoded = self._key_bytes(key)
+                    except Exception:
+                        pass
+                    else:
+                        catch_up = self._catch_up
+                        if catch_up is not None:
+                            catch_up(self._prefix + encoded)
+                        data = lookup(encoded)
+                        if data is None:
+                            return default
+                        decode = self._decode
+                        return data if decode is None else decode(data)
+        return self._checked_get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if self._gate.open:
+            table = self._table
+            if table is not None:
+                try:
+                    encoded = self._key_bytes(key)
+                except Exception:
+                    pass
+                else:
+                    return encoded in table
+            else:
+                lookup = self._lookup
+                if lookup is not None:
+                    try:
+                        encoded = self._key_bytes(key)
+                    except Exception:
+                        pass
+                    else:
+                        catch_up = self._catch_up
+                        if catch_up is not None:
+                            catch_up(self._prefix + encoded)
+                        return lookup(encoded) is not None
+        return self._checked_contains(key)
+
+
+COMPILED = False
+if TYPE_CHECKING:
+    LocalReads = PyLocalReads
+    ReadGate = PyReadGate
+else:
+    LocalReads, ReadGate = PyLocalReads, PyReadGate
+    if os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
+        try:
+            from kafkakv.map import _reads
+        except ImportError:  # not built: no C compiler where kafkakv was installed
+            pass
+        else:
+            LocalReads, ReadGate, COMPILED = _reads.LocalReads, _reads.ReadGate, True
