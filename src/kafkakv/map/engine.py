@@ -297,6 +297,7 @@ class ReplicaEngine:
         self.read_gate.open = not (
             self._closed or self._stopped or self._failure is not None or self.stalled
         )
+
     def _drain(self, deadline: float) -> None:
         """close(): hand every queued update to the log, then apply until every future of
         this replica is resolved, or ``deadline``. The threads still run meanwhile."""
