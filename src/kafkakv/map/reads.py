@@ -50,6 +50,7 @@ class PyReadGate:
 
 _SHUT = PyReadGate()
 _SHUT.open = False
+_CHECKED = object()  # PyLocalReads._direct_data: take the checked path
 
 
 class PyLocalReads:
@@ -88,9 +89,22 @@ class PyLocalReads:
     def _checked_contains(self, key: Any) -> bool:
         raise NotImplementedError
 
-    # Each read: one call to encode the key, one lookup with [] or in (the local path) or a
-    # call of the store's lookup (the direct path), no other call. A key its codec refuses
-    # takes the checked path, which raises the typed error.
+    def _direct_data(self, key: Any) -> Any:
+        """The direct path: the stored data of ``key`` (None: absent), or _CHECKED when its
+        codec refuses it (the checked path raises the typed error)."""
+        lookup = self._lookup
+        try:
+            encoded = self._key_bytes(key)
+        except Exception:
+            return _CHECKED
+        catch_up = self._catch_up
+        if catch_up is not None:
+            catch_up(self._prefix + encoded)
+        return lookup(encoded)  # type: ignore[misc]
+
+    # Each read on the local path: one call to encode the key and one lookup with [] or in,
+    # no other call. A key its codec refuses takes the checked path, which raises the typed
+    # error.
     def __getitem__(self, key: Any) -> Any:
         if self._gate.open:
             table = self._table
@@ -106,22 +120,13 @@ class PyLocalReads:
                         raise KeyError(key) from None
                     decode = self._decode
                     return data if decode is None else decode(data)
-            else:
-                lookup = self._lookup
-                if lookup is not None:
-                    try:
-                        encoded = self._key_bytes(key)
-                    except Exception:
-                        pass
-                    else:
-                        catch_up = self._catch_up
-                        if catch_up is not None:
-                            catch_up(self._prefix + encoded)
-                        data = lookup(encoded)
-                        if data is None:
-                            raise KeyError(key) from None
-                        decode = self._decode
-                        return data if decode is None else decode(data)
+            elif self._lookup is not None:
+                data = self._direct_data(key)
+                if data is not _CHECKED:
+                    if data is None:
+                        raise KeyError(key) from None
+                    decode = self._decode
+                    return data if decode is None else decode(data)
         return self._checked_getitem(key)
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -139,22 +144,13 @@ class PyLocalReads:
                         return default
                     decode = self._decode
                     return data if decode is None else decode(data)
-            else:
-                lookup = self._lookup
-                if lookup is not None:
-                    try:
-                        encoded = self._key_bytes(key)
-                    except Exception:
-                        pass
-                    else:
-                        catch_up = self._catch_up
-                        if catch_up is not None:
-                            catch_up(self._prefix + encoded)
-                        data = lookup(encoded)
-                        if data is None:
-                            return default
-                        decode = self._decode
-                        return data if decode is None else decode(data)
+            elif self._lookup is not None:
+                data = self._direct_data(key)
+                if data is not _CHECKED:
+                    if data is None:
+                        return default
+                    decode = self._decode
+                    return data if decode is None else decode(data)
         return self._checked_get(key, default)
 
     def __contains__(self, key: object) -> bool:
@@ -167,18 +163,10 @@ class PyLocalReads:
                     pass
                 else:
                     return encoded in table
-            else:
-                lookup = self._lookup
-                if lookup is not None:
-                    try:
-                        encoded = self._key_bytes(key)
-                    except Exception:
-                        pass
-                    else:
-                        catch_up = self._catch_up
-                        if catch_up is not None:
-                            catch_up(self._prefix + encoded)
-                        return lookup(encoded) is not None
+            elif self._lookup is not None:
+                data = self._direct_data(key)
+                if data is not _CHECKED:
+                    return data is not None
         return self._checked_contains(key)
 
 
