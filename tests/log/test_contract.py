@@ -36,6 +36,17 @@ def test_create_topic_lists_and_describes_it(log: Log, topic: str) -> None:
     assert config["max.message.bytes"] == "1048588"  # Kafka's default filled in
 
 
+def test_a_listing_includes_every_topic_the_log_just_created(log: Log, topic: str) -> None:
+    """On Kafka, the broker a listing asks may not have heard of a new topic yet; the log that
+    created it lists it all the same (read your own creations). Many creations in a row, as a
+    test suite makes them, give a lagging broker many chances to be asked."""
+    for i in range(30):
+        name = f"{topic}-{i}"
+        log.create_topic(name, 1 + i % 3)
+        listed = log.topics()
+        assert name in listed, f"creation {i}: {name} missing from {len(listed)} topics"
+
+
 def test_create_existing_topic_is_refused(log: Log, topic: str) -> None:
     log.create_topic(topic, 1)
     with pytest.raises(TopicExistsError, match=topic):

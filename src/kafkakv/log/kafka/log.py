@@ -348,6 +348,7 @@ class KafkaLog(Log):
         )
         self._meta_lock = threading.Lock()
         self._topics: dict[str, _TopicInfo] = {}
+        self._created: dict[str, float] = {}  # see topics()
         self._local = threading.local()
         self._readers: weakref.WeakSet[Reader] = weakref.WeakSet()
         self._readers_lock = threading.Lock()
@@ -510,6 +511,7 @@ class KafkaLog(Log):
         # TopicExistsError, or ConfigError for settings the brokers refuse (see .errors.TABLE)
         with translated(f"creating topic {name!r}"):
             self._patiently(f"creating topic {name!r}", futures[name].result)
+        self._created[name] = time.monotonic()
         self._await_leaders(name, partitions)
 
     def _await_leaders(self, name: str, partitions: int) -> None:
@@ -549,11 +551,22 @@ class KafkaLog(Log):
         return self._replication
 
     def topics(self) -> list[str]:
-        """Every topic except Kafka's internal ones (``__consumer_offsets``...), sorted."""
+        """Every topic except Kafka's internal ones (``__consumer_offsets``...), sorted.
+
+        A listing includes the topics this log created: the broker asked may not have heard of
+        one yet (metadata spreads asynchronously), so within ``_PROPAGATION_S`` of a creation
+        a listing without it asks again."""
         self._check_open()
-        with translated("listing topics"):
-            meta = self._metadata()
-        return sorted(t for t in meta.topics if not t.startswith("__"))
+        while True:
+            with translated("listing topics"):
+                meta = self._metadata()
+            now = time.monotonic()
+            for name, created in list(self._created.items()):
+                if now - created > _PROPAGATION_S:  # every broker has heard of it by now
+                    self._created.pop(name, None)
+            if self._created.keys() <= meta.topics.keys():  # the next broker may lag: kept
+                return sorted(t for t in meta.topics if not t.startswith("__"))
+            time.sleep(0.05)
 
     def partitions(self, topic: str) -> int:
         return self._info(topic).partitions
