@@ -1,8 +1,12 @@
-"""The one part of the build that pyproject.toml cannot declare stably: the C extension.
+"""The one part of the build that pyproject.toml cannot declare stably: the C extensions.
 
-``kafkakv.map._reads`` is the local read path of a replica map in C (see
-``src/kafkakv/map/reads.py``). It is optional: where no C compiler is, the install goes on and
-kafkakv reads through the same code in Python.
+- ``kafkakv.map._reads``: the local read path of a replica map (see
+  ``src/kafkakv/map/reads.py``);
+- ``kafkakv.log.embedded._frame``: the embedded log's append-side encoding (see
+  ``src/kafkakv/log/embedded/frame.py``), linked with zlib for its CRC-32.
+
+Both are optional: where no C compiler (or no zlib header) is, the install goes on and kafkakv
+runs the same code in Python.
 """
 
 from setuptools import Extension, setup
@@ -10,5 +14,11 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension("kafkakv.map._reads", ["src/kafkakv/map/_reads.c"], optional=True),
+        Extension(
+            "kafkakv.log.embedded._frame",
+            ["src/kafkakv/log/embedded/_frame.c"],
+            libraries=["z"],
+            optional=True,
+        ),
     ]
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from kafkakv.errors import CorruptLogError
 from kafkakv.log.base import Record, records_of
 from kafkakv.log.embedded import format as fmt
+from kafkakv.log.embedded.frame import pack_rows, plain_body
 
 NOW = 1_700_000_000_000
 LIMIT = 200  # max.message.bytes of these tests: small, so oversized records are common
@@ -49,7 +51,7 @@ def encode(records: list[Any], null_keys: bool, fast: bool = True) -> tuple[Any,
             )
         else:
             rows, base_ts, max_ts = fmt._checked_rows(records, NOW, LIMIT, null_keys)
-            body = fmt._pack(rows)
+            body = pack_rows(rows)
     except Exception as exc:
         return ("raised", type(exc))
     batch = fmt.encode_batch(
@@ -79,9 +81,11 @@ def test_the_fast_path_stores_and_refuses_exactly_what_the_checking_loop_does(
 def test_a_plain_batch_takes_the_fast_path_and_reads_back() -> None:
     keys = [f"k{i}".encode() for i in range(50)]
     records = records_of(keys, [b"v" * i for i in range(50)])
-    rows = fmt._plain_rows(records, LIMIT)
-    assert rows is not None and [r[2:4] for r in rows] == [(r.key, r.value) for r in records]
-    assert [r[0] for r in rows] == list(range(50))
+    body = plain_body(records, LIMIT)
+    assert body is not None
+    rows = msgspec.msgpack.decode(body)
+    assert [r[2:4] for r in rows] == [[r.key, r.value] for r in records]
+    assert [r[0] for r in rows] == list(range(50)) and {r[1] for r in rows} == {0}
     _, stored, max_ts = encode(records, null_keys=False)
     assert stored == [(k, b"v" * i, (), NOW) for i, k in enumerate(keys)] and max_ts == NOW
 
@@ -103,7 +107,12 @@ def test_records_of_builds_plain_records() -> None:
 )
 def test_rows_of_the_wrong_shape_are_a_corrupt_batch(rows: Any) -> None:
     batch = fmt.encode_batch(
-        0, fmt._pack(rows), record_count=1, last_offset_delta=0, base_timestamp=0, max_timestamp=0
+        0,
+        pack_rows(rows),
+        record_count=1,
+        last_offset_delta=0,
+        base_timestamp=0,
+        max_timestamp=0,
     )
     header = fmt.parse_header(batch)
     assert fmt.verify_crc(batch, 0, header)  # a valid batch as far as the CRC can tell

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
-from operator import itemgetter
+from operator import is_not, itemgetter
 from typing import cast
 
 from kafkakv.errors import InvalidRecordError, RecordTooLargeError
@@ -113,7 +113,7 @@ def plain_batch(
         set(map(type, keys)) != _BYTES_TYPE
         or not set(map(type, values)) <= _VALUE_TYPES
         or any(map(_third, rows))
-        or set(map(_fourth, rows)) != _NONE_ONLY
+        or any(map(is_not, map(_fourth, rows), repeat(None)))  # no hashing: any timestamp
         or max(map(len, keys)) + max(map(len, filter(None, values)), default=0) > limit
     ):
         return None
@@ -123,5 +123,4 @@ def plain_batch(
 _RECORD_TYPE = {Record}
 _BYTES_TYPE = {bytes}
 _VALUE_TYPES = {bytes, type(None)}
-_NONE_ONLY = {None}
 _first, _second, _third, _fourth = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)

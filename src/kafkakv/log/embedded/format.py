@@ -34,7 +34,6 @@ import zlib
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from operator import itemgetter
 from typing import cast
 
@@ -42,7 +41,8 @@ import msgspec
 
 from kafkakv.errors import CorruptLogError, InvalidRecordError
 from kafkakv.log.base import Record
-from kafkakv.log.records import RECORD_OVERHEAD, check_record, plain_batch
+from kafkakv.log.embedded.frame import BATCH_HEADER, CRC_START, frame, pack_rows, plain_body
+from kafkakv.log.records import RECORD_OVERHEAD, check_record
 
 __all__ = [
     "ATTR_TRANSACTIONAL",
@@ -67,10 +67,8 @@ __all__ = [
 
 MAGIC = 1
 ATTR_TRANSACTIONAL = 0x01
-BATCH_HEADER = struct.Struct("<QIIBBHIIqqqI")
 HEADER_SIZE = BATCH_HEADER.size  # 56
 INDEX_ENTRY = struct.Struct("<II")
-_CRC_START = 16
 
 _tuple_new = tuple.__new__
 
@@ -119,11 +117,11 @@ def encode_records(
     """
     if not records:
         raise InvalidRecordError("an append needs at least one record")
-    plain = _plain_rows(records, max_message_bytes - RECORD_OVERHEAD)
-    if plain is not None:
-        return _pack(plain), now_ms, now_ms
+    body = plain_body(records, max_message_bytes - RECORD_OVERHEAD)
+    if body is not None:  # the usual batch: framed in one pass (see frame.py)
+        return body, now_ms, now_ms
     rows, base_ts, max_ts = _checked_rows(records, now_ms, max_message_bytes, null_keys)
-    return _pack(rows), base_ts, max_ts
+    return pack_rows(rows), base_ts, max_ts
 
 
 def _checked_rows(
@@ -148,20 +146,6 @@ def _checked_rows(
     return rows, base_ts, max_ts
 
 
-def _plain_rows(records: Sequence[Record], limit: int) -> list[Row] | None:
-    """The rows of a batch of plain records (see :func:`plain_batch`), or None when any
-    record is not plain: such a batch is framed without a Python loop per record."""
-    plain = plain_batch(records, limit)
-    if plain is None:
-        return None
-    keys, values = plain
-    n = len(keys)
-    if n == 1:  # a sync update
-        return [(0, 0, keys[0], values[0], None)]
-    return list(zip(range(n), repeat(0, n), keys, values, repeat(None, n), strict=True))
-
-
-_pack = msgspec.msgpack.Encoder().encode  # the msgpack a Packer writes, in a third of the time
 # Checks each row's shape and types as it decodes (a row that is not one is a corrupt batch).
 _decode_rows = msgspec.msgpack.Decoder(
     list[tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]]
@@ -180,27 +164,18 @@ def encode_batch(
     delete_horizon_ms: int = -1,
     producer: int = 0,
 ) -> bytes:
-    """Frame ``body`` as a complete batch with its header and CRC."""
-    size = HEADER_SIZE + len(body)
-    header = bytearray(
-        BATCH_HEADER.pack(
-            base_offset,
-            size,
-            0,
-            MAGIC,
-            attributes,
-            0,
-            record_count,
-            last_offset_delta,
-            base_timestamp,
-            max_timestamp,
-            delete_horizon_ms,
-            producer,
-        )
+    """Frame ``body`` as a complete batch with its header and CRC (:func:`.frame.frame`)."""
+    return frame(
+        base_offset,
+        body,
+        record_count,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        attributes,
+        delete_horizon_ms,
+        producer,
     )
-    crc = zlib.crc32(body, zlib.crc32(memoryview(header)[_CRC_START:]))
-    struct.pack_into("<I", header, 12, crc)
-    return bytes(header) + body
 
 
 def parse_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
@@ -216,7 +191,7 @@ def parse_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
 
 def verify_crc(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
     """True when the batch at ``pos`` (entirely inside ``buf``) matches its CRC."""
-    view = memoryview(buf)[pos + _CRC_START : pos + header.size]
+    view = memoryview(buf)[pos + CRC_START : pos + header.size]
     return zlib.crc32(view) == header.crc
 
 
@@ -289,7 +264,7 @@ def reencode_batch(header: BatchHeader, rows: Sequence[Row], delete_horizon_ms: 
     max_ts = header.base_timestamp + max(row[1] for row in rows) if rows else header.max_timestamp
     return encode_batch(
         header.base_offset,
-        _pack(list(rows)),
+        pack_rows(list(rows)),
         record_count=len(rows),
         last_offset_delta=header.last_offset_delta,
         base_timestamp=header.base_timestamp,

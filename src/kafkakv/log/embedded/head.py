@@ -31,14 +31,12 @@ import zlib
 from typing import NamedTuple
 
 from kafkakv.log.embedded import fs
+from kafkakv.log.embedded.frame import HEAD_MAGIC, pack_head
 
 __all__ = ["BOOT_ID", "HEAD_SIZE", "HeadFile", "HeadState"]
 
 _HEAD = struct.Struct("<4sIQQQQQQQ16s")
-_PREFIX = struct.Struct("<4sI")  # magic, CRC
-_BODY = struct.Struct("<QQQQQQQ16s")
 HEAD_SIZE = _HEAD.size
-_MAGIC = b"KKVH"
 
 
 def _boot_id() -> bytes:
@@ -67,13 +65,12 @@ class HeadState(NamedTuple):
     boot_id: bytes = BOOT_ID
 
     def pack(self) -> bytes:
-        body = _BODY.pack(*self)  # the fields in order: bytes 8..80, what the CRC covers
-        return _PREFIX.pack(_MAGIC, zlib.crc32(body)) + body
+        return pack_head(self)
 
 
 def unpack_head(raw: bytes) -> HeadState | None:
     """The state in ``raw``, or None when it is torn or not a head record."""
-    if len(raw) < HEAD_SIZE or raw[:4] != _MAGIC:
+    if len(raw) < HEAD_SIZE or raw[:4] != HEAD_MAGIC:
         return None
     fields = _HEAD.unpack_from(raw)
     if zlib.crc32(memoryview(raw)[8:HEAD_SIZE]) != fields[1]:

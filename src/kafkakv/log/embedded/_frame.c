@@ -1,0 +1,448 @@
+/* kafkakv.log.embedded._frame: the embedded log's append-side encoding in C.
+ *
+ * Three pure functions over bytes, each the same as its Python twin in frame.py (which
+ * tests/log/test_frame.py checks input by input, bytes and errors alike):
+ *
+ *   plain_body(records, limit)  the msgpack body of a batch of plain records, or None
+ *   frame(base_offset, body, record_count, last_offset_delta, base_timestamp,
+ *         max_timestamp, attributes, delete_horizon_ms, producer)
+ *                               a whole batch: the 56-byte header, its CRC, the body
+ *   pack_head(state)            the 80-byte head record of a HeadState
+ *
+ * The formats are in format.py and head.py. The CRC is zlib's CRC-32, as Python's zlib.crc32
+ * computes it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <zlib.h>
+#include <string.h>
+
+static PyObject *record_type;  /* kafkakv.log.base.Record, set by frame.py through bind() */
+static PyObject *struct_error; /* struct.error: what the twin's Struct.pack raises */
+
+/* -- little-endian stores --------------------------------------------------------------- */
+
+static inline void
+put_u16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static inline void
+put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) {
+        p[i] = (unsigned char)(v >> (8 * i));
+    }
+}
+
+static inline void
+put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        p[i] = (unsigned char)(v >> (8 * i));
+    }
+}
+
+/* An int argument in [lo, hi] (unsigned when is_unsigned), as struct.pack checks it: a
+ * non-int or an int out of range raises struct.error. Returns 0, or -1 with the error set. */
+static int
+as_field(PyObject *obj, int is_unsigned, int bits, uint64_t *out)
+{
+    if (!PyLong_Check(obj)) {
+        PyErr_SetString(struct_error, "required argument is not an integer");
+        return -1;
+    }
+    int overflow = 0;
+    if (is_unsigned) {
+        if (_PyLong_Sign(obj) < 0) {
+            goto range;
+        }
+        unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto range;
+        }
+        if (bits < 64 && v >> bits) {
+            goto range;
+        }
+        *out = (uint64_t)v;
+        return 0;
+    }
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow) {
+        goto range;
+    }
+    *out = (uint64_t)v; /* bits == 64 for every signed field */
+    return 0;
+range:
+    PyErr_Format(struct_error, "argument out of range");
+    return -1;
+}
+
+/* -- plain_body ------------------------------------------------------------------------- */
+
+/* Bytes of a msgpack uint (the smallest form, as msgspec writes it). */
+static inline Py_ssize_t
+uint_size(uint64_t v)
+{
+    return v < 128 ? 1 : v < 256 ? 2 : v < 65536 ? 3 : v <= 0xFFFFFFFFu ? 5 : 9;
+}
+
+static inline unsigned char *
+put_uint(unsigned char *p, uint64_t v)
+{
+    if (v < 128) {
+        *p++ = (unsigned char)v;
+    }
+    else if (v < 256) {
+        *p++ = 0xcc;
+        *p++ = (unsigned char)v;
+    }
+    else if (v < 65536) {
+        *p++ = 0xcd;
+        *p++ = (unsigned char)(v >> 8);
+        *p++ = (unsigned char)v;
+    }
+    else if (v <= 0xFFFFFFFFu) {
+        *p++ = 0xce;
+        for (int i = 3; i >= 0; i--) {
+            *p++ = (unsigned char)(v >> (8 * i));
+        }
+    }
+    else {
+        *p++ = 0xcf;
+        for (int i = 7; i >= 0; i--) {
+            *p++ = (unsigned char)(v >> (8 * i));
+        }
+    }
+    return p;
+}
+
+static inline Py_ssize_t
+bin_size(Py_ssize_t n)
+{
+    return (n < 256 ? 2 : n < 65536 ? 3 : 5) + n;
+}
+
+static inline unsigned char *
+put_bin(unsigned char *p, const char *data, Py_ssize_t n)
+{
+    if (n < 256) {
+        *p++ = 0xc4;
+        *p++ = (unsigned char)n;
+    }
+    else if (n < 65536) {
+        *p++ = 0xc5;
+        *p++ = (unsigned char)(n >> 8);
+        *p++ = (unsigned char)n;
+    }
+    else {
+        *p++ = 0xc6;
+        for (int i = 3; i >= 0; i--) {
+            *p++ = (unsigned char)(n >> (8 * i));
+        }
+    }
+    memcpy(p, data, (size_t)n);
+    return p + n;
+}
+
+static inline Py_ssize_t
+array_header_size(Py_ssize_t n)
+{
+    return n < 16 ? 1 : n < 65536 ? 3 : 5;
+}
+
+static inline unsigned char *
+put_array_header(unsigned char *p, Py_ssize_t n)
+{
+    if (n < 16) {
+        *p++ = (unsigned char)(0x90 | n);
+    }
+    else if (n < 65536) {
+        *p++ = 0xdc;
+        *p++ = (unsigned char)(n >> 8);
+        *p++ = (unsigned char)n;
+    }
+    else {
+        *p++ = 0xdd;
+        for (int i = 3; i >= 0; i--) {
+            *p++ = (unsigned char)(n >> (8 * i));
+        }
+    }
+    return p;
+}
+
+/* The checks of the twin (records.plain_batch), in its order: every record an exact Record,
+ * every key exact bytes, every value exact bytes or None, then no record with headers (a
+ * truth test, which may call Python code), then no record with a timestamp, then the largest
+ * key plus the largest value within ``limit``. Any failed check: None (the checked path
+ * decides what is wrong); an error from a truth test propagates, as in the twin. */
+static PyObject *
+plain_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "plain_body(records, limit) takes 2 arguments");
+        return NULL;
+    }
+    if (record_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "kafkakv.log.embedded._frame: bind() not called");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    /* A tuple of its own: a truth test below may run code that changes a list. */
+    PyObject *seq = PySequence_Tuple(args[0]);
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
+    PyObject *result = NULL;
+    Py_ssize_t max_key = 0, max_value = 0, size = array_header_size(n);
+    if (n == 0) {
+        goto not_plain; /* not a batch: the checked path says why */
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((PyObject *)Py_TYPE(items[i]) != record_type || PyTuple_GET_SIZE(items[i]) < 4) {
+            goto not_plain;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(items[i], 0))) {
+            goto not_plain;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyTuple_GET_ITEM(items[i], 1);
+        if (value != Py_None && !PyBytes_CheckExact(value)) {
+            goto not_plain;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int headers = PyObject_IsTrue(PyTuple_GET_ITEM(items[i], 2));
+        if (headers < 0) {
+            goto done;
+        }
+        if (headers) {
+            goto not_plain;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyTuple_GET_ITEM(items[i], 3) != Py_None) {
+            goto not_plain;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyTuple_GET_ITEM(items[i], 0), *value = PyTuple_GET_ITEM(items[i], 1);
+        Py_ssize_t klen = PyBytes_GET_SIZE(key);
+        Py_ssize_t vlen = value == Py_None ? 0 : PyBytes_GET_SIZE(value);
+        max_key = klen > max_key ? klen : max_key;
+        max_value = vlen > max_value ? vlen : max_value;
+        size += 1 + uint_size((uint64_t)i) + 1 + bin_size(klen) + 1;
+        size += value == Py_None ? 1 : bin_size(vlen);
+    }
+    if (max_key + max_value > limit) {
+        goto not_plain;
+    }
+    result = PyBytes_FromStringAndSize(NULL, size);
+    if (result == NULL) {
+        goto done;
+    }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(result);
+    p = put_array_header(p, n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyTuple_GET_ITEM(items[i], 0), *value = PyTuple_GET_ITEM(items[i], 1);
+        *p++ = 0x95; /* [offset_delta, timestamp_delta, key, value, headers] */
+        p = put_uint(p, (uint64_t)i);
+        *p++ = 0x00;
+        p = put_bin(p, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+        if (value == Py_None) {
+            *p++ = 0xc0;
+        }
+        else {
+            p = put_bin(p, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+        }
+        *p++ = 0xc0;
+    }
+    assert((char *)p == PyBytes_AS_STRING(result) + size);
+    goto done;
+not_plain:
+    result = Py_NewRef(Py_None);
+done:
+    Py_DECREF(seq);
+    return result;
+}
+
+/* -- frame ------------------------------------------------------------------------------ */
+
+#define HEADER_SIZE 56
+#define CRC_START 16
+
+static uLong
+crc_of(uLong crc, const unsigned char *data, Py_ssize_t n)
+{
+    while (n > 0) { /* zlib's length is a uInt */
+        uInt chunk = n > (Py_ssize_t)0x40000000 ? 0x40000000u : (uInt)n;
+        crc = crc32(crc, data, chunk);
+        data += chunk;
+        n -= chunk;
+    }
+    return crc;
+}
+
+static PyObject *
+frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "frame() takes 9 arguments");
+        return NULL;
+    }
+    if (!PyBytes_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "frame(): body must be bytes, not %.100s",
+                     Py_TYPE(args[1])->tp_name);
+        return NULL;
+    }
+    /* base_offset Q, (size I), (crc I), (magic B), attributes B, (reserved H),
+     * record_count I, last_offset_delta I, base_timestamp q, max_timestamp q,
+     * delete_horizon_ms q, producer I */
+    static const struct {
+        int is_unsigned, bits;
+    } kinds[9] = {{1, 64}, {0, 0}, {1, 32}, {1, 32}, {0, 64}, {0, 64}, {1, 8}, {0, 64}, {1, 32}};
+    uint64_t v[9];
+    for (int i = 0; i < 9; i++) {
+        if (i != 1 && as_field(args[i], kinds[i].is_unsigned, kinds[i].bits, &v[i]) < 0) {
+            return NULL;
+        }
+    }
+    Py_ssize_t body_len = PyBytes_GET_SIZE(args[1]);
+    Py_ssize_t size = HEADER_SIZE + body_len;
+    if (size > (Py_ssize_t)0xFFFFFFFFu) {
+        PyErr_SetString(struct_error, "argument out of range");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) {
+        return NULL;
+    }
+    unsigned char *h = (unsigned char *)PyBytes_AS_STRING(out);
+    put_u64(h, v[0]);
+    put_u32(h + 8, (uint32_t)size);
+    h[16] = 1; /* magic */
+    h[17] = (unsigned char)v[6];
+    put_u16(h + 18, 0);
+    put_u32(h + 20, (uint32_t)v[2]);
+    put_u32(h + 24, (uint32_t)v[3]);
+    put_u64(h + 28, v[4]);
+    put_u64(h + 36, v[5]);
+    put_u64(h + 44, v[7]);
+    put_u32(h + 52, (uint32_t)v[8]);
+    memcpy(h + HEADER_SIZE, PyBytes_AS_STRING(args[1]), (size_t)body_len);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    if (size < (1 << 16)) { /* let go of the GIL only where the CRC takes long */
+        crc = crc_of(crc, h + CRC_START, size - CRC_START);
+    }
+    else { /* ``out`` is ours alone until returned */
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc_of(crc, h + CRC_START, size - CRC_START);
+        Py_END_ALLOW_THREADS
+    }
+    put_u32(h + 12, (uint32_t)crc);
+    return out;
+}
+
+/* -- pack_head -------------------------------------------------------------------------- */
+
+#define HEAD_SIZE 80
+
+static PyObject *
+pack_head(PyObject *module, PyObject *state)
+{
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 8) {
+        PyErr_SetString(struct_error, "pack_head() takes a head state of 8 fields");
+        return NULL;
+    }
+    unsigned char raw[HEAD_SIZE];
+    memcpy(raw, "KKVH", 4);
+    for (int i = 0; i < 7; i++) {
+        uint64_t v;
+        if (as_field(PyTuple_GET_ITEM(state, i), 1, 64, &v) < 0) {
+            return NULL;
+        }
+        put_u64(raw + 8 + 8 * i, v);
+    }
+    PyObject *boot = PyTuple_GET_ITEM(state, 7);
+    const char *data;
+    Py_ssize_t n;
+    if (PyBytes_Check(boot)) {
+        data = PyBytes_AS_STRING(boot);
+        n = PyBytes_GET_SIZE(boot);
+    }
+    else if (PyByteArray_Check(boot)) {
+        data = PyByteArray_AS_STRING(boot);
+        n = PyByteArray_GET_SIZE(boot);
+    }
+    else {
+        PyErr_SetString(struct_error, "argument for 's' must be a bytes object");
+        return NULL;
+    }
+    /* struct's 16s: truncated past 16 bytes, padded with zeros below */
+    memset(raw + 64, 0, 16);
+    memcpy(raw + 64, data, (size_t)(n < 16 ? n : 16));
+    put_u32(raw + 4, (uint32_t)crc32(crc32(0L, Z_NULL, 0), raw + 8, HEAD_SIZE - 8));
+    return PyBytes_FromStringAndSize((const char *)raw, HEAD_SIZE);
+}
+
+/* -- module ----------------------------------------------------------------------------- */
+
+static PyObject *
+bind(PyObject *module, PyObject *record)
+{
+    if (!PyType_Check(record) || !PyType_IsSubtype((PyTypeObject *)record, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "bind() takes the Record class (a tuple type)");
+        return NULL;
+    }
+    Py_XSETREF(record_type, Py_NewRef(record));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef frame_methods[] = {
+    {"plain_body", (PyCFunction)(void (*)(void))plain_body, METH_FASTCALL,
+     PyDoc_STR("plain_body(records, limit): the msgpack body of plain records, or None.")},
+    {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
+     PyDoc_STR("frame(base_offset, body, record_count, last_offset_delta, base_timestamp, "
+               "max_timestamp, attributes, delete_horizon_ms, producer): a whole batch.")},
+    {"pack_head", pack_head, METH_O, PyDoc_STR("pack_head(state): the 80-byte head record.")},
+    {"bind", bind, METH_O, PyDoc_STR("bind(Record): the record class plain_body accepts.")},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef frame_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kafkakv.log.embedded._frame",
+    .m_doc = PyDoc_STR("The embedded log's append-side encoding in C (see "
+                       "kafkakv.log.embedded.frame)."),
+    .m_size = -1,
+    .m_methods = frame_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__frame(void)
+{
+    PyObject *struct_module = PyImport_ImportModule("struct");
+    if (struct_module == NULL) {
+        return NULL;
+    }
+    struct_error = PyObject_GetAttrString(struct_module, "error");
+    Py_DECREF(struct_module);
+    if (struct_error == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&frame_module);
+}

@@ -1,0 +1,124 @@
+"""The embedded log's append-side encoding: a batch's records, its framing, the head record.
+
+Three pure functions over bytes, on the path of every append:
+
+- :func:`plain_body`: the msgpack body of a batch of plain records (see
+  :func:`kafkakv.log.records.plain_batch`), or None when any record is not plain;
+- :func:`frame`: a whole batch, its 56-byte header (with the CRC) and the body;
+- :func:`pack_head`: the 80-byte head record of a :class:`~kafkakv.log.embedded.head.HeadState`.
+
+The formats are in ``format.py`` and ``head.py``. Two implementations with one behaviour, as for
+the map's reads (:mod:`kafkakv.map.reads`): ``kafkakv.log.embedded._frame``, built from
+``_frame.c`` where kafkakv was installed with a C compiler and zlib, and the ``py_`` functions
+below, used when it is not built or ``KAFKAKV_PURE_PYTHON=1`` is set. :data:`COMPILED` says
+which one this process uses; ``tests/log/test_frame.py`` gives both the same inputs and
+compares the bytes and errors.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Sequence
+from itertools import repeat
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from kafkakv.log.base import Record
+from kafkakv.log.records import plain_batch
+
+__all__ = [
+    "BATCH_HEADER",
+    "COMPILED",
+    "CRC_START",
+    "HEAD_MAGIC",
+    "frame",
+    "pack_head",
+    "pack_rows",
+    "plain_body",
+    "py_frame",
+    "py_pack_head",
+    "py_plain_body",
+]
+
+BATCH_HEADER = struct.Struct("<QIIBBHIIqqqI")  # the layout is in format.py
+CRC_START = 16  # the batch CRC covers the bytes from here on
+HEAD_MAGIC = b"KKVH"  # the layout is in head.py
+_HEAD_PREFIX = struct.Struct("<4sI")  # magic, CRC
+_HEAD_BODY = struct.Struct("<QQQQQQQ16s")
+
+pack_rows = (
+    msgspec.msgpack.Encoder().encode
+)  # msgpack as a Packer writes it, in a third of the time
+
+
+def py_plain_body(records: Sequence[Record], limit: int) -> bytes | None:
+    """The body ``[[i, 0, key, value, None], ...]`` of plain ``records`` (slots 0..n-1, one
+    timestamp for the batch), or None when any is not plain or they do not fit ``limit``."""
+    plain = plain_batch(records, limit)
+    if plain is None:
+        return None
+    keys, values = plain
+    n = len(keys)
+    if n == 1:  # a sync update
+        return pack_rows([(0, 0, keys[0], values[0], None)])
+    return pack_rows(list(zip(range(n), repeat(0, n), keys, values, repeat(None, n), strict=True)))
+
+
+def py_frame(
+    base_offset: int,
+    body: bytes,
+    record_count: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    attributes: int,
+    delete_horizon_ms: int,
+    producer: int,
+) -> bytes:
+    """``body`` framed as a complete batch: header, CRC, body. A field out of its range
+    raises ``struct.error``."""
+    if not isinstance(body, bytes):
+        raise TypeError(f"frame(): body must be bytes, not {type(body).__name__}")
+    header = bytearray(
+        BATCH_HEADER.pack(
+            base_offset,
+            BATCH_HEADER.size + len(body),
+            0,
+            1,  # magic
+            attributes,
+            0,
+            record_count,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            delete_horizon_ms,
+            producer,
+        )
+    )
+    crc = zlib.crc32(body, zlib.crc32(memoryview(header)[CRC_START:]))
+    struct.pack_into("<I", header, 12, crc)
+    return bytes(header) + body
+
+
+def py_pack_head(state: tuple[int, int, int, int, int, int, int, bytes]) -> bytes:
+    """The head record of ``state``'s eight fields (see head.py's layout)."""
+    if not isinstance(state, tuple) or len(state) != 8:
+        raise struct.error("pack_head() takes a head state of 8 fields")
+    body = _HEAD_BODY.pack(*state)
+    return _HEAD_PREFIX.pack(HEAD_MAGIC, zlib.crc32(body)) + body
+
+
+COMPILED = False
+plain_body, frame, pack_head = py_plain_body, py_frame, py_pack_head
+if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from kafkakv.log.embedded import _frame
+    except ImportError:  # not built: no C compiler (or no zlib) where kafkakv was installed
+        pass
+    else:
+        _frame.bind(Record)
+        plain_body, frame, pack_head = _frame.plain_body, _frame.frame, _frame.pack_head
+        COMPILED = True

@@ -1,0 +1,339 @@
+"""The append-side encoding (kafkakv.log.embedded.frame): the C functions and their Python
+twins give the same bytes and the same errors for every input; what they write reads back;
+the C module is what this installation uses; it leaks neither memory nor references; and
+KAFKAKV_PURE_PYTHON=1 selects the twins for a whole process."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import tracemalloc
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafkakv.log.base import Record
+from kafkakv.log.embedded import format as fmt
+from kafkakv.log.embedded import frame
+from kafkakv.log.embedded.head import BOOT_ID, HeadState, unpack_head
+
+PURE = os.environ.get("KAFKAKV_PURE_PYTHON", "") not in ("", "0")
+
+
+def _compiled() -> Any:
+    """The C module; the test fails, saying how to build it, when it is not built."""
+    try:
+        module = importlib.import_module("kafkakv.log.embedded._frame")
+    except ImportError as exc:
+        pytest.fail(
+            "kafkakv.log.embedded._frame is not built; reinstall kafkakv where a C compiler "
+            f"and zlib's header are (pip install -e .): {exc}"
+        )
+    module.bind(Record)  # as frame.py does (not under KAFKAKV_PURE_PYTHON=1)
+    return module
+
+
+def outcome(fn: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
+    """What ``fn(*args)`` returns, or the type of what it raises."""
+    try:
+        return ("returned", fn(*args))
+    except Exception as exc:
+        return ("raised", type(exc))
+
+
+def test_this_installation_encodes_through_the_c_module() -> None:
+    if PURE:
+        assert not frame.COMPILED and frame.plain_body is frame.py_plain_body
+    else:
+        _compiled()
+        assert frame.COMPILED, (
+            "the C module is built but kafkakv.log.embedded.frame did not take it"
+        )
+        assert frame.frame.__module__ == "kafkakv.log.embedded._frame"
+
+
+# -- plain_body ----------------------------------------------------------------------------
+class RecordLike(Record):
+    """A Record subclass: not plain (the checked path takes it)."""
+
+
+class Truthy:
+    """Headers whose truth test says yes, or raises."""
+
+    def __init__(self, answer: bool | None) -> None:
+        self.answer = answer
+
+    def __bool__(self) -> bool:
+        if self.answer is None:
+            raise LookupError("no truth here")
+        return self.answer
+
+
+def _sized(max_size: int) -> st.SearchStrategy[bytes]:
+    # Sizes across msgpack's bin8 / bin16 bounds, with short ones most often.
+    return st.one_of(
+        st.binary(max_size=12),
+        st.binary(min_size=250, max_size=260),
+        st.binary(min_size=max_size - 2, max_size=max_size),
+    )
+
+
+KEYS = st.one_of(
+    _sized(300), _sized(300), st.none(), st.text(max_size=3), st.binary().map(bytearray)
+)
+VALUES = st.one_of(_sized(300), _sized(300), st.none(), st.text(max_size=3), st.just(b""))
+HEADERS: st.SearchStrategy[Any] = st.one_of(
+    st.just(()),
+    st.just(()),
+    st.just([]),
+    st.just([("h", b"x")]),
+    st.builds(Truthy, st.sampled_from([False, True, None])),
+)
+TIMESTAMPS = st.one_of(st.none(), st.none(), st.integers(-5, 10), st.just([1]))  # [1]: unhashable
+
+
+@st.composite
+def a_record(draw: st.DrawFn) -> Any:
+    kind = draw(st.sampled_from(["plain", "plain", "plain", "odd", "subclass", "tuple"]))
+    if kind == "plain":
+        return Record(draw(_sized(300)), draw(st.one_of(_sized(300), st.none())))
+    if kind == "tuple":
+        return (draw(_sized(8)), draw(_sized(8)))
+    fields: tuple[Any, ...] = (draw(KEYS), draw(VALUES), draw(HEADERS), draw(TIMESTAMPS))
+    return (RecordLike if kind == "subclass" else Record)(*fields)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    records=st.one_of(
+        st.lists(a_record(), max_size=20), st.lists(a_record(), max_size=20).map(tuple)
+    ),
+    limit=st.one_of(st.integers(0, 700), st.just(1 << 20)),
+)
+def test_plain_body_the_c_function_and_its_twin_agree(records: Any, limit: int) -> None:
+    c = _compiled()
+    mine = outcome(c.plain_body, records, limit)
+    assert mine == outcome(frame.py_plain_body, records, limit)
+    if mine[0] == "returned" and mine[1] is not None:  # and it is the rows the reader expects
+        rows = msgspec.msgpack.decode(mine[1])
+        assert rows == [[i, 0, r[0], r[1], None] for i, r in enumerate(records)]
+
+
+@pytest.mark.parametrize("short", [0, 1])
+def test_plain_body_holds_the_largest_key_and_value_to_the_limit(short: int) -> None:
+    """The largest key plus the largest value, of any records: at the limit a batch is plain,
+    a byte over it is for the checked path (which says which record is too large)."""
+    c = _compiled()
+    one = [Record(b"k" * 10, b"v" * 20)]
+    two = [Record(b"k" * 10, b"v"), Record(b"k", b"v" * 20)]  # from different records
+    for records in (one, two):
+        body = c.plain_body(records, 30 - short)
+        assert body == frame.py_plain_body(records, 30 - short)
+        assert (body is None) == bool(short)
+
+
+@pytest.mark.parametrize(
+    ("count", "key_size", "value_size"),
+    [
+        (15, 3, 3),  # fixarray
+        (16, 3, 3),  # array16
+        (65_535, 1, 0),
+        (65_536, 1, 0),  # array32, and offsets as uint16 / uint32
+        (2, 65_535, 65_536),  # bin16 and bin32
+        (1, 0, 300_000),  # a body over 64 KiB: the CRC runs without the GIL
+    ],
+)
+def test_plain_body_at_the_msgpack_size_bounds(count: int, key_size: int, value_size: int) -> None:
+    c = _compiled()
+    records = [Record(b"k" * key_size, b"v" * value_size) for _ in range(count)]
+    body = c.plain_body(records, 1 << 20)
+    assert body == frame.py_plain_body(records, 1 << 20)
+    batch = c.frame(7, body, count, count - 1, 5, 5, 0, -1, 0)
+    assert batch == frame.py_frame(7, body, count, count - 1, 5, 5, 0, -1, 0)
+    header = fmt.parse_header(batch)
+    assert fmt.verify_crc(batch, 0, header)
+    stored = fmt.records_from_rows(fmt.decode_rows(batch, 0, header), header, 3)
+    assert [(r.key, r.value, r.offset) for r in stored[:: max(1, count // 7)]] == [
+        (b"k" * key_size, b"v" * value_size, 7 + i) for i in range(0, count, max(1, count // 7))
+    ]
+
+
+def test_plain_body_refuses_what_is_not_a_sequence_or_a_limit() -> None:
+    c = _compiled()
+    for args in ((5, 10), ([Record(b"k", b"v")], "10"), ([Record(b"k", b"v")], 2**70)):
+        assert outcome(c.plain_body, *args)[0] == "raised"
+    assert outcome(c.plain_body, 5, 10) == outcome(frame.py_plain_body, 5, 10)
+    with pytest.raises(TypeError):
+        c.plain_body([])
+
+
+# -- frame --------------------------------------------------------------------------------
+# (bits, signed) of frame()'s arguments after the body, in order.
+_FIELDS = {
+    "base_offset": (64, False),
+    "record_count": (32, False),
+    "last_offset_delta": (32, False),
+    "base_timestamp": (64, True),
+    "max_timestamp": (64, True),
+    "attributes": (8, False),
+    "delete_horizon_ms": (64, True),
+    "producer": (32, False),
+}
+
+
+def _bounds(bits: int, signed: bool) -> tuple[int, int]:
+    return (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+
+
+@st.composite
+def frame_args(draw: st.DrawFn) -> list[Any]:
+    """frame()'s arguments: every field in its range (its bounds often), or now and then one
+    of them out of range or not an int."""
+    values: dict[str, Any] = {}
+    for name, (bits, signed) in _FIELDS.items():
+        low, high = _bounds(bits, signed)
+        values[name] = draw(st.one_of(st.integers(low, high), st.sampled_from([low, high])))
+    if draw(st.integers(0, 3)) == 0:
+        name = draw(st.sampled_from(sorted(_FIELDS)))
+        low, high = _bounds(*_FIELDS[name])
+        values[name] = draw(st.sampled_from([low - 1, high + 1, 1.5, "1", True, None]))
+    body = draw(st.one_of(st.binary(max_size=300), st.just(bytearray(b"ab")), st.just("ab")))
+    names = list(_FIELDS)
+    return [values["base_offset"], body, *(values[n] for n in names[1:])]
+
+
+@settings(max_examples=600, deadline=None)
+@given(args=frame_args())
+def test_frame_the_c_function_and_its_twin_agree(args: list[Any]) -> None:
+    c = _compiled()
+    mine = outcome(c.frame, *args)
+    assert mine == outcome(frame.py_frame, *args)
+    if mine[0] == "returned":  # the fields where format.py's readers look for them
+        batch = mine[1]
+        (base, size, crc, magic, attributes, _, count, last, *rest) = frame.BATCH_HEADER.unpack(
+            batch[:56]
+        )
+        assert (base, size, crc, magic) == (args[0], len(batch), zlib.crc32(batch[16:]), 1)
+        assert [attributes, count, last, *rest] == args[6:7] + args[2:6] + args[7:]
+        assert batch[56:] == args[1]
+
+
+def test_frame_takes_nine_arguments() -> None:
+    c = _compiled()
+    with pytest.raises(TypeError):
+        c.frame(0, b"")
+
+
+# -- pack_head ----------------------------------------------------------------------------
+@settings(max_examples=400, deadline=None)
+@given(
+    fields=st.lists(
+        st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 2**64 - 1])),
+        min_size=7,
+        max_size=7,
+    ),
+    spoil=st.one_of(st.none(), st.tuples(st.integers(0, 6), st.sampled_from([-1, 2**64, 1.5]))),
+    boot=st.one_of(
+        st.binary(min_size=16, max_size=16),
+        st.binary(max_size=20),
+        st.binary(max_size=20).map(bytearray),
+        st.just("boot"),
+    ),
+    shape=st.sampled_from(["head", "tuple", "short", "list"]),
+)
+def test_pack_head_the_c_function_and_its_twin_agree(
+    fields: list[Any], spoil: tuple[int, Any] | None, boot: Any, shape: str
+) -> None:
+    c = _compiled()
+    if spoil is not None:  # one field out of range or not an int
+        fields[spoil[0]] = spoil[1]
+    if shape == "head":
+        state: Any = HeadState._make([*fields, boot])
+    elif shape == "tuple":
+        state = (*fields, boot)
+    elif shape == "short":
+        state = tuple(fields)
+    else:
+        state = [*fields, boot]
+    mine = outcome(c.pack_head, state)
+    assert mine == outcome(frame.py_pack_head, state)
+    if mine[0] == "returned" and type(boot) is bytes and len(boot) == 16:
+        assert unpack_head(mine[1]) == HeadState._make([*fields, boot])
+
+
+def test_a_head_packs_and_reads_back() -> None:
+    state = HeadState(3, 100, 0, 64, 8_192, 2, 4_096, BOOT_ID)
+    assert unpack_head(state.pack()) == state
+    assert _compiled().pack_head(state) == frame.py_pack_head(state) == state.pack()
+    with pytest.raises(struct.error):
+        _compiled().pack_head(HeadState(-1, 0, 0, 0, 0, 0, 0, BOOT_ID))
+
+
+# -- the module as a whole ----------------------------------------------------------------
+def test_the_c_functions_leak_no_memory_and_no_references() -> None:
+    c = _compiled()
+    key, value = b"k" * 16, b"v" * 100
+    plain = [Record(key, value) for _ in range(8)]
+    odd = [Record(key, value), Record(key, value, [("h", b"x")])]
+    raising = [Record(key, value, Truthy(None))]  # type: ignore[arg-type]
+    state = HeadState(3, 100, 0, 64, 8_192, 2, 4_096, BOOT_ID)
+
+    def work() -> None:
+        for _ in range(5_000):
+            body = c.plain_body(plain, 1_000)
+            c.plain_body(odd, 1_000)
+            c.plain_body(plain, 10)
+            with contextlib.suppress(LookupError):
+                c.plain_body(raising, 1_000)
+            c.frame(1, body, 8, 7, 1, 2, 0, -1, 0)
+            with contextlib.suppress(struct.error):
+                c.frame(-1, body, 8, 7, 1, 2, 0, -1, 0)
+            c.pack_head(state)
+
+    work()
+    gc.collect()
+    counts = [sys.getrefcount(x) for x in (key, value, plain[0], state, None)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        work()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, f"{grown} bytes still allocated after 35,000 calls"
+    after = [sys.getrefcount(x) for x in (key, value, plain[0], state, None)]
+    assert after[:4] == counts[:4]
+    assert abs(after[4] - counts[4]) < 100  # None: a leaked reference per call would be 5,000s
+
+
+def test_kafkakv_pure_python_selects_the_twins_for_a_whole_process(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        from kafkakv.log import EmbeddedLog, Record
+        from kafkakv.log.embedded import frame
+        assert not frame.COMPILED and frame.frame is frame.py_frame
+        with EmbeddedLog(DIR) as log:
+            log.create_topic("t", 1)
+            log.append("t", 0, [Record(b"k", b"v"), Record(b"l", None)])
+            print([(r.key, r.value) for r in log.read("t", 0, 0)])
+        """
+    ).replace("DIR", repr(str(tmp_path / "log")))
+    env = dict(os.environ, KAFKAKV_PURE_PYTHON="1")
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[(b'k', b'v'), (b'l', None)]"
