@@ -555,8 +555,9 @@ class KafkaLog(Log):
 
         A listing includes the topics this log created: the broker asked may not have heard of
         one yet (metadata spreads asynchronously), so within ``_PROPAGATION_S`` of a creation
-        a listing without it asks again."""
+        a listing without it asks again (within the log's timeout)."""
         self._check_open()
+        deadline = time.monotonic() + self.timeout
         while True:
             with translated("listing topics"):
                 meta = self._metadata()
@@ -564,9 +565,9 @@ class KafkaLog(Log):
             for name, created in list(self._created.items()):
                 if now - created > _PROPAGATION_S:  # every broker has heard of it by now
                     self._created.pop(name, None)
-            if self._created.keys() <= meta.topics.keys():  # the next broker may lag: kept
+            if self._created.keys() <= meta.topics.keys() or now > deadline:
                 return sorted(t for t in meta.topics if not t.startswith("__"))
-            time.sleep(0.05)
+            time.sleep(0.05)  # the next broker asked may lag too: the names stay watched
 
     def partitions(self, topic: str) -> int:
         return self._info(topic).partitions
