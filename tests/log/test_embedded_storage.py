@@ -513,6 +513,35 @@ def test_a_flipped_base_offset_is_never_read_as_data(tmp_path: Path, which: str)
         assert seen == list(range(len(seen)))
 
 
+@pytest.mark.parametrize("size", ["past the end", "short"])
+def test_a_wrong_batch_size_is_never_read_as_data(tmp_path: Path, size: str) -> None:
+    """The CRC does not cover a batch's size either: a read that steps over the batch toward a
+    later offset (without reading its bytes) refuses a size that runs past the published end,
+    and one too short lands on bytes that are no batch header."""
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1, {"index.interval.bytes": 1 << 20})  # no index: reads step
+        for i in range(40):
+            log.append("t", 0, [Record(b"k%d" % i, b"v" * 100)])
+        end = log.end_offset("t", 0)
+    (seg,) = segment_files(tmp_path, "t")
+    spot = _batch_positions(seg)[3]
+    data = bytearray(Path(seg).read_bytes())
+    stored = int.from_bytes(data[spot + 8 : spot + 12], "little")
+    wrong = stored + len(data) if size == "past the end" else stored - 40
+    data[spot + 8 : spot + 12] = wrong.to_bytes(4, "little")
+    Path(seg).write_bytes(bytes(data))
+    with open_log(tmp_path) as log:
+        for off in range(end):  # each read is right or refused, naming the file
+            try:
+                got = log.read("t", 0, off, max_records=2)
+            except CorruptLogError as exc:
+                assert exc.path == seg
+                continue
+            assert [r.offset for r in got] == list(range(off, off + len(got)))
+            assert [r.value for r in got] == [b"v" * 100] * len(got)
+            assert off < 3, f"offset {off} read past a batch of a wrong size"
+
+
 def test_head_rebuild_refuses_a_batch_whose_offset_does_not_follow(tmp_path: Path) -> None:
     with open_log(tmp_path) as log:
         log.create_topic("t", 1)

@@ -6,14 +6,12 @@ KAFKAKV_PURE_PYTHON=1 selects the twins for a whole process."""
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib
 import os
 import struct
 import subprocess
 import sys
 import textwrap
-import tracemalloc
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +26,7 @@ from kafkakv.log.base import Record
 from kafkakv.log.embedded import format as fmt
 from kafkakv.log.embedded import frame
 from kafkakv.log.embedded.head import BOOT_ID, HeadState, unpack_head
+from tests.leaks import growth
 
 PURE = os.environ.get("KAFKAKV_PURE_PYTHON", "") not in ("", "0")
 
@@ -302,21 +301,13 @@ def test_the_c_functions_leak_no_memory_and_no_references() -> None:
                 c.frame(-1, body, 8, 7, 1, 2, 0, -1, 0)
             c.pack_head(state)
 
-    work()
-    gc.collect()
-    counts = [sys.getrefcount(x) for x in (key, value, plain[0], state, None)]
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        work()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert grown < 64 * 1024, f"{grown} bytes still allocated after 35,000 calls"
-    after = [sys.getrefcount(x) for x in (key, value, plain[0], state, None)]
-    assert after[:4] == counts[:4]
-    assert abs(after[4] - counts[4]) < 100  # None: a leaked reference per call would be 5,000s
+    found = growth(work, (key, value, plain[0], state, None))
+    assert found.allocated < 64 * 1024, (
+        f"{found.allocated} bytes still allocated after 35,000 calls"
+    )
+    assert found.refs_after[:4] == found.refs_before[:4]
+    # None: a reference leaked per call would be thousands
+    assert abs(found.refs_after[4] - found.refs_before[4]) < 100
 
 
 def test_kafkakv_pure_python_selects_the_twins_for_a_whole_process(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import tracemalloc
 import types
 import weakref
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 
 from kafkakv.codecs import BytesCodec, IntCodec, JsonCodec, StrCodec
 from kafkakv.map import reads
+from tests.leaks import growth
 
 PURE = os.environ.get("KAFKAKV_PURE_PYTHON", "") not in ("", "0")
 
@@ -265,20 +265,12 @@ def test_reads_leak_no_memory_and_no_references() -> None:
                     target.get(key, default)
                     key in target  # noqa: B015 - the read is what is measured
 
-    work()  # warm: caches, interned strings, the harness's checked paths
-    counts = [sys.getrefcount(x) for x in (table, m._gate, value, default, keys[3])]
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        work()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    found = growth(work, (table, m._gate, value, default, keys[3]))
     # 200 x 103 keys x 3 maps x 4 reads: a leaked object per read would be megabytes.
-    assert grown < 64 * 1024, f"{grown} bytes still allocated after 247,200 reads"
-    assert [sys.getrefcount(x) for x in (table, m._gate, value, default, keys[3])] == counts
+    assert found.allocated < 64 * 1024, (
+        f"{found.allocated} bytes still allocated after 247,200 reads"
+    )
+    assert found.refs_after == found.refs_before
 
 
 def test_a_cycle_through_the_c_fields_is_collected() -> None:

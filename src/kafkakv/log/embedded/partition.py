@@ -42,7 +42,6 @@ from kafkakv.log.embedded.format import (
     BatchHeader,
     Row,
     decode_rows,
-    encode_batch,
     entries_from_rows,
     parse_header,
     records_from_rows,
@@ -50,6 +49,7 @@ from kafkakv.log.embedded.format import (
     scan_batches,
     verify_crc,
 )
+from kafkakv.log.embedded.frame import frame
 from kafkakv.log.embedded.head import BOOT_ID, HeadFile, HeadState
 from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
 from kafkakv.log.embedded.recovery import index_entries, valid_prefix
@@ -480,6 +480,12 @@ class Partition:
                     h.last_offset >= limit
                 ):
                     raise self._corrupt(seg, pos + p, self._offsets_problem(h, low, exact, limit))
+                if h.last_offset < offset:  # before the offset asked for: its bytes are not read
+                    if pos + p + h.size > end:
+                        raise self._corrupt(seg, pos + p, "batch runs past the published end")
+                    low, exact = h.last_offset + 1, False
+                    p += h.size
+                    continue
                 where = (seg.name, pos + p, h.crc)
                 partial = self._partial
                 # A batch this reader stopped inside of is decoded already: its bytes need not
@@ -498,33 +504,32 @@ class Partition:
                         continue
                     break
                 low, exact = h.last_offset + 1, False
-                if h.last_offset >= offset:
-                    if cached is None and not verify_crc(buf, p, h):
-                        raise self._corrupt(seg, pos + p, "batch checksum mismatch")
-                    rows = decode_rows(buf, p, h) if cached is None else cached
-                    taken = make(rows, h, part, offset, max_records - len(out))
-                    out.extend(taken)
-                    budget -= h.size
-                    last = offset_of(taken[-1], h.base_offset) if taken else None
-                    if last is not None:
-                        after = last + 1
-                    if last is not None and last != rows[-1][0] + h.base_offset:
-                        # The read stops inside this batch: keep it decoded for the next one.
-                        self._partial = (where, rows)
-                        self._read_cursor = (
-                            seg.name,
-                            last + 1,
-                            _Start(pos + p, h.base_offset, True),
-                        )
-                        return budget, after
-                    if len(out) >= max_records or budget <= 0:
-                        self._read_cursor = (seg.name, low, _Start(pos + p + h.size, low, False))
-                        return budget, after
+                if cached is None and not verify_crc(buf, p, h):
+                    raise self._corrupt(seg, pos + p, "batch checksum mismatch")
+                rows = decode_rows(buf, p, h) if cached is None else cached
+                taken = make(rows, h, part, offset, max_records - len(out))
+                out.extend(taken)
+                budget -= h.size
+                last = offset_of(taken[-1], h.base_offset) if taken else None
+                if last is not None:
+                    after = last + 1
+                if last is not None and last != rows[-1][0] + h.base_offset:
+                    # The read stops inside this batch: keep it decoded for the next one.
+                    self._partial = (where, rows)
+                    self._read_cursor = (
+                        seg.name,
+                        last + 1,
+                        _Start(pos + p, h.base_offset, True),
+                    )
+                    return budget, after
+                if len(out) >= max_records or budget <= 0:
+                    self._read_cursor = (seg.name, low, _Start(pos + p + h.size, low, False))
+                    return budget, after
                 p += h.size
-                self._read_cursor = (seg.name, low, _Start(pos + p, low, False))
             if p == 0:
                 raise self._corrupt(seg, pos, "segment shorter than published")
             pos += p
+            self._read_cursor = (seg.name, low, _Start(pos, low, False))  # a batch boundary
         return budget, after
 
     @staticmethod
@@ -689,15 +694,17 @@ class Partition:
         size = HEADER_SIZE + len(body)
         head = self._maybe_roll_locked(head, size)
         first = head.next_offset
-        batch = encode_batch(
-            first,
+        # format.encode_batch's fields, passed to frame() by position: no keyword call here
+        batch = frame(
+            first,  # base_offset
             body,
-            record_count=count,
-            last_offset_delta=count - 1,
-            base_timestamp=base_ts,
-            max_timestamp=max_ts,
-            attributes=ATTR_TRANSACTIONAL if producer else 0,
-            producer=producer,
+            count,  # record_count
+            count - 1,  # last_offset_delta
+            base_ts,
+            max_ts,
+            ATTR_TRANSACTIONAL if producer else 0,  # attributes
+            -1,  # delete_horizon_ms
+            producer,
         )
         pos = head.active_pos
         if self._preallocates and pos + len(batch) > self._wsize:
