@@ -15,6 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <zlib.h>
+#include <limits.h>
 #include <string.h>
 
 static PyObject *record_type;  /* kafkakv.log.base.Record, set by frame.py through bind() */
@@ -45,7 +46,7 @@ put_u64(unsigned char *p, uint64_t v)
     }
 }
 
-/* An int argument in [lo, hi] (unsigned when is_unsigned), as struct.pack checks it: a
+/* An int argument of ``bits`` bits, unsigned or signed (64 bits), as struct.pack checks it: a
  * non-int or an int out of range raises struct.error. Returns 0, or -1 with the error set. */
 static int
 as_field(PyObject *obj, int is_unsigned, int bits, uint64_t *out)
@@ -56,11 +57,8 @@ as_field(PyObject *obj, int is_unsigned, int bits, uint64_t *out)
     }
     int overflow = 0;
     if (is_unsigned) {
-        if (_PyLong_Sign(obj) < 0) {
-            goto range;
-        }
         unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) { /* negative, or past 64 bits */
             PyErr_Clear();
             goto range;
         }
@@ -193,9 +191,18 @@ plain_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "kafkakv.log.embedded._frame: bind() not called");
         return NULL;
     }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (!PyLong_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "plain_body(): limit must be an int, not %.100s",
+                     Py_TYPE(args[1])->tp_name);
+        return NULL;
+    }
+    int overflow = 0; /* a limit past 64 bits holds every record, or none */
+    long long limit = PyLong_AsLongLongAndOverflow(args[1], &overflow);
     if (limit == -1 && PyErr_Occurred()) {
         return NULL;
+    }
+    if (overflow) {
+        limit = overflow > 0 ? LLONG_MAX : LLONG_MIN;
     }
     /* A tuple of its own: a truth test below may run code that changes a list. */
     PyObject *seq = PySequence_Tuple(args[0]);
@@ -248,7 +255,7 @@ plain_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         size += 1 + uint_size((uint64_t)i) + 1 + bin_size(klen) + 1;
         size += value == Py_None ? 1 : bin_size(vlen);
     }
-    if (max_key + max_value > limit) {
+    if ((long long)(max_key + max_value) > limit) {
         goto not_plain;
     }
     result = PyBytes_FromStringAndSize(NULL, size);
