@@ -451,5 +451,15 @@ PyInit__frame(void)
     if (struct_error == NULL) {
         return NULL;
     }
-    return PyModule_Create(&frame_module);
+    PyObject *module = PyModule_Create(&frame_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    PyObject *all = Py_BuildValue("[ssss]", "bind", "frame", "pack_head", "plain_body");
+    if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
+        Py_XDECREF(all);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }
