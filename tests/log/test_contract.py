@@ -147,6 +147,10 @@ def test_send_refuses_invalid_records_before_storing_any(
         log.send(topic, 0, [Record(b"a", b"1"), Record(None, b"2")], on_failure)
     with pytest.raises(InvalidRecordError):
         log.send(topic, 0, [Record(b"a", "text")], on_failure)  # type: ignore[arg-type]
+    # A timestamp of the wrong type, even an unhashable one, is named (not a bare TypeError).
+    unhashable = Record(b"b", b"2", (), [1])  # type: ignore[arg-type]
+    with pytest.raises(InvalidRecordError, match="timestamp"):
+        log.send(topic, 0, [Record(b"a", b"1"), unhashable], on_failure)
     assert log.end_offset(topic, 0) == 0
 
 
