@@ -40,7 +40,14 @@ import msgspec
 
 from kafkakv.errors import CorruptLogError, InvalidRecordError
 from kafkakv.log.base import Record
-from kafkakv.log.embedded.frame import BATCH_HEADER, CRC_START, frame, pack_rows, plain_body
+from kafkakv.log.embedded.frame import (
+    BATCH_HEADER,
+    BATCH_MAGIC,
+    CRC_START,
+    frame,
+    pack_rows,
+    plain_body,
+)
 from kafkakv.log.records import RECORD_OVERHEAD, check_record
 
 __all__ = [
@@ -64,7 +71,6 @@ __all__ = [
     "verify_crc",
 ]
 
-MAGIC = 1
 ATTR_TRANSACTIONAL = 0x01
 HEADER_SIZE = BATCH_HEADER.size  # 56
 INDEX_ENTRY = struct.Struct("<II")
@@ -183,7 +189,7 @@ def parse_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
         raise CorruptLogError("truncated batch header", position=pos)
     fields = BATCH_HEADER.unpack_from(buf, pos)
     (base, size, crc, magic, attrs, _r, count, last_delta, bts, mts, horizon, producer) = fields
-    if magic != MAGIC or size < HEADER_SIZE or last_delta < 0 or count > last_delta + 1:
+    if magic != BATCH_MAGIC or size < HEADER_SIZE or last_delta < 0 or count > last_delta + 1:
         raise CorruptLogError("bad batch header (magic, size or counts)", position=pos)
     return _tuple_new(
         BatchHeader, (base, size, crc, attrs, count, last_delta, bts, mts, horizon, producer)

@@ -31,6 +31,7 @@ from kafkakv.log.records import plain_batch
 
 __all__ = [
     "BATCH_HEADER",
+    "BATCH_MAGIC",
     "COMPILED",
     "CRC_START",
     "HEAD_MAGIC",
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 BATCH_HEADER = struct.Struct("<QIIBBHIIqqqI")  # the layout is in format.py
+BATCH_MAGIC = 1  # the format's version, in every batch header (the C module writes it too)
 CRC_START = 16  # the batch CRC covers the bytes from here on
 HEAD_MAGIC = b"KKVH"  # the layout is in head.py
 _HEAD_PREFIX = struct.Struct("<4sI")  # magic, CRC
@@ -87,7 +89,7 @@ def py_frame(
             base_offset,
             BATCH_HEADER.size + len(body),
             0,
-            1,  # magic
+            BATCH_MAGIC,
             attributes,
             0,
             record_count,
