@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -46,7 +47,7 @@ from kafkakv.map.machine import (
     read_flush_point,
     start_point,
 )
-from kafkakv.map.ops import KEEP, OpCode, decide, decode_op, encode_op
+from kafkakv.map.ops import KEEP, OpCode, decide, decode_op, encode_op, sent_op
 from kafkakv.store.base import Positions
 from kafkakv.store.memory import DictStore
 
@@ -356,6 +357,111 @@ def test_apply_batch_takes_the_bulk_path_only_for_plain_put_batches(
     monkeypatch.setattr(PartitionMachine, "apply_puts", spy)
     machine.apply_batch(puts, 5)
     assert taken == [True]
+
+
+def _shape(x: Any) -> Any:
+    """``x`` with the type of every part: equal shapes are the same values of the same types."""
+    if isinstance(x, tuple | list):
+        return (type(x), tuple(_shape(item) for item in x))
+    return (type(x), x)
+
+
+#: Op arguments of every kind a caller could hand the engine: ones msgpack gives back as they
+#: are, and ones it gives back as another type (bytearray as bytes, lists as tuples, an
+#: IntEnum as an int, a str subclass as str).
+_ARGS = st.one_of(
+    st.binary(max_size=8),
+    st.text(max_size=4),
+    st.integers(-(1 << 63), (1 << 64) - 1),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.none(),
+    st.binary(max_size=8).map(bytearray),
+    st.lists(st.binary(max_size=4), max_size=2),
+    st.lists(st.binary(max_size=4), max_size=2).map(tuple),
+    st.sampled_from(OpCode),
+    st.text(max_size=4).map(type("Name", (str,), {})),
+)
+
+
+@SETTINGS
+@given(
+    code=st.sampled_from(OpCode),
+    origin=st.one_of(st.just(ME), st.just(bytearray(ME))),
+    seq=st.integers(0, 1 << 40),
+    args=st.lists(_ARGS, max_size=7) | st.lists(_ARGS, max_size=7).map(tuple),
+)
+def test_an_op_sent_is_exactly_what_decoding_its_bytes_gives(
+    code: OpCode, origin: bytes, seq: int, args: list[Any]
+) -> None:
+    """The writer decides its own record as :func:`sent_op` says, every other replica as the
+    bytes decode: where ``sent_op`` answers, the two are the same values of the same types."""
+    try:
+        value = encode_op(code, origin, seq, args)
+    except (TypeError, OverflowError, msgspec.EncodeError):
+        return  # the caller's encode_op refuses it before anything is appended
+    op = sent_op(code, origin, seq, args)
+    try:
+        decoded = decode_op(value)
+    except Exception as exc:
+        assert op is None, f"decoding refuses it ({exc}) but sent_op gave {op}"
+        return
+    if op is not None:
+        assert _shape(tuple(op)) == _shape(tuple(decoded))
+        assert op.code is decoded.code
+
+
+@SETTINGS
+@given(
+    code=st.sampled_from(
+        [OpCode.PUT, OpCode.PUT_IF_ABSENT, OpCode.REPLACE, OpCode.REMOVE, OpCode.REMOVE_IF]
+        + [OpCode.COMPARE_AND_SET, OpCode.MERGE, OpCode.SET_IF_VERSION, OpCode.BARRIER]
+    ),
+    value=st.one_of(
+        st.sampled_from(VALUES),
+        st.sampled_from(VALUES).map(bytearray),
+        st.just("3"),
+        st.none(),
+        st.just(7),
+    ),
+    before=st.dictionaries(st.sampled_from(KEYS[:2]), st.sampled_from(VALUES)),
+    key=st.sampled_from(KEYS[:2]),
+)
+def test_an_own_record_is_decided_alike_as_sent_and_as_decoded(
+    code: OpCode, value: Any, before: dict[bytes, bytes], key: bytes
+) -> None:
+    """One own record of any op, with arguments of types that decode as themselves or not:
+    applied with its sent op and applied from its bytes, it makes the same state, results,
+    errors and flush marks."""
+    args: list[Any] = {
+        OpCode.REMOVE: [],
+        OpCode.BARRIER: [],
+        OpCode.COMPARE_AND_SET: [value, b"2"],
+        OpCode.MERGE: ["test_machine.concat", value],
+        OpCode.SET_IF_VERSION: [None, value],
+    }.get(code, [value])
+    encoded = encode_op(code, ME, 11, args)
+    records = numbered([(key, encoded)], 3)
+    outcomes = []
+    for sent in (None, (encoded, sent_op(code, ME, 11, args))):
+        state = new_state()
+        state.store.write(dict(before), {})
+        machine = new_machine(state)
+        machine.start_at(Positions(3, 2))
+        step = machine.apply_batch(records, 4, sent if sent and sent[1] else None)
+        carry_out(machine, state, step)
+        outcomes.append(
+            (
+                contents(state),
+                [(kind, seq, repr(arg)) for kind, seq, arg in own_outcomes(step)],
+                [(e.offset, e.error) for e in step.errors],
+                step.flush_due,
+                machine.applied,
+                dict(machine.dirty),
+                step.updates,
+            )
+        )
+    assert outcomes[0] == outcomes[1]
 
 
 def test_a_function_not_registered_stalls_at_its_record() -> None:

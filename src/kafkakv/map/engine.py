@@ -79,7 +79,7 @@ from kafkakv.map.machine import (
     load_latest,
     start_point,
 )
-from kafkakv.map.ops import OpCode, decode_op, encode_op, write_many_chunks
+from kafkakv.map.ops import Op, OpCode, decode_op, encode_op, sent_op, write_many_chunks
 from kafkakv.map.reads import ReadGate
 from kafkakv.map.replicalock import ReplicaLock
 from kafkakv.map.sender import Sender, Slots
@@ -473,7 +473,8 @@ class ReplicaEngine:
             self._fail_pending([seq], exc)
             raise
         try:
-            self.apply_until(p, offset, time.monotonic() + timeout, record)
+            op = sent_op(code, self.origin, seq, args)
+            self.apply_until(p, offset, time.monotonic() + timeout, record, op)
         finally:
             self._last_local = time.monotonic()
         return future
@@ -613,13 +614,21 @@ class ReplicaEngine:
         self._fail_pending([seq], exc)
 
     # -- applying -----------------------------------------------------------------------
-    def apply_until(self, p: int, offset: int, deadline: float, own: Record | None = None) -> None:
+    def apply_until(
+        self,
+        p: int,
+        offset: int,
+        deadline: float,
+        own: Record | None = None,
+        op: Op | None = None,
+    ) -> None:
         """Return once ``offset`` of partition ``p`` is applied, applying it here if need be.
 
         ``own`` is the record this replica appended at ``offset``, if it was one: when
         everything before it is applied, it is applied as it is, without reading it back (the
-        log holds exactly these bytes there). Raises OperationTimeoutError at ``deadline``;
-        the update may still apply later.
+        log holds exactly these bytes there), and as ``op`` without decoding it, when given
+        (what :func:`~kafkakv.map.ops.sent_op` returned for it). Raises OperationTimeoutError
+        at ``deadline``; the update may still apply later.
         """
         machine = self.machines[p]
         while machine.applied <= offset:
@@ -640,7 +649,8 @@ class ReplicaEngine:
                     and self._applies_own
                 ):
                     mine = _new_tuple(Record, (own[0], own[1], (), None, p, offset))
-                    self._carry_out(p, machine.apply_batch((mine,), offset + 1))
+                    sent = None if op is None else (own[1], op)
+                    self._carry_out(p, machine.apply_batch((mine,), offset + 1, sent))
                     progressed = True  # or stalled there: the loop's check raises it
                 else:
                     progressed = self._apply_available(p, until=offset)

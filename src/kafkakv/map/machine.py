@@ -39,6 +39,7 @@ from kafkakv.map.keyspace import FLUSH_POINT_KEY, RESERVED_KEYS, SETTINGS_KEY, p
 from kafkakv.map.ops import (
     KEEP,
     Keep,
+    Op,
     OpCode,
     Transaction,
     decide,
@@ -208,6 +209,9 @@ class Step:
         return Positions(self.applied, self.flushed)
 
 
+#: No record's value is this object (:meth:`PartitionMachine.apply_records` without ``sent``).
+_NOT_SENT = object()
+
 #: Batches at least this long try the bulk path of :meth:`PartitionMachine.apply_batch`.
 BULK_MIN = 16
 
@@ -272,10 +276,16 @@ class PartitionMachine:
         self.next_flush = self.flushed + self.flush_period
 
     # -- applying -------------------------------------------------------------------------
-    def apply_batch(self, records: Sequence[Record], after: int) -> Step:
+    def apply_batch(
+        self, records: Sequence[Record], after: int, sent: tuple[bytes | None, Op] | None = None
+    ) -> Step:
         """Decide ``records``, ops records read from ``applied`` on in log order, up to offset
         ``after`` (exclusive; the next offset to read). Changes ``dirty``, the flush marks and
         the maps' ``unreadable`` notes; ``applied`` moves only with :meth:`advance`.
+
+        ``sent`` is ``(value, op)`` for a record this replica encoded itself: the record whose
+        value is that very object is decided as ``op`` without decoding it (``op`` must be what
+        decoding gives: see :func:`~kafkakv.map.ops.sent_op`).
 
         A record this replica cannot apply as the others do (a function not registered here)
         stalls the partition: the records before it are decided, it and those after are not,
@@ -290,7 +300,7 @@ class PartitionMachine:
             step = self.apply_puts(records, after)
             if step is not None:
                 return step
-        return self.apply_records(records, after)
+        return self.apply_records(records, after, sent)
 
     def advance(self, step: Step) -> None:
         """The step's position is the state's now (after the engine wrote the step to the
@@ -312,7 +322,9 @@ class PartitionMachine:
         self.applied = after
         return True
 
-    def apply_records(self, records: Sequence[Record], after: int) -> Step:
+    def apply_records(
+        self, records: Sequence[Record], after: int, sent: tuple[bytes | None, Op] | None = None
+    ) -> Step:
         """:meth:`apply_batch` one record at a time: any batch."""
         p, ops, origin = self.partition, self.topic, self.origin
         step = Step()
@@ -327,15 +339,19 @@ class PartitionMachine:
             plain_overlay: dict[bytes, bytes | None] = {}
             changes[id(plain)] = plain_overlay
         next_flush = self.next_flush
+        sent_value, sent_op = sent if sent is not None else (_NOT_SENT, None)
         for key, value, _, ts, _, offset in records:
             assert offset is not None
             last = offset
-            try:
-                code, op_origin, seq, args = decode_op(value)
-            except DecodeError as exc:
-                errors.append(ApplyError(p, offset, str(exc), key, ops))
-                skipped += 1
-                continue
+            if value is sent_value:
+                code, op_origin, seq, args = cast(Op, sent_op)
+            else:
+                try:
+                    code, op_origin, seq, args = decode_op(value)
+                except DecodeError as exc:
+                    errors.append(ApplyError(p, offset, str(exc), key, ops))
+                    skipped += 1
+                    continue
             if code >= OpCode.BARRIER:  # control records
                 skipped += 1
                 if code is OpCode.FLUSHED:

@@ -71,6 +71,7 @@ __all__ = [
     "decode_op",
     "encode_op",
     "expectations_hold",
+    "sent_op",
     "transaction_args",
     "write_many_args",
     "write_many_chunks",
@@ -144,6 +145,25 @@ def decode_op(data: bytes | None) -> Op:
     return _new_op(Op, (opcode, origin, seq, args))
 
 
+def sent_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any]) -> Op | None:
+    """What :func:`decode_op` returns for ``encode_op(code, origin, seq, args)``, without the
+    round trip, when that is sure to be these very values; None when only decoding can say
+    (an argument of another type, such as a ``bytearray`` that decodes as ``bytes``, a tuple
+    that decodes as a tuple of other types; an arity that decoding refuses).
+
+    The writer applies its own record with it (:meth:`ReplicaEngine.apply_until`): every other
+    replica decodes the bytes, so the op it decides must be exactly the decoded one.
+    """
+    if type(code) is not OpCode or type(origin) is not bytes or type(seq) is not int:
+        return None
+    if len(args) != _ARITY[code]:
+        return None
+    for arg in args:
+        if type(arg) not in _VERBATIM:
+            return None
+    return _new_op(Op, (code, origin, seq, tuple(args)))
+
+
 _CODES = {int(c): c for c in OpCode}
 _new_op = tuple.__new__  # Op(...) without the NamedTuple constructor's Python-level call
 _ARITY = {
@@ -167,6 +187,9 @@ _ARITY = {
 
 
 _BYTES_OR_NIL = frozenset({bytes, type(None)})
+#: Argument types that msgpack gives back as the same type and value (a str comes back a str:
+#: ops are decoded with ``raw=False``).
+_VERBATIM = frozenset({bytes, str, int, bool, float, type(None)})
 
 MANY_PAIRS = 4096
 """Pairs in one ``WRITE_MANY`` record at most."""
