@@ -9,17 +9,28 @@
  *                               a whole batch: the 56-byte header, its CRC, the body
  *   pack_head(state)            the 80-byte head record of a HeadState
  *
+ * and one that writes: append_plain(...), the steady-state append of partition.py, whose
+ * locked section (flock, head, tail check, batch, head publish, unlock) runs here in one call
+ * without the GIL, and which declines (returns None, having changed nothing) whenever anything
+ * is not the steady state, for Partition.append's Python path to handle. See append_plain below.
+ *
  * The formats are in format.py and head.py. The CRC is zlib's CRC-32, as Python's zlib.crc32
  * computes it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <zlib.h>
+#include <errno.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
 
 static PyObject *record_type;  /* kafkakv.log.base.Record, set by frame.py through bind() */
 static PyObject *struct_error; /* struct.error: what the twin's Struct.pack raises */
+static PyObject *head_type;    /* kafkakv.log.embedded.head.HeadState, set through bind() */
 
 /* -- little-endian stores --------------------------------------------------------------- */
 
@@ -406,6 +417,298 @@ pack_head(PyObject *module, PyObject *state)
     return PyBytes_FromStringAndSize((const char *)raw, HEAD_SIZE);
 }
 
+/* -- append_plain ----------------------------------------------------------------------- */
+
+/* The steady state of Partition.append, in one call that lets go of the GIL once:
+ *
+ *   append_plain(lock_fd, wfd, head_fd, head_map, boot_id, layout_version, active_base,
+ *                write_limit, segment_bytes, roll_at_ms, index_interval, body, count,
+ *                base_timestamp, max_timestamp, sync)
+ *
+ * takes the partition's flock without waiting, reads the head from ``head_map`` (the head
+ * file's mmap), checks the tail after the published end with one pread, writes the batch with
+ * one pwritev, fdatasyncs the segment when ``sync``, publishes the new head with one pwrite and
+ * releases the flock: the same system calls, with the same bytes, as the Python path's
+ * prepare_locked, write_locked, sync_locked and publish_locked. Returns (first offset, head
+ * bytes, HeadState).
+ *
+ * It declines, returning None with the flock released and nothing written, whenever the
+ * Python path has more to do: the flock is held elsewhere (waiting is the Python path's); the
+ * head is torn, from another boot, or names another manifest (``layout_version``) or active
+ * segment (``active_base``) than the one ``wfd`` is open on; the file does not reach the
+ * published end or holds bytes after it (a dead writer's tail, a pending transaction); the
+ * batch would roll the segment (``segment_bytes``, ``roll_at_ms``, the offset span), needs an
+ * index entry (``index_interval``), or would write past ``write_limit`` (the preallocated size
+ * under fsync=always; -1: no limit); an argument is not what it should be.
+ *
+ * A failed write raises OSError with the flock released: a batch that was not all written is
+ * cut off again (ftruncate to where it began); one written but not published (the fdatasync or
+ * the head write failed) stays as a tail, as on the Python path, for the next writer to cut. */
+
+#define MAX_SEGMENT_SPAN 2147483647LL /* partition.py's _MAX_SEGMENT_SPAN */
+#define TAIL_PROBE (HEADER_SIZE + 1)
+
+enum outcome { APPENDED, DECLINED, FAILED };
+
+struct plan {
+    /* in */
+    int lock_fd, wfd, head_fd, sync;
+    const unsigned char *head_map;
+    const unsigned char *boot_id;
+    long long layout_version, active_base, write_limit, segment_bytes, roll_at_ms, interval;
+    const char *body;
+    Py_ssize_t body_len;
+    uint32_t count;
+    long long base_ts, max_ts;
+    /* out */
+    uint64_t first;
+    unsigned char head[HEAD_SIZE];
+    uint64_t fields[7];
+    int error;
+};
+
+static inline uint64_t
+get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+static inline uint32_t
+get_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static long long
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Everything between taking and releasing the flock; no Python objects, no GIL. */
+static enum outcome
+append_locked(struct plan *w)
+{
+    unsigned char head[HEAD_SIZE];
+    memcpy(head, w->head_map, HEAD_SIZE);
+    if (memcmp(head, "KKVH", 4) != 0 ||
+        get_u32(head + 4) != (uint32_t)crc32(crc32(0L, Z_NULL, 0), head + 8, HEAD_SIZE - 8) ||
+        memcmp(head + 64, w->boot_id, 16) != 0) {
+        return DECLINED;
+    }
+    /* seq, next_offset, start_offset, active_base, active_pos, layout_version, last_index */
+    uint64_t f[7];
+    for (int i = 0; i < 7; i++) {
+        f[i] = get_u64(head + 8 + 8 * i);
+    }
+    if (f[3] != (uint64_t)w->active_base || f[5] != (uint64_t)w->layout_version ||
+        f[1] > (uint64_t)LLONG_MAX || f[4] > (uint64_t)LLONG_MAX || f[6] > f[4]) {
+        return DECLINED;
+    }
+    long long next = (long long)f[1], pos = (long long)f[4], last_index = (long long)f[6];
+    long long size = HEADER_SIZE + (long long)w->body_len;
+    if (pos > 0 && (pos + size > w->segment_bytes || now_ms() >= w->roll_at_ms)) {
+        return DECLINED; /* rolls first */
+    }
+    if (next - w->active_base >= MAX_SEGMENT_SPAN || next > LLONG_MAX - (long long)w->count) {
+        return DECLINED;
+    }
+    if (pos > 0 && pos - last_index >= w->interval) {
+        return DECLINED; /* writes an index entry */
+    }
+    if (w->write_limit >= 0 && pos + size > w->write_limit) {
+        return DECLINED; /* preallocates first */
+    }
+    /* The tail: the byte before the published end and a header's worth after it. */
+    unsigned char probe[TAIL_PROBE];
+    long long at = pos ? pos - 1 : 0;
+    ssize_t got = pread(w->wfd, probe, TAIL_PROBE, (off_t)at);
+    if (got < 0 || at + got < pos) {
+        return DECLINED;
+    }
+    for (ssize_t i = (ssize_t)(pos - at); i < got; i++) {
+        if (probe[i] != 0) {
+            return DECLINED;
+        }
+    }
+    /* The batch: format.py's header (attributes 0, delete horizon -1, producer 0), its CRC
+     * over the header from byte 16 on and the body. */
+    unsigned char h[HEADER_SIZE];
+    put_u64(h, (uint64_t)next);
+    put_u32(h + 8, (uint32_t)size);
+    h[16] = 1; /* magic */
+    h[17] = 0; /* attributes */
+    put_u16(h + 18, 0);
+    put_u32(h + 20, w->count);
+    put_u32(h + 24, w->count - 1);
+    put_u64(h + 28, (uint64_t)w->base_ts);
+    put_u64(h + 36, (uint64_t)w->max_ts);
+    put_u64(h + 44, (uint64_t)-1LL);
+    put_u32(h + 52, 0);
+    uLong crc = crc_of(crc32(0L, Z_NULL, 0), h + CRC_START, HEADER_SIZE - CRC_START);
+    crc = crc_of(crc, (const unsigned char *)w->body, w->body_len);
+    put_u32(h + 12, (uint32_t)crc);
+    struct iovec iov[2] = {{h, HEADER_SIZE}, {(void *)w->body, (size_t)w->body_len}};
+    ssize_t written = pwritev(w->wfd, iov, 2, (off_t)pos);
+    if (written != (ssize_t)size) {
+        w->error = written < 0 ? errno : ENOSPC;
+        if (written != 0) {
+            (void)ftruncate(w->wfd, (off_t)pos); /* as _truncate_locked: no index entry to drop */
+        }
+        return FAILED;
+    }
+    if (w->sync && fdatasync(w->wfd) != 0) {
+        w->error = errno;
+        return FAILED;
+    }
+    /* The new head: HeadState(seq + 1, next + count, start, base, pos + size, layout,
+     * last_index, boot_id), packed as pack_head packs it. */
+    f[0] += 1;
+    f[1] = (uint64_t)(next + (long long)w->count);
+    f[4] = (uint64_t)(pos + size);
+    memcpy(w->head, "KKVH", 4);
+    for (int i = 0; i < 7; i++) {
+        put_u64(w->head + 8 + 8 * i, f[i]);
+    }
+    memcpy(w->head + 64, w->boot_id, 16);
+    put_u32(w->head + 4, (uint32_t)crc32(crc32(0L, Z_NULL, 0), w->head + 8, HEAD_SIZE - 8));
+    ssize_t published = pwrite(w->head_fd, w->head, HEAD_SIZE, 0);
+    if (published != HEAD_SIZE) {
+        w->error = published < 0 ? errno : EIO;
+        return FAILED;
+    }
+    w->first = (uint64_t)next;
+    memcpy(w->fields, f, sizeof f);
+    return APPENDED;
+}
+
+/* An int argument as a long long; 0 with *ok cleared (and no error set) when it is not one. */
+static long long
+ll_arg(PyObject *obj, int *ok)
+{
+    if (!PyLong_Check(obj)) {
+        *ok = 0;
+        return 0;
+    }
+    long long v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        *ok = 0;
+    }
+    return v;
+}
+
+static PyObject *
+append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 16) {
+        PyErr_SetString(PyExc_TypeError, "append_plain() takes 16 arguments");
+        return NULL;
+    }
+    if (head_type == NULL) {
+        Py_RETURN_NONE; /* not bound: the Python path */
+    }
+    struct plan w;
+    memset(&w, 0, sizeof w);
+    int ok = 1;
+    long long lock_fd = ll_arg(args[0], &ok), wfd = ll_arg(args[1], &ok);
+    long long head_fd = ll_arg(args[2], &ok);
+    w.layout_version = ll_arg(args[5], &ok);
+    w.active_base = ll_arg(args[6], &ok);
+    w.write_limit = ll_arg(args[7], &ok);
+    w.segment_bytes = ll_arg(args[8], &ok);
+    w.roll_at_ms = ll_arg(args[9], &ok);
+    w.interval = ll_arg(args[10], &ok);
+    long long count = ll_arg(args[12], &ok);
+    w.base_ts = ll_arg(args[13], &ok);
+    w.max_ts = ll_arg(args[14], &ok);
+    w.sync = PyObject_IsTrue(args[15]);
+    if (w.sync < 0) {
+        return NULL;
+    }
+    if (!ok || lock_fd < 0 || lock_fd > INT_MAX || wfd < 0 || wfd > INT_MAX || head_fd < 0 ||
+        head_fd > INT_MAX || w.layout_version < 0 || w.active_base < 0 || count < 1 ||
+        count > 0xFFFFFFFFLL || w.interval < 0 || !PyBytes_Check(args[4]) ||
+        PyBytes_GET_SIZE(args[4]) != 16 || !PyBytes_Check(args[11]) ||
+        PyBytes_GET_SIZE(args[11]) > (Py_ssize_t)0xFFFFFFFFu - HEADER_SIZE) {
+        Py_RETURN_NONE; /* the Python path says what is wrong, if anything is */
+    }
+    w.lock_fd = (int)lock_fd;
+    w.wfd = (int)wfd;
+    w.head_fd = (int)head_fd;
+    w.count = (uint32_t)count;
+    w.boot_id = (const unsigned char *)PyBytes_AS_STRING(args[4]);
+    w.body = PyBytes_AS_STRING(args[11]);
+    w.body_len = PyBytes_GET_SIZE(args[11]);
+    Py_buffer map;
+    if (PyObject_GetBuffer(args[3], &map, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* no mapping (a closed one, None): the Python path */
+        Py_RETURN_NONE;
+    }
+    if (map.len < HEAD_SIZE) {
+        PyBuffer_Release(&map);
+        Py_RETURN_NONE;
+    }
+    w.head_map = (const unsigned char *)map.buf;
+    enum outcome outcome = DECLINED;
+    /* The arguments (the body, the boot id) and the exported mapping stay alive meanwhile:
+     * the caller holds them, and an mmap with an export cannot close. */
+    Py_BEGIN_ALLOW_THREADS
+    if (flock(w.lock_fd, LOCK_EX | LOCK_NB) == 0) {
+        outcome = append_locked(&w);
+        (void)flock(w.lock_fd, LOCK_UN);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&map);
+    if (outcome == DECLINED) {
+        Py_RETURN_NONE;
+    }
+    if (outcome == FAILED) {
+        errno = w.error;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    PyTypeObject *type = (PyTypeObject *)head_type;
+    PyObject *state = type->tp_alloc(type, 8);
+    if (state == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < 7; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(w.fields[i]);
+        if (v == NULL) {
+            Py_DECREF(state);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(state, i, v);
+    }
+    PyTuple_SET_ITEM(state, 7, Py_NewRef(args[4]));
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)w.head, HEAD_SIZE);
+    PyObject *first = PyLong_FromUnsignedLongLong(w.first);
+    if (raw == NULL || first == NULL) {
+        Py_XDECREF(raw);
+        Py_XDECREF(first);
+        Py_DECREF(state);
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(3);
+    if (out == NULL) {
+        Py_DECREF(raw);
+        Py_DECREF(first);
+        Py_DECREF(state);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, first);
+    PyTuple_SET_ITEM(out, 1, raw);
+    PyTuple_SET_ITEM(out, 2, state);
+    return out;
+}
+
 /* -- module ----------------------------------------------------------------------------- */
 
 static PyObject *
@@ -419,6 +722,17 @@ bind(PyObject *module, PyObject *record)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+bind_head(PyObject *module, PyObject *state)
+{
+    if (!PyType_Check(state) || !PyType_IsSubtype((PyTypeObject *)state, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "bind_head() takes the HeadState class (a tuple type)");
+        return NULL;
+    }
+    Py_XSETREF(head_type, Py_NewRef(state));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef frame_methods[] = {
     {"plain_body", (PyCFunction)(void (*)(void))plain_body, METH_FASTCALL,
      PyDoc_STR("plain_body(records, limit): the msgpack body of plain records, or None.")},
@@ -426,7 +740,13 @@ static PyMethodDef frame_methods[] = {
      PyDoc_STR("frame(base_offset, body, record_count, last_offset_delta, base_timestamp, "
                "max_timestamp, attributes, delete_horizon_ms, producer): a whole batch.")},
     {"pack_head", pack_head, METH_O, PyDoc_STR("pack_head(state): the 80-byte head record.")},
+    {"append_plain", (PyCFunction)(void (*)(void))append_plain, METH_FASTCALL,
+     PyDoc_STR("append_plain(lock_fd, wfd, head_fd, head_map, boot_id, layout_version, "
+               "active_base, write_limit, segment_bytes, roll_at_ms, index_interval, body, "
+               "count, base_timestamp, max_timestamp, sync): the steady-state append, or None.")},
     {"bind", bind, METH_O, PyDoc_STR("bind(Record): the record class plain_body accepts.")},
+    {"bind_head", bind_head, METH_O,
+     PyDoc_STR("bind_head(HeadState): the head state class append_plain returns.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -455,7 +775,8 @@ PyInit__frame(void)
     if (module == NULL) {
         return NULL;
     }
-    PyObject *all = Py_BuildValue("[ssss]", "bind", "frame", "pack_head", "plain_body");
+    PyObject *all = Py_BuildValue("[ssssss]", "append_plain", "bind", "bind_head", "frame",
+                                  "pack_head", "plain_body");
     if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
         Py_XDECREF(all);
         Py_DECREF(module);

@@ -7,6 +7,11 @@ Three pure functions over bytes, on the path of every append:
 - :func:`frame`: a whole batch, its 56-byte header (with the CRC) and the body;
 - :func:`pack_head`: the 80-byte head record of a :class:`~kafkakv.log.embedded.head.HeadState`.
 
+The compiled module also has :data:`append_plain`, the steady-state append of
+:meth:`Partition.append <kafkakv.log.embedded.partition.Partition.append>` in one call, its
+system calls made without the GIL; it has no twin: where it is None (not built, or pure Python)
+the partition's own Python path does the same writes. ``_frame.c`` says when it declines.
+
 The formats are in ``format.py`` and ``head.py``. Two implementations with one behaviour, as for
 the map's reads (:mod:`kafkakv.map.reads`): ``kafkakv.log.embedded._frame``, built from
 ``_frame.c`` where kafkakv was installed with a C compiler and zlib, and the ``py_`` functions
@@ -20,9 +25,9 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -35,6 +40,8 @@ __all__ = [
     "COMPILED",
     "CRC_START",
     "HEAD_MAGIC",
+    "append_plain",
+    "bind_head",
     "frame",
     "pack_head",
     "pack_rows",
@@ -113,8 +120,16 @@ def py_pack_head(state: tuple[int, int, int, int, int, int, int, bytes]) -> byte
     return _HEAD_PREFIX.pack(HEAD_MAGIC, zlib.crc32(body)) + body
 
 
+def _bind_nothing(state_type: type) -> None:
+    """Without the C module there is nothing to bind."""
+
+
 COMPILED = False
 plain_body, frame, pack_head = py_plain_body, py_frame, py_pack_head
+#: The compiled steady-state append (see the module docstring), or None.
+append_plain: Callable[..., Any] | None = None
+#: Gives the C module the HeadState class that :data:`append_plain` returns (head.py calls it).
+bind_head: Callable[[type], None] = _bind_nothing
 if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
     try:
         from kafkakv.log.embedded import _frame
@@ -123,4 +138,5 @@ if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
     else:
         _frame.bind(Record)
         plain_body, frame, pack_head = _frame.plain_body, _frame.frame, _frame.pack_head
+        append_plain, bind_head = _frame.append_plain, _frame.bind_head
         COMPILED = True

@@ -31,7 +31,7 @@ import zlib
 from typing import NamedTuple
 
 from kafkakv.log.embedded import fs
-from kafkakv.log.embedded.frame import HEAD_MAGIC, pack_head
+from kafkakv.log.embedded.frame import HEAD_MAGIC, bind_head, pack_head
 
 __all__ = ["BOOT_ID", "HEAD_SIZE", "HeadFile", "HeadState"]
 
@@ -66,6 +66,9 @@ class HeadState(NamedTuple):
 
     def pack(self) -> bytes:
         return pack_head(self)
+
+
+bind_head(HeadState)  # what the compiled append returns (see frame.append_plain)
 
 
 def unpack_head(raw: bytes) -> HeadState | None:

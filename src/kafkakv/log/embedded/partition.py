@@ -28,7 +28,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
@@ -49,7 +49,7 @@ from kafkakv.log.embedded.format import (
     scan_batches,
     verify_crc,
 )
-from kafkakv.log.embedded.frame import frame
+from kafkakv.log.embedded.frame import append_plain, frame
 from kafkakv.log.embedded.head import BOOT_ID, HeadFile, HeadState
 from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
 from kafkakv.log.embedded.recovery import index_entries, valid_prefix
@@ -73,6 +73,8 @@ _READ_CHUNK = 1 << 17
 _MAX_READ_CHUNK = 1 << 22
 _MAX_SEGMENT_SPAN = 2**31 - 1  # relative offsets in the index are u32; stay well inside
 _LOCK_NOW = fcntl.LOCK_EX | fcntl.LOCK_NB
+_MAX_MS = 2**63 - 1  # a roll time past any clock: the C append takes a signed 64-bit time
+_OS_PWRITE = os.pwrite  # fs.pwrite unless a test recorder took its place
 _PREALLOCATE = 1 << 18
 """Under ``fsync=always`` the active segment's file is grown this far ahead of its data, with
 ``fallocate``. An ``fdatasync`` after a write that grows a file must also commit the new size
@@ -207,6 +209,18 @@ class Partition:
         self._unsynced = False
         self._fd_lock = threading.Lock()
         self._locked_depth = 0
+        # The compiled steady-state append (frame.append_plain), if built, and what it needs
+        # from the last append made the Python way: (layout version, active segment's base,
+        # the time it rolls for age, in ms), or None until then. The C code declines when the
+        # head names another layout or segment, so a stale entry costs one Python-path append.
+        self._append_plain = append_plain
+        self._steady: tuple[int, int, int] | None = None
+        # fsync policy, as sync_locked applies it: sync on every append, or mark for the flusher
+        interval = settings.fsync is FsyncPolicy.INTERVAL
+        self._sync_each = settings.fsync is FsyncPolicy.ALWAYS or (
+            interval and settings.fsync_interval_ms <= 0
+        )
+        self._mark_unsynced = interval and settings.fsync_interval_ms > 0
 
     # -- state ------------------------------------------------------------------------
     def published(self) -> HeadState:
@@ -792,7 +806,23 @@ class Partition:
     ) -> int:
         """Append one encoded batch (non-transactional) and publish it; return its offset.
 
-        Waits for locks until ``deadline`` (see :meth:`locked`)."""
+        Waits for locks until ``deadline`` (see :meth:`locked`). The steady state (no lock to
+        wait for, no tail, no roll, no index entry) goes through the compiled
+        :data:`~kafkakv.log.embedded.frame.append_plain` where it is built: the same system
+        calls with the same bytes, in one call."""
+        if (
+            self._steady is not None
+            and self._append_plain is not None
+            and fs.pwrite is _OS_PWRITE  # not a test's recorder of the writes (see fs.py)
+            and self._tlock.acquire(blocking=False)
+        ):
+            try:
+                if self._locked_depth == 0:  # not inside this thread's own locked()
+                    first = self._append_steady(body, count, base_ts, max_ts)
+                    if first is not None:
+                        return first
+            finally:
+                self._tlock.release()
         resolve = True
         while True:
             try:
@@ -801,12 +831,51 @@ class Partition:
                     prepared = self.write_locked(head, body, count, base_ts, max_ts)
                     self.sync_locked()
                     self.publish_locked(prepared.head)
+                    new = prepared.head
+                    active = self.manifest(new.layout_version).active
+                    roll_at = min(active.created_ms + self.config.segment_ms, _MAX_MS)
+                    self._steady = (new.layout_version, new.active_base, roll_at)
                     return prepared.first_offset
             except PendingTailError:
                 if deadline is None:
                     deadline = time.monotonic() + self.settings.lock_timeout
                 self._resolve_pending(self, deadline)  # outside the lock: it takes several
                 resolve = False
+
+    def _append_steady(self, body: bytes, count: int, base_ts: int, max_ts: int) -> int | None:
+        """:meth:`append` through the compiled steady state, the thread lock held; None when it
+        declined (nothing written, the flock released)."""
+        assert self._steady is not None and self._append_plain is not None
+        layout, base, roll_at = self._steady
+        config, head = self.config, self._head
+        try:
+            done = self._append_plain(
+                self._lock_fd,
+                self._wfd,
+                head._fd,
+                head._mm,
+                BOOT_ID,
+                layout,
+                base,
+                self._wsize if self._preallocates else -1,
+                config.segment_bytes,
+                roll_at,
+                config.index_interval_bytes,
+                body,
+                count,
+                base_ts,
+                max_ts,
+                self._sync_each,
+            )
+        except OSError as exc:  # a batch cut off again, or written and left unpublished
+            raise _io("cannot append to", os.path.join(self.dir, self._wname or "?"), exc) from exc
+        if done is None:
+            return None
+        first, raw, state = done
+        head._last = (raw, state)  # as HeadFile.publish: the next read skips the CRC
+        if self._mark_unsynced:
+            self._unsynced = True  # for the flusher (see sync_locked)
+        return cast(int, first)
 
     def _maybe_roll_locked(self, head: HeadState, incoming: int) -> HeadState:
         m = self.manifest(head.layout_version)
