@@ -20,7 +20,7 @@ import pytest
 
 from kafkakv.errors import LockTimeoutError
 from kafkakv.log import EmbeddedLog, Record
-from kafkakv.log.embedded import frame, partition
+from kafkakv.log.embedded import frame, fs, partition
 from kafkakv.log.embedded.head import HEAD_SIZE, unpack_head
 from tests.leaks import growth
 
@@ -252,3 +252,29 @@ def test_the_compiled_append_leaks_no_memory_and_no_references(tmp_path: Path) -
         assert found.allocated < 64 * 1024, f"{found.allocated} bytes still allocated"
         assert found.refs_after[:3] == found.refs_before[:3]
         assert abs(found.refs_after[3] - found.refs_before[3]) < 100
+
+
+@pytest.mark.parametrize("name", ["pwrite", "fdatasync"])
+def test_a_recorder_of_the_writes_sees_every_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Tests that rebind ``fs``'s functions (the crash-state explorer's recorder) must see
+    every write: with either rebound, appends take the Python path, which calls them."""
+    calls: Counter[int] = Counter()
+    real = getattr(fs, name)
+
+    def recorded(fd: int, *args: object) -> object:
+        calls[fd] += 1
+        return real(fd, *args)
+
+    with EmbeddedLog(str(tmp_path / "log"), fsync="always", background_cleaner=False) as log:
+        log.create_topic("t", 1, {"index.interval.bytes": 1 << 30})
+        log.append("t", 0, [Record(b"k", b"v")])
+        part = log._partition("t", 0)
+        assert part._steady is not None
+        monkeypatch.setattr(fs, name, recorded)
+        for i in range(10):
+            log.append("t", 0, [Record(b"k", b"%d" % i)])
+        assert calls[part._wfd] == 10  # a batch write, or its fdatasync, per append
+        if name == "pwrite":
+            assert calls[part._head._fd] == 10  # and a head write

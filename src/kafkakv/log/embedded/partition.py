@@ -74,7 +74,7 @@ _MAX_READ_CHUNK = 1 << 22
 _MAX_SEGMENT_SPAN = 2**31 - 1  # relative offsets in the index are u32; stay well inside
 _LOCK_NOW = fcntl.LOCK_EX | fcntl.LOCK_NB
 _MAX_MS = 2**63 - 1  # a roll time past any clock: the C append takes a signed 64-bit time
-_OS_PWRITE = os.pwrite  # fs.pwrite unless a test recorder took its place
+_OS_PWRITE, _OS_FDATASYNC = os.pwrite, os.fdatasync  # fs's, unless a test recorder took them
 _PREALLOCATE = 1 << 18
 """Under ``fsync=always`` the active segment's file is grown this far ahead of its data, with
 ``fallocate``. An ``fdatasync`` after a write that grows a file must also commit the new size
@@ -813,7 +813,9 @@ class Partition:
         if (
             self._steady is not None
             and self._append_plain is not None
-            and fs.pwrite is _OS_PWRITE  # not a test's recorder of the writes (see fs.py)
+            # not a test's recorder of the writes (see fs.py): the C code calls the OS itself
+            and fs.pwrite is _OS_PWRITE
+            and fs.fdatasync is _OS_FDATASYNC
             and self._tlock.acquire(blocking=False)
         ):
             try:
