@@ -181,10 +181,12 @@ def test_a_tail_after_the_published_end_is_cut_before_the_next_batch(tmp_path: P
         assert segment.stat().st_size == part.published().active_pos
 
 
-def test_a_write_that_fails_is_cut_off_and_the_log_goes_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsync", ["interval", "always"])
+def test_a_write_that_fails_is_cut_off_and_the_log_goes_on(tmp_path: Path, fsync: str) -> None:
     """A file size limit (RLIMIT_FSIZE) stops a batch part way: the append raises LogIOError
     from the compiled path, the partial batch is cut off, nothing is published, and the next
-    append (the limit lifted) lands right after the last good batch."""
+    append (the limit lifted) lands right after the last good batch; under fsync=always the
+    segment is preallocated again after the cut."""
     script = textwrap.dedent(
         """
         import glob, os, resource, signal
@@ -204,7 +206,7 @@ def test_a_write_that_fails_is_cut_off_and_the_log_goes_on(tmp_path: Path) -> No
                 raise
 
         partition.Partition._append_steady = watched
-        with EmbeddedLog(DIR, background_cleaner=False) as log:
+        with EmbeddedLog(DIR, fsync=FSYNC, background_cleaner=False) as log:
             log.create_topic("t", 1, {"index.interval.bytes": 1 << 20})
             for i in range(5):
                 log.append("t", 0, [Record(b"k", b"%d" % i)])
@@ -224,9 +226,12 @@ def test_a_write_that_fails_is_cut_off_and_the_log_goes_on(tmp_path: Path) -> No
             assert os.path.getsize(segment) == end, "not cut off"
             assert part.published().active_pos == end and log.end_offset("t", 0) == 5
             assert log.append("t", 0, [Record(b"k", b"5")]) == 5
+            if FSYNC == "always":  # preallocated again, not grown write by write
+                assert os.path.getsize(segment) > end + 4096, os.path.getsize(segment)
             print([r.value for r in log.read("t", 0, 0)])
         """
     ).replace("DIR", repr(str(tmp_path / "log")))
+    script = script.replace("FSYNC", repr(fsync))
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )

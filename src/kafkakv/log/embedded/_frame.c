@@ -514,6 +514,9 @@ append_locked(struct plan *w)
     }
     long long next = (long long)f[1], pos = (long long)f[4], last_index = (long long)f[6];
     long long size = HEADER_SIZE + (long long)w->body_len;
+    if (pos > LLONG_MAX - size) {
+        return DECLINED;
+    }
     if (pos > 0 && (pos + size > w->segment_bytes || now_ms() >= w->roll_at_ms)) {
         return DECLINED; /* rolls first */
     }

@@ -870,6 +870,7 @@ class Partition:
                 self._sync_each,
             )
         except OSError as exc:  # a batch cut off again, or written and left unpublished
+            self._wsize = 0  # the file may be shorter now: the next append preallocates anew
             raise _io("cannot append to", os.path.join(self.dir, self._wname or "?"), exc) from exc
         if done is None:
             return None
