@@ -59,7 +59,7 @@ def _files(topic_dir: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize(
     "config",
     [
-        # rolls and index entries (where the C code declines) often
+        # rolls (where the C code declines) and index entries often
         {"segment.bytes": 64 * 1024, "index.interval.bytes": 2048},
         # long runs of the C code alone, past the space fsync=always preallocates at a time
         {"segment.bytes": 8 << 20, "index.interval.bytes": 1 << 30},
@@ -100,6 +100,31 @@ def test_the_compiled_append_writes_what_the_python_path_writes(
     for name, data in compiled[1].items():
         assert data == python[1][name], f"{name} differs"
     assert compiled[2] == python[2]
+
+
+def test_index_entries_fall_where_the_python_path_puts_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches of one size, an index interval of exactly three of them: an entry is due when
+    the distance reaches the interval, not only past it."""
+    record = [Record(b"k" * 16, b"v" * 100, (), 1_700_000_000_000)]
+    indexes = []
+    for path in ("compiled", "python"):
+        if path == "python":
+            monkeypatch.setattr(partition, "append_plain", None)
+        directory = tmp_path / path
+        with EmbeddedLog(str(directory), background_cleaner=False) as log:
+            log.create_topic("probe", 1)
+            log.append("probe", 0, record)
+            size = log._partition("probe", 0).published().active_pos  # one batch
+            log.create_topic("t", 1, {"index.interval.bytes": 3 * size})
+            for _ in range(40):
+                log.append("t", 0, record)
+        index = _files(directory / "topics" / "t")
+        indexes.append({name: data for name, data in index.items() if name.endswith(".index")})
+    assert indexes[0] == indexes[1]
+    (entries,) = indexes[0].values()
+    assert len(entries) == 8 * 13  # at batches 3, 6, ..., 39
 
 
 @pytest.mark.parametrize(

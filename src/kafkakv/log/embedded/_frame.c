@@ -421,29 +421,30 @@ pack_head(PyObject *module, PyObject *state)
 
 /* The steady state of Partition.append, in one call that lets go of the GIL once:
  *
- *   append_plain(lock_fd, wfd, head_fd, head_map, boot_id, layout_version, active_base,
+ *   append_plain(lock_fd, wfd, ifd, head_fd, head_map, boot_id, layout_version, active_base,
  *                write_limit, segment_bytes, roll_at_ms, index_interval, body, count,
  *                base_timestamp, max_timestamp, sync)
  *
  * takes the partition's flock without waiting, reads the head from ``head_map`` (the head
  * file's mmap), checks the tail after the published end with one pread, writes the batch with
- * one pwritev, fdatasyncs the segment when ``sync``, publishes the new head with one pwrite and
- * releases the flock: the same system calls, with the same bytes, as the Python path's
- * prepare_locked, write_locked, sync_locked and publish_locked. Returns (first offset, head
- * bytes, HeadState).
+ * one pwritev and, when one is due, an index entry to ``ifd`` (opened O_APPEND), fdatasyncs the
+ * segment when ``sync``, publishes the new head with one pwrite and releases the flock: the
+ * same system calls, with the same bytes, as the Python path's prepare_locked, write_locked,
+ * sync_locked and publish_locked. Returns (first offset, head bytes, HeadState).
  *
  * It declines, returning None with the flock released and nothing written, whenever the
  * Python path has more to do: the flock is held elsewhere (waiting is the Python path's); the
  * head is torn, from another boot, or names another manifest (``layout_version``) or active
  * segment (``active_base``) than the one ``wfd`` is open on; the file does not reach the
  * published end or holds bytes after it (a dead writer's tail, a pending transaction); the
- * batch would roll the segment (``segment_bytes``, ``roll_at_ms``, the offset span), needs an
- * index entry (``index_interval``), or would write past ``write_limit`` (the preallocated size
- * under fsync=always; -1: no limit); an argument is not what it should be.
+ * batch would roll the segment (``segment_bytes``, ``roll_at_ms``, the offset span) or write
+ * past ``write_limit`` (the preallocated size under fsync=always; -1: no limit); an argument is
+ * not what it should be.
  *
- * A failed write raises OSError with the flock released: a batch that was not all written is
- * cut off again (ftruncate to where it began); one written but not published (the fdatasync or
- * the head write failed) stays as a tail, as on the Python path, for the next writer to cut. */
+ * A failed write raises OSError with the flock released: a batch, or its index entry, that was
+ * not all written is cut off again (the segment and the index truncated to where they ended
+ * before, as _truncate_locked does); a batch written but not published (the fdatasync or the
+ * head write failed) stays as a tail, as on the Python path, for the next writer to cut. */
 
 #define MAX_SEGMENT_SPAN 2147483647LL /* partition.py's _MAX_SEGMENT_SPAN */
 #define TAIL_PROBE (HEADER_SIZE + 1)
@@ -452,7 +453,7 @@ enum outcome { APPENDED, DECLINED, FAILED };
 
 struct plan {
     /* in */
-    int lock_fd, wfd, head_fd, sync;
+    int lock_fd, wfd, ifd, head_fd, sync;
     const unsigned char *head_map;
     const unsigned char *boot_id;
     long long layout_version, active_base, write_limit, segment_bytes, roll_at_ms, interval;
@@ -523,9 +524,6 @@ append_locked(struct plan *w)
     if (next - w->active_base >= MAX_SEGMENT_SPAN || next > LLONG_MAX - (long long)w->count) {
         return DECLINED;
     }
-    if (pos > 0 && pos - last_index >= w->interval) {
-        return DECLINED; /* writes an index entry */
-    }
     if (w->write_limit >= 0 && pos + size > w->write_limit) {
         return DECLINED; /* preallocates first */
     }
@@ -559,13 +557,40 @@ append_locked(struct plan *w)
     crc = crc_of(crc, (const unsigned char *)w->body, w->body_len);
     put_u32(h + 12, (uint32_t)crc);
     struct iovec iov[2] = {{h, HEADER_SIZE}, {(void *)w->body, (size_t)w->body_len}};
+    /* An index entry when due: (offset relative to the segment's base, position), u32 each. */
+    int index = pos > 0 && pos - last_index >= w->interval;
+    unsigned char entry[8];
+    off_t index_end = 0;
+    if (index) {
+        if (next - w->active_base > 0xFFFFFFFFLL || pos > 0xFFFFFFFFLL) {
+            return DECLINED; /* the Python path's struct.pack says what is wrong */
+        }
+        put_u32(entry, (uint32_t)(next - w->active_base));
+        put_u32(entry + 4, (uint32_t)pos);
+        index_end = lseek(w->ifd, 0, SEEK_END); /* where a failed entry is cut back to */
+        if (index_end < 0) {
+            return DECLINED;
+        }
+    }
     ssize_t written = pwritev(w->wfd, iov, 2, (off_t)pos);
     if (written != (ssize_t)size) {
         w->error = written < 0 ? errno : ENOSPC;
         if (written != 0) {
-            (void)ftruncate(w->wfd, (off_t)pos); /* as _truncate_locked: no index entry to drop */
+            (void)ftruncate(w->wfd, (off_t)pos);
         }
         return FAILED;
+    }
+    if (index) {
+        ssize_t noted = write(w->ifd, entry, sizeof entry);
+        if (noted != (ssize_t)sizeof entry) {
+            w->error = noted < 0 ? errno : ENOSPC;
+            (void)ftruncate(w->wfd, (off_t)pos);
+            if (noted > 0) {
+                (void)ftruncate(w->ifd, index_end);
+            }
+            return FAILED;
+        }
+        last_index = pos;
     }
     if (w->sync && fdatasync(w->wfd) != 0) {
         w->error = errno;
@@ -576,6 +601,7 @@ append_locked(struct plan *w)
     f[0] += 1;
     f[1] = (uint64_t)(next + (long long)w->count);
     f[4] = (uint64_t)(pos + size);
+    f[6] = (uint64_t)last_index;
     memcpy(w->head, "KKVH", 4);
     for (int i = 0; i < 7; i++) {
         put_u64(w->head + 8 + 8 * i, f[i]);
@@ -611,8 +637,8 @@ ll_arg(PyObject *obj, int *ok)
 static PyObject *
 append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 16) {
-        PyErr_SetString(PyExc_TypeError, "append_plain() takes 16 arguments");
+    if (nargs != 17) {
+        PyErr_SetString(PyExc_TypeError, "append_plain() takes 17 arguments");
         return NULL;
     }
     if (head_type == NULL) {
@@ -622,36 +648,37 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     memset(&w, 0, sizeof w);
     int ok = 1;
     long long lock_fd = ll_arg(args[0], &ok), wfd = ll_arg(args[1], &ok);
-    long long head_fd = ll_arg(args[2], &ok);
-    w.layout_version = ll_arg(args[5], &ok);
-    w.active_base = ll_arg(args[6], &ok);
-    w.write_limit = ll_arg(args[7], &ok);
-    w.segment_bytes = ll_arg(args[8], &ok);
-    w.roll_at_ms = ll_arg(args[9], &ok);
-    w.interval = ll_arg(args[10], &ok);
-    long long count = ll_arg(args[12], &ok);
-    w.base_ts = ll_arg(args[13], &ok);
-    w.max_ts = ll_arg(args[14], &ok);
-    w.sync = PyObject_IsTrue(args[15]);
+    long long ifd = ll_arg(args[2], &ok), head_fd = ll_arg(args[3], &ok);
+    w.layout_version = ll_arg(args[6], &ok);
+    w.active_base = ll_arg(args[7], &ok);
+    w.write_limit = ll_arg(args[8], &ok);
+    w.segment_bytes = ll_arg(args[9], &ok);
+    w.roll_at_ms = ll_arg(args[10], &ok);
+    w.interval = ll_arg(args[11], &ok);
+    long long count = ll_arg(args[13], &ok);
+    w.base_ts = ll_arg(args[14], &ok);
+    w.max_ts = ll_arg(args[15], &ok);
+    w.sync = PyObject_IsTrue(args[16]);
     if (w.sync < 0) {
         return NULL;
     }
-    if (!ok || lock_fd < 0 || lock_fd > INT_MAX || wfd < 0 || wfd > INT_MAX || head_fd < 0 ||
-        head_fd > INT_MAX || w.layout_version < 0 || w.active_base < 0 || count < 1 ||
-        count > 0xFFFFFFFFLL || w.interval < 0 || !PyBytes_Check(args[4]) ||
-        PyBytes_GET_SIZE(args[4]) != 16 || !PyBytes_Check(args[11]) ||
-        PyBytes_GET_SIZE(args[11]) > (Py_ssize_t)0xFFFFFFFFu - HEADER_SIZE) {
+    if (!ok || lock_fd < 0 || lock_fd > INT_MAX || wfd < 0 || wfd > INT_MAX || ifd < 0 ||
+        ifd > INT_MAX || head_fd < 0 || head_fd > INT_MAX || w.layout_version < 0 ||
+        w.active_base < 0 || count < 1 || count > 0xFFFFFFFFLL || w.interval < 0 ||
+        !PyBytes_Check(args[5]) || PyBytes_GET_SIZE(args[5]) != 16 || !PyBytes_Check(args[12]) ||
+        PyBytes_GET_SIZE(args[12]) > (Py_ssize_t)0xFFFFFFFFu - HEADER_SIZE) {
         Py_RETURN_NONE; /* the Python path says what is wrong, if anything is */
     }
     w.lock_fd = (int)lock_fd;
     w.wfd = (int)wfd;
+    w.ifd = (int)ifd;
     w.head_fd = (int)head_fd;
     w.count = (uint32_t)count;
-    w.boot_id = (const unsigned char *)PyBytes_AS_STRING(args[4]);
-    w.body = PyBytes_AS_STRING(args[11]);
-    w.body_len = PyBytes_GET_SIZE(args[11]);
+    w.boot_id = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+    w.body = PyBytes_AS_STRING(args[12]);
+    w.body_len = PyBytes_GET_SIZE(args[12]);
     Py_buffer map;
-    if (PyObject_GetBuffer(args[3], &map, PyBUF_SIMPLE) < 0) {
+    if (PyObject_GetBuffer(args[4], &map, PyBUF_SIMPLE) < 0) {
         PyErr_Clear(); /* no mapping (a closed one, None): the Python path */
         Py_RETURN_NONE;
     }
@@ -690,7 +717,7 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         PyTuple_SET_ITEM(state, i, v);
     }
-    PyTuple_SET_ITEM(state, 7, Py_NewRef(args[4]));
+    PyTuple_SET_ITEM(state, 7, Py_NewRef(args[5]));
     PyObject *raw = PyBytes_FromStringAndSize((const char *)w.head, HEAD_SIZE);
     PyObject *first = PyLong_FromUnsignedLongLong(w.first);
     if (raw == NULL || first == NULL) {
@@ -744,7 +771,7 @@ static PyMethodDef frame_methods[] = {
                "max_timestamp, attributes, delete_horizon_ms, producer): a whole batch.")},
     {"pack_head", pack_head, METH_O, PyDoc_STR("pack_head(state): the 80-byte head record.")},
     {"append_plain", (PyCFunction)(void (*)(void))append_plain, METH_FASTCALL,
-     PyDoc_STR("append_plain(lock_fd, wfd, head_fd, head_map, boot_id, layout_version, "
+     PyDoc_STR("append_plain(lock_fd, wfd, ifd, head_fd, head_map, boot_id, layout_version, "
                "active_base, write_limit, segment_bytes, roll_at_ms, index_interval, body, "
                "count, base_timestamp, max_timestamp, sync): the steady-state append, or None.")},
     {"bind", bind, METH_O, PyDoc_STR("bind(Record): the record class plain_body accepts.")},

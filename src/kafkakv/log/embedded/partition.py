@@ -807,7 +807,7 @@ class Partition:
         """Append one encoded batch (non-transactional) and publish it; return its offset.
 
         Waits for locks until ``deadline`` (see :meth:`locked`). The steady state (no lock to
-        wait for, no tail, no roll, no index entry) goes through the compiled
+        wait for, no tail, no roll) goes through the compiled
         :data:`~kafkakv.log.embedded.frame.append_plain` where it is built: the same system
         calls with the same bytes, in one call."""
         if (
@@ -854,6 +854,7 @@ class Partition:
             done = self._append_plain(
                 self._lock_fd,
                 self._wfd,
+                self._ifd,
                 head._fd,
                 head._mm,
                 BOOT_ID,
