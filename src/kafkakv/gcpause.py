@@ -7,6 +7,11 @@ collections, and every so often a full one scans every live object of the proces
 a third of read time, and ~120 ms pauses in a process holding a million objects). Collection
 resumes when the batch ends. If the application disabled the collector, it stays disabled.
 
+The collector is one per process, so the pause is too: it lasts while any thread is inside a
+block, and ends when the last one leaves. (Each block switching it by itself let one thread's
+exit turn it back on under another thread still in its batch, whose allocations then paid for
+collections after all: an engine's follower, sender and flusher overlap all the time.)
+
 Drop the references to a batch's objects inside the block (``del records``) rather than
 after it: the allocations of the pause still count, so the first young collection after it
 scans every object allocated meanwhile that is still referenced then. For a flush of a
@@ -16,24 +21,54 @@ million keys that scan was a third of the flush's time.
 from __future__ import annotations
 
 import gc
+import os
+import threading
 
 __all__ = ["gc_paused"]
 
+_lock = threading.Lock()
+_open = 0  # blocks open now, in every thread
+_resume = False  # the collector was on when the first of them began: turn it on again
+_mine = threading.local()  # .open: blocks open in this thread (what survives a fork)
+
 
 class gc_paused:  # lower case: it is used like a function, ``with gc_paused():``
-    """Disable the cyclic collector for the ``with`` block (re-enable only what it disabled).
+    """Disable the cyclic collector while any thread is in a ``with`` block (re-enable only
+    what the first block disabled).
 
     A class rather than a generator-based context manager: it runs on every read and every
     applied batch, and costs a third as much.
     """
 
-    __slots__ = ("_paused",)
+    __slots__ = ()
 
     def __enter__(self) -> None:
-        self._paused = gc.isenabled()
-        if self._paused:
-            gc.disable()
+        global _open, _resume
+        with _lock:
+            if _open == 0:
+                _resume = gc.isenabled()
+                if _resume:
+                    gc.disable()
+            _open += 1
+            _mine.open = getattr(_mine, "open", 0) + 1
 
     def __exit__(self, *exc: object) -> None:
-        if self._paused:
-            gc.enable()
+        global _open
+        with _lock:
+            _open -= 1
+            _mine.open -= 1
+            if _open == 0 and _resume:
+                gc.enable()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has only the forking thread: the blocks other threads had open never
+    end there. Keep this thread's own, forget theirs (and a lock one of them may have held)."""
+    global _lock, _open
+    _lock = threading.Lock()
+    _open = getattr(_mine, "open", 0)
+    if _open == 0 and _resume:
+        gc.enable()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
