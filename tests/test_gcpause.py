@@ -3,6 +3,7 @@ is inside a block, and the collector comes back on when the last one leaves."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
@@ -22,7 +23,9 @@ def collector_on() -> Iterator[None]:
         gc.disable()
 
 
-def test_the_pause_lasts_while_any_thread_is_inside_a_block() -> None:
+@contextlib.contextmanager
+def another_thread_in_a_block() -> Iterator[None]:
+    """Another thread inside a ``gc_paused`` block for as long as the ``with`` lasts."""
     inside, leave = threading.Event(), threading.Event()
 
     def other() -> None:
@@ -31,13 +34,21 @@ def test_the_pause_lasts_while_any_thread_is_inside_a_block() -> None:
             leave.wait(10)
 
     thread = threading.Thread(target=other)
-    with gc_paused():
-        thread.start()
+    thread.start()
+    try:
         assert inside.wait(10)
-    # this thread left its block first: the other one is still in its batch
-    assert not gc.isenabled()
-    leave.set()
-    thread.join(10)
+        yield
+    finally:
+        leave.set()
+        thread.join(10)
+
+
+def test_the_pause_lasts_while_any_thread_is_inside_a_block() -> None:
+    with another_thread_in_a_block():
+        with gc_paused():
+            pass
+        # this thread left its block first: the other one is still in its batch
+        assert not gc.isenabled()
     assert gc.isenabled()
 
 
@@ -54,51 +65,24 @@ def test_nested_blocks_and_a_collector_the_application_turned_off() -> None:
 
 
 def test_a_forked_child_keeps_its_own_blocks_and_forgets_the_others() -> None:
-    inside, leave = threading.Event(), threading.Event()
-
-    def other() -> None:
-        with gc_paused():
-            inside.set()
-            leave.wait(10)
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    assert inside.wait(10)
-    try:
-        with gc_paused():
-            pid = os.fork()
-            if pid == 0:  # the child: the other thread's block does not exist here
-                ok = not gc.isenabled()  # still in this thread's own block
-                with gc_paused():
-                    pass
-                ok = ok and not gc.isenabled()
-                os._exit(0 if ok else 1)
-            _, status = os.waitpid(pid, 0)
+    with another_thread_in_a_block(), gc_paused():
+        pid = os.fork()
+        if pid == 0:  # the child: the other thread's block does not exist here
+            ok = not gc.isenabled()  # still in this thread's own block
+            with gc_paused():
+                pass
+            ok = ok and not gc.isenabled()
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
-    finally:
-        leave.set()
-        thread.join(10)
     assert gc.isenabled()
 
 
 def test_after_a_fork_outside_any_own_block_the_collector_is_on_in_the_child() -> None:
-    inside, leave = threading.Event(), threading.Event()
-
-    def other() -> None:
-        with gc_paused():
-            inside.set()
-            leave.wait(10)
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    assert inside.wait(10)
-    try:
+    with another_thread_in_a_block():
         assert not gc.isenabled()
         pid = os.fork()
         if pid == 0:
             os._exit(0 if gc.isenabled() else 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
-    finally:
-        leave.set()
-        thread.join(10)
