@@ -44,9 +44,9 @@ def another_thread_in_a_block() -> Iterator[None]:
 
 
 def test_the_pause_lasts_while_any_thread_is_inside_a_block() -> None:
-    with another_thread_in_a_block():
-        with gc_paused():
-            pass
+    with contextlib.ExitStack() as other:
+        with gc_paused():  # this thread pauses first, then another thread begins a batch
+            other.enter_context(another_thread_in_a_block())
         # this thread left its block first: the other one is still in its batch
         assert not gc.isenabled()
     assert gc.isenabled()
