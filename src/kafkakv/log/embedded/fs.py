@@ -7,6 +7,13 @@ create, write, truncate (or preallocation), sync, rename and unlink a workload m
 (``tests/log/test_crash_explorer.py``) builds from that recording the disks a power loss may
 leave behind.
 
+One path makes its changes in C instead: the steady-state append
+(:data:`kafkakv.log.embedded.frame.append_plain`), which writes the same bytes to the same
+descriptors in the same order (the batch, an index entry when due, the head), with the same
+``fdatasync`` and, when a write fails, ``ftruncate``. It runs only while ``fs.pwrite`` and
+``fs.fdatasync`` are the :mod:`os` functions themselves: with a recorder in their place every
+append takes the Python path, which goes through these names.
+
 Reads are not effects and use :mod:`os` or :func:`open` directly. Descriptors a writer keeps
 (a segment, its index, a head) come from :data:`open`, so a recorder can tell which file a
 ``pwrite`` or ``fdatasync`` on them touches. The helpers below are written in terms of the
