@@ -308,3 +308,75 @@ def test_a_recorder_of_the_writes_sees_every_one(
         assert calls[part._wfd] == 10  # a batch write, or its fdatasync, per append
         if name == "pwrite":
             assert calls[part._head._fd] == 10  # and a head write
+
+
+_COUNTING_SYNC = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+static int calls;
+int fdatasync(int fd)
+{
+    static int (*real)(int);
+    if (!real) {
+        real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    }
+    calls++;
+    return real(fd);
+}
+int fdatasync_calls(void) { return calls; }
+"""
+
+
+@pytest.mark.parametrize(("fsync", "syncs"), [("always", 10), ("interval", 0)])
+def test_the_compiled_append_syncs_as_the_policy_says(
+    tmp_path: Path, fsync: str, syncs: int
+) -> None:
+    """Counted at the C library (a preloaded ``fdatasync`` that counts its calls): under
+    ``always`` each compiled append syncs the segment once; under ``interval`` it leaves the
+    sync to the flusher."""
+    shim = tmp_path / "counting_sync.so"
+    source = tmp_path / "counting_sync.c"
+    source.write_text(_COUNTING_SYNC)
+    built = subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(shim), str(source), "-ldl"],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, f"cannot build the counting shim with gcc: {built.stderr}"
+    script = textwrap.dedent(
+        """
+        import ctypes
+        from kafkakv.log import EmbeddedLog, Record
+        from kafkakv.log.embedded import partition
+
+        steady = partition.Partition._append_steady
+        compiled = []
+
+        def watched(self, *args):
+            first = steady(self, *args)
+            compiled.append(first is not None)
+            return first
+
+        partition.Partition._append_steady = watched
+        calls = ctypes.CDLL(SHIM).fdatasync_calls
+        with EmbeddedLog(DIR, fsync=FSYNC, fsync_interval_ms=600_000,
+                         background_cleaner=False) as log:
+            log.create_topic("t", 1)
+            log.append("t", 0, [Record(b"k", b"v")])  # the Python path, once
+            before = calls()
+            for i in range(10):
+                log.append("t", 0, [Record(b"k", b"%d" % i)])
+            print(calls() - before, compiled == [True] * 10)
+        """
+    )
+    script = (
+        script.replace("SHIM", repr(str(shim)))
+        .replace("DIR", repr(str(tmp_path / "log")))
+        .replace("FSYNC", repr(fsync))
+    )
+    env = dict(os.environ, LD_PRELOAD=str(shim))
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert done.stdout.split() == [str(syncs), "True"]
