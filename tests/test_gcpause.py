@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from kafkakv.gcpause import gc_paused
+from tests.threads import inside_in_another_thread
 
 
 @pytest.fixture(autouse=True)
@@ -23,24 +23,9 @@ def collector_on() -> Iterator[None]:
         gc.disable()
 
 
-@contextlib.contextmanager
-def another_thread_in_a_block() -> Iterator[None]:
+def another_thread_in_a_block() -> contextlib.AbstractContextManager[None]:
     """Another thread inside a ``gc_paused`` block for as long as the ``with`` lasts."""
-    inside, leave = threading.Event(), threading.Event()
-
-    def other() -> None:
-        with gc_paused():
-            inside.set()
-            leave.wait(10)
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    try:
-        assert inside.wait(10)
-        yield
-    finally:
-        leave.set()
-        thread.join(10)
+    return inside_in_another_thread(gc_paused, timeout=10)
 
 
 def test_the_pause_lasts_while_any_thread_is_inside_a_block() -> None:

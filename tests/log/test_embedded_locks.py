@@ -18,6 +18,7 @@ from kafkakv.log import EmbeddedLog, Record
 from kafkakv.log.embedded.cleaner import _clean_lock
 from kafkakv.log.embedded.flock import lock_holder
 from tests.locks import held, is_held, wait_until_held
+from tests.threads import inside_in_another_thread
 
 ctx = mp.get_context("spawn")
 
@@ -157,23 +158,10 @@ def test_a_per_call_timeout_overrides_the_logs(tmp_path: Path, hold: Callable[[s
 def test_another_thread_holding_the_lock_is_named_too(tmp_path: Path) -> None:
     with _filled(tmp_path) as log:
         part = log._partition("t", 0)
-        taken, release = threading.Event(), threading.Event()
-
-        def holder() -> None:
-            with part.locked():
-                taken.set()
-                release.wait(30)
-
-        thread = threading.Thread(target=holder)
-        thread.start()
-        try:
-            assert taken.wait(30)
+        with inside_in_another_thread(part.locked):
             with pytest.raises(LockTimeoutError, match="another thread of this process") as caught:
                 log.append("t", 0, [Record(b"k", b"v")], timeout=0.2)
             assert caught.value.pid == os.getpid()
-        finally:
-            release.set()
-            thread.join(30)
         assert log.append("t", 0, [Record(b"k", b"v")], timeout=0.2) == 11
 
 

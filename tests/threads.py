@@ -1,0 +1,33 @@
+"""Another thread inside a ``with`` block, for as long as a test needs it there."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+__all__ = ["inside_in_another_thread"]
+
+
+@contextmanager
+def inside_in_another_thread(
+    block: Callable[[], AbstractContextManager[Any]], timeout: float = 30.0
+) -> Iterator[None]:
+    """Start a thread that enters ``block()`` and stays inside it; yield once it is inside,
+    and let it leave (and join it) when the ``with`` ends."""
+    inside, leave = threading.Event(), threading.Event()
+
+    def run() -> None:
+        with block():
+            inside.set()
+            leave.wait(timeout)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert inside.wait(timeout), "the other thread did not get inside its block"
+        yield
+    finally:
+        leave.set()
+        thread.join(timeout)
