@@ -215,7 +215,8 @@ class Partition:
         # head names another layout or segment, so a stale entry costs one Python-path append.
         self._append_plain = append_plain
         self._steady: tuple[int, int, int] | None = None
-        # fsync policy, as sync_locked applies it: sync on every append, or mark for the flusher
+        # The fsync policy, decided once for both append paths (see sync_locked): sync on
+        # every append, or mark the partition for the log's flusher thread.
         interval = settings.fsync is FsyncPolicy.INTERVAL
         self._sync_each = settings.fsync is FsyncPolicy.ALWAYS or (
             interval and settings.fsync_interval_ms <= 0
@@ -768,15 +769,11 @@ class Partition:
         unsynced, for the log's flusher thread (:meth:`sync_pending`), so no append waits for
         the disk; with ``fsync_interval_ms=0`` there is no flusher and it syncs now as well.
         """
-        policy = self.settings.fsync
-        if force or policy is FsyncPolicy.ALWAYS:
+        if force or self._sync_each:
             if self._wfd >= 0:
                 fs.fdatasync(self._wfd)
-        elif policy is FsyncPolicy.INTERVAL:
-            if self.settings.fsync_interval_ms > 0:
-                self._unsynced = True
-            elif self._wfd >= 0:
-                fs.fdatasync(self._wfd)
+        elif self._mark_unsynced:
+            self._unsynced = True
 
     def sync_pending(self) -> bool:
         """``fdatasync`` the active segment if an append left it unsynced; True if it did.
