@@ -9,6 +9,7 @@ records, leaving gaps; nothing is ever renumbered.
 
 from __future__ import annotations
 
+import mmap
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from kafkakv.lifecycle import Closeable
 __all__ = [
     "Batch",
     "CleanResult",
+    "EndMark",
     "Entry",
     "EntryBatch",
     "FailureCallback",
@@ -100,6 +102,15 @@ class LatestBatch(NamedTuple):
 
     values: dict[bytes | None, bytes | None]
     next_offset: int
+
+
+class EndMark(NamedTuple):
+    """What :meth:`Log.end_mark` returns: a partition's end offset and the bytes that showed
+    it, as they stand in a shared mapping that every append rewrites."""
+
+    end: int
+    mapping: mmap.mmap  # the embedded log's head file, mapped
+    raw: bytes  # the mapping's first len(raw) bytes when end was read
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +355,13 @@ class Log(Closeable):
     @abstractmethod
     def end_offset(self, topic: str, partition: int) -> int:
         """The offset the next appended record will get (one past the last record)."""
+
+    def end_mark(self, topic: str, partition: int) -> EndMark | None:
+        """The end offset with where it is published in shared memory, for a reader that
+        checks it often (a linearizable map's reads): while the first ``len(raw)`` bytes of
+        ``mapping`` still equal ``raw``, nothing was appended and the end offset is still
+        ``end``. None where the log has no such mapping (the default; Kafka)."""
+        return None
 
     #: True when :meth:`end_offset` is at or past every append that completed anywhere before
     #: the call (one authoritative copy, as the embedded log's head file). A map can then use

@@ -1,12 +1,13 @@
 /* kafkakv.map._reads: the short read paths of a replica map in C.
  *
- * The same behaviour as PyLocalReads and PyReadGate in reads.py (see its module doc for the
- * local and the direct path), which tests/map/test_local_reads.py checks read by read. On
- * the local path a read calls no Python code when the key is an exact str and its codec is
- * str's (fast_encode is str.encode) and the values are kept as they are: one UTF-8 encoding
- * and one dict lookup. The direct path calls the store's lookup, and engine.catch_up first
- * for a linearizable map. Every other read goes to the map's _checked_getitem, _checked_get
- * or _checked_contains.
+ * The same behaviour as PyLocalReads, PyReadGate and PyEndWatch in reads.py (see its module
+ * doc for the local and the direct path), which tests/map/test_local_reads.py checks read by
+ * read. On the local path a read calls no Python code when the key is an exact str and its
+ * codec is str's (fast_encode is str.encode) and the values are kept as they are: one UTF-8
+ * encoding and one dict lookup. The direct path calls the store's lookup, and for a
+ * linearizable map engine.catch_up first, unless its EndWatch finds the replica at the log's
+ * end (a compare of the head's bytes and of one int, no Python call). Every other read goes
+ * to the map's _checked_getitem, _checked_get or _checked_contains.
  *
  * A Python class that puts LocalReads first among its bases gets these as its
  * mp_subscript, sq_contains and get: no Python frame of its own per read.
@@ -52,6 +53,169 @@ static PyTypeObject ReadGateType = {
     .tp_members = gate_members,
 };
 
+/* -- EndWatch --------------------------------------------------------------------------- */
+
+/* Whether a linearizable map's replica is at the log's end, without a Python call: the end
+ * offset noted last (with the head bytes that showed it), still what the shared mapping
+ * holds, and applied. See reads.PyEndWatch. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *machine; /* the partition's machine: its `applied` */
+    PyObject *mapping; /* the head's mapping (a buffer); NULL: nothing noted */
+    PyObject *raw;     /* bytes: the mapping's first bytes when end was read */
+    long long end;
+} EndWatch;
+
+static PyObject *name_applied; /* "applied" */
+
+static PyObject *
+watch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *machine;
+    static char *kwlist[] = {"machine", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:EndWatch", kwlist, &machine)) {
+        return NULL;
+    }
+    EndWatch *self = (EndWatch *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->machine = Py_NewRef(machine);
+    }
+    return (PyObject *)self;
+}
+
+/* 1 when the mapping still holds the noted bytes and the machine has applied up to the noted
+ * end; 0 otherwise, or when anything fails (a closed mapping, ...): the caller then catches
+ * up the long way, which reports what is wrong. Runs no Python code. */
+static int
+watch_at_end(EndWatch *self)
+{
+    PyObject *raw = self->raw;
+    if (self->mapping == NULL || raw == NULL || !PyBytes_CheckExact(raw)) {
+        return 0;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(self->mapping, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    int same = view.len >= n && memcmp(view.buf, PyBytes_AS_STRING(raw), (size_t)n) == 0;
+    PyBuffer_Release(&view);
+    if (!same) {
+        return 0;
+    }
+    PyObject *applied = PyObject_GetAttr(self->machine, name_applied);
+    if (applied == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!PyLong_Check(applied)) {
+        Py_DECREF(applied);
+        return 0;
+    }
+    int overflow = 0;
+    long long at = PyLong_AsLongLongAndOverflow(applied, &overflow);
+    Py_DECREF(applied);
+    if (at == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return overflow > 0 || (overflow == 0 && at >= self->end);
+}
+
+static PyObject *
+watch_note(EndWatch *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "note() takes 3 arguments (end, mapping, raw), %zd given",
+                     nargs);
+        return NULL;
+    }
+    long long end = PyLong_AsLongLong(args[0]);
+    if (end == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "note(): raw must be bytes");
+        return NULL;
+    }
+    /* All three at once, under the GIL: a reader never sees one mark's end with another's
+     * bytes. */
+    PyObject *old_mapping = self->mapping, *old_raw = self->raw;
+    self->mapping = Py_NewRef(args[1]);
+    self->raw = Py_NewRef(args[2]);
+    self->end = end;
+    Py_XDECREF(old_mapping);
+    Py_XDECREF(old_raw);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+watch_clear_mark(EndWatch *self, PyObject *unused)
+{
+    Py_CLEAR(self->mapping);
+    Py_CLEAR(self->raw);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+watch_at_end_method(EndWatch *self, PyObject *unused)
+{
+    return PyBool_FromLong(watch_at_end(self));
+}
+
+static int
+watch_traverse(EndWatch *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->machine);
+    Py_VISIT(self->mapping);
+    Py_VISIT(self->raw);
+    return 0;
+}
+
+static int
+watch_clear(EndWatch *self)
+{
+    Py_CLEAR(self->machine);
+    Py_CLEAR(self->mapping);
+    Py_CLEAR(self->raw);
+    return 0;
+}
+
+static void
+watch_dealloc(EndWatch *self)
+{
+    PyObject_GC_UnTrack(self);
+    watch_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef watch_methods[] = {
+    {"note", (PyCFunction)(void (*)(void))watch_note, METH_FASTCALL,
+     PyDoc_STR("note($self, end, mapping, raw, /)\n--\n\n"
+               "Note a log end read from raw, the first bytes of mapping.")},
+    {"clear", (PyCFunction)watch_clear_mark, METH_NOARGS,
+     PyDoc_STR("clear($self, /)\n--\n\nForget the noted end.")},
+    {"at_end", (PyCFunction)watch_at_end_method, METH_NOARGS,
+     PyDoc_STR("at_end($self, /)\n--\n\n"
+               "True when the mapping still holds the noted bytes and the machine has "
+               "applied up to the noted end.")},
+    {NULL},
+};
+
+static PyTypeObject EndWatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kafkakv.map._reads.EndWatch",
+    .tp_doc = PyDoc_STR("Whether a replica is at the log's end (see reads.PyEndWatch)."),
+    .tp_basicsize = sizeof(EndWatch),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = watch_new,
+    .tp_traverse = (traverseproc)watch_traverse,
+    .tp_clear = (inquiry)watch_clear,
+    .tp_dealloc = (destructor)watch_dealloc,
+    .tp_methods = watch_methods,
+};
+
 /* -- LocalReads ------------------------------------------------------------------------- */
 
 typedef struct {
@@ -59,6 +223,7 @@ typedef struct {
     PyObject *table;     /* the local path: the store's dict (or any mapping); NULL/None: none */
     PyObject *lookup;    /* the direct path: the store's lookup; NULL/None: none */
     PyObject *catch_up;  /* the direct path of a linearizable map: engine.catch_up */
+    PyObject *end_watch; /* an EndWatch: catch_up is skipped while it is at the end */
     PyObject *prefix;    /* the map's record-key prefix (bytes) */
     PyObject *gate;      /* a ReadGate; anything else closes both paths */
     PyObject *key_bytes; /* the key codec's encode */
@@ -108,11 +273,15 @@ encode_key(LocalReads *self, PyObject *key, PyObject **out)
 typedef enum { OP_ITEM, OP_GET, OP_CONTAINS } Op;
 enum { ERROR = -1, ABSENT = 0, FOUND = 1, CHECKED = 2 };
 
-/* The direct path's lookup: catch up first for a linearizable map, then lookup(encoded). */
+/* The direct path's lookup: catch up first for a linearizable map (unless its end watch says
+ * the replica is at the log's end), then lookup(encoded). */
 static PyObject *
-direct_lookup(PyObject *lookup, PyObject *catch_up, PyObject *prefix, PyObject *encoded)
+direct_lookup(PyObject *lookup, PyObject *catch_up, PyObject *end_watch, PyObject *prefix,
+              PyObject *encoded)
 {
-    if (catch_up != NULL) {
+    if (catch_up != NULL
+        && !(end_watch != NULL && Py_IS_TYPE(end_watch, &EndWatchType)
+             && watch_at_end((EndWatch *)end_watch))) {
         PyObject *record_key;
         if (PyBytes_CheckExact(encoded)
             && (prefix == NULL || (PyBytes_CheckExact(prefix) && PyBytes_GET_SIZE(prefix) == 0))) {
@@ -147,13 +316,14 @@ find(LocalReads *self, PyObject *key, Op op, PyObject **data)
     }
     /* Strong references: the key codec may run Python code, which may change the fields. */
     PyObject *table = IS_SET(self->table) ? Py_NewRef(self->table) : NULL;
-    PyObject *lookup = NULL, *catch_up = NULL, *prefix = NULL;
+    PyObject *lookup = NULL, *catch_up = NULL, *end_watch = NULL, *prefix = NULL;
     if (table == NULL) {
         if (!IS_SET(self->lookup)) {
             return CHECKED;
         }
         lookup = Py_NewRef(self->lookup);
         catch_up = IS_SET(self->catch_up) ? Py_NewRef(self->catch_up) : NULL;
+        end_watch = IS_SET(self->end_watch) ? Py_NewRef(self->end_watch) : NULL;
         prefix = self->prefix != NULL ? Py_NewRef(self->prefix) : NULL; /* NULL: b"" */
     }
     PyObject *encoded = NULL;
@@ -208,7 +378,7 @@ find(LocalReads *self, PyObject *key, Op op, PyObject **data)
         }
     }
     else {
-        PyObject *found = direct_lookup(lookup, catch_up, prefix, encoded);
+        PyObject *found = direct_lookup(lookup, catch_up, end_watch, prefix, encoded);
         if (found == NULL) {
             result = ERROR;
         }
@@ -231,6 +401,7 @@ done:
     Py_XDECREF(table);
     Py_XDECREF(lookup);
     Py_XDECREF(catch_up);
+    Py_XDECREF(end_watch);
     Py_XDECREF(prefix);
     return result;
 }
@@ -370,6 +541,7 @@ reads_traverse(LocalReads *self, visitproc visit, void *arg)
     Py_VISIT(self->table);
     Py_VISIT(self->lookup);
     Py_VISIT(self->catch_up);
+    Py_VISIT(self->end_watch);
     Py_VISIT(self->prefix);
     Py_VISIT(self->gate);
     Py_VISIT(self->key_bytes);
@@ -383,6 +555,7 @@ reads_clear(LocalReads *self)
     Py_CLEAR(self->table);
     Py_CLEAR(self->lookup);
     Py_CLEAR(self->catch_up);
+    Py_CLEAR(self->end_watch);
     Py_CLEAR(self->prefix);
     Py_CLEAR(self->gate);
     Py_CLEAR(self->key_bytes);
@@ -402,6 +575,7 @@ static PyMemberDef reads_members[] = {
     {"_table", T_OBJECT, offsetof(LocalReads, table), 0, "The store's dict, or None."},
     {"_lookup", T_OBJECT, offsetof(LocalReads, lookup), 0, "The store's lookup, or None."},
     {"_catch_up", T_OBJECT, offsetof(LocalReads, catch_up), 0, "engine.catch_up, or None."},
+    {"_end_watch", T_OBJECT, offsetof(LocalReads, end_watch), 0, "An EndWatch, or None."},
     {"_prefix", T_OBJECT, offsetof(LocalReads, prefix), 0, "The record-key prefix."},
     {"_gate", T_OBJECT, offsetof(LocalReads, gate), 0, "The engine's ReadGate."},
     {"_key_bytes", T_OBJECT, offsetof(LocalReads, key_bytes), 0, "The key codec's encode."},
@@ -455,7 +629,8 @@ static struct PyModuleDef reads_module = {
 PyMODINIT_FUNC
 PyInit__reads(void)
 {
-    if (PyType_Ready(&ReadGateType) < 0 || PyType_Ready(&LocalReadsType) < 0) {
+    if (PyType_Ready(&ReadGateType) < 0 || PyType_Ready(&EndWatchType) < 0
+        || PyType_Ready(&LocalReadsType) < 0) {
         return NULL;
     }
     str_encode = PyDict_GetItemString(PyUnicode_Type.tp_dict, "encode");
@@ -470,21 +645,23 @@ PyInit__reads(void)
     name_default = PyUnicode_InternFromString("default");
     name_key = PyUnicode_InternFromString("key");
     name_dot_get = PyUnicode_InternFromString("get");
+    name_applied = PyUnicode_InternFromString("applied");
     if (!name_getitem || !name_get || !name_contains || !name_default || !name_key
-        || !name_dot_get) {
+        || !name_dot_get || !name_applied) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&reads_module);
     if (module == NULL) {
         return NULL;
     }
-    PyObject *all = Py_BuildValue("[ss]", "LocalReads", "ReadGate");
+    PyObject *all = Py_BuildValue("[sss]", "EndWatch", "LocalReads", "ReadGate");
     if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
         Py_XDECREF(all);
         Py_DECREF(module);
         return NULL;
     }
     if (PyModule_AddObjectRef(module, "ReadGate", (PyObject *)&ReadGateType) < 0
+        || PyModule_AddObjectRef(module, "EndWatch", (PyObject *)&EndWatchType) < 0
         || PyModule_AddObjectRef(module, "LocalReads", (PyObject *)&LocalReadsType) < 0) {
         Py_DECREF(module);
         return NULL;

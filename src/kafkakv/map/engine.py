@@ -80,7 +80,7 @@ from kafkakv.map.machine import (
     start_point,
 )
 from kafkakv.map.ops import Op, OpCode, decode_op, encode_op, sent_op, write_many_chunks
-from kafkakv.map.reads import ReadGate
+from kafkakv.map.reads import EndWatch, ReadGate
 from kafkakv.map.replicalock import ReplicaLock
 from kafkakv.map.sender import Sender, Slots
 from kafkakv.map.settings import MapSettings
@@ -198,6 +198,14 @@ class ReplicaEngine:
         #: Open while a local read may skip every check (open, not failed, nothing stalled);
         #: see _checks_changed. Every map of this engine reads it (kafkakv.map.reads).
         self.read_gate = ReadGate()
+        #: Where a linearizable read finds the replica at the log's end without asking the log
+        #: (see kafkakv.map.reads.PyEndWatch): one partition, held, end-offset barriers. Noted
+        #: by _apply_to_end; None otherwise (each read then catches up).
+        self.end_watch = (
+            EndWatch(self.machines[0])
+            if self._offset_barriers and self.partition_count == 1 and 0 in self.machines
+            else None
+        )
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -857,11 +865,15 @@ class ReplicaEngine:
     def _apply_to_end(self, p: int, deadline: float | None) -> None:
         """An end-offset barrier: apply ``p`` up to the log's end offset now (None: within the
         map's timeout from when there is something to apply)."""
-        end = self.log.end_offset(self.topics.ops, p)
+        watch = self.end_watch
+        mark = None if watch is None else self.log.end_mark(self.topics.ops, p)
+        end = self.log.end_offset(self.topics.ops, p) if mark is None else mark.end
         if end > self.machines[p].applied:
             if deadline is None:
                 deadline = time.monotonic() + self.settings.timeout
             self.apply_until(p, end - 1, deadline)
+        if watch is not None and mark is not None:
+            watch.note(*mark)
 
     def _barrier(self, p: int, deadline: float) -> None:
         remaining = max(0.0, deadline - time.monotonic())

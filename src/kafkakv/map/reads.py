@@ -6,7 +6,10 @@ nothing and has no stalled partition (its read gate is open), takes one of two s
 - the local path, with local consistency over a store that keeps a dict
   (:meth:`kafkakv.store.base.Store.table`): one key encoding and one dict lookup;
 - the direct path otherwise (a linearizable map, a store without a dict): encode the key,
-  catch up with the log's end for a linearizable map, call the store's lookup.
+  catch up with the log's end for a linearizable map, call the store's lookup. Catching up
+  is skipped while the engine's end watch (:class:`PyEndWatch`) finds the replica at the
+  log's end: the head bytes it noted with the end offset are still what the log's shared
+  mapping holds, and the replica has applied up to that offset.
 
 :class:`LocalReads` takes them and hands every other read to the map's checked path
 (``_checked_getitem``, ``_checked_get``, ``_checked_contains``): a sharded replica, a closed,
@@ -24,8 +27,9 @@ Two implementations with one behaviour:
 :data:`COMPILED` says which one this process uses. ``tests/map/test_local_reads.py`` runs the
 same reads through both and compares every result and error.
 
-The fields (``_table``, ``_lookup``, ``_catch_up``, ``_prefix``, ``_gate``, ``_key_bytes``,
-``_decode``) are set by the map's ``__init__``; until then every read takes the checked path.
+The fields (``_table``, ``_lookup``, ``_catch_up``, ``_end_watch``, ``_prefix``, ``_gate``,
+``_key_bytes``, ``_decode``) are set by the map's ``__init__``; until then every read takes the
+checked path.
 """
 
 from __future__ import annotations
@@ -34,7 +38,15 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["COMPILED", "LocalReads", "PyLocalReads", "PyReadGate", "ReadGate"]
+__all__ = [
+    "COMPILED",
+    "EndWatch",
+    "LocalReads",
+    "PyEndWatch",
+    "PyLocalReads",
+    "PyReadGate",
+    "ReadGate",
+]
 
 
 class PyReadGate:
@@ -48,6 +60,42 @@ class PyReadGate:
         self.open = True
 
 
+class PyEndWatch:
+    """Whether a linearizable map's replica is at the log's end, found without asking the
+    log: the engine notes each end offset it catches up to, with the bytes of the log's shared
+    mapping that showed it (:meth:`kafkakv.log.base.Log.end_mark`). While the mapping holds
+    the same bytes nothing was appended, so once the partition's machine has applied up to
+    that offset a read needs no catching up. Anything amiss (nothing noted, a closed mapping)
+    answers False, and the read catches up the long way, which reports it."""
+
+    __slots__ = ("_machine", "_mark")
+
+    def __init__(self, machine: Any) -> None:
+        self._machine = machine  # the partition's machine: its ``applied``
+        self._mark: tuple[int, Any, bytes] | None = None  # one attribute: set as a whole
+
+    def note(self, end: int, mapping: Any, raw: bytes) -> None:
+        """Note that ``end`` was read from ``raw``, the first bytes of ``mapping``."""
+        if type(raw) is not bytes:
+            raise TypeError("note(): raw must be bytes")
+        self._mark = (end, mapping, raw)
+
+    def clear(self) -> None:
+        self._mark = None
+
+    def at_end(self) -> bool:
+        mark = self._mark
+        if mark is None:
+            return False
+        end, mapping, raw = mark
+        try:
+            same = mapping[: len(raw)] == raw
+        except (ValueError, TypeError):  # a closed mapping
+            return False
+        applied = self._machine.applied
+        return same and isinstance(applied, int) and applied >= end
+
+
 _SHUT = PyReadGate()
 _SHUT.open = False
 _CHECKED = object()  # PyLocalReads._direct_data: take the checked path
@@ -56,7 +104,16 @@ _CHECKED = object()  # PyLocalReads._direct_data: take the checked path
 class PyLocalReads:
     """``__getitem__``, ``get`` and ``__contains__`` of a replica map (see the module doc)."""
 
-    __slots__ = ("_catch_up", "_decode", "_gate", "_key_bytes", "_lookup", "_prefix", "_table")
+    __slots__ = (
+        "_catch_up",
+        "_decode",
+        "_end_watch",
+        "_gate",
+        "_key_bytes",
+        "_lookup",
+        "_prefix",
+        "_table",
+    )
 
     # The local path: the store's dict. None: the map has none (see the direct path).
     _table: Mapping[bytes, Any] | None
@@ -66,6 +123,7 @@ class PyLocalReads:
     # end for a record key first (the engine's catch_up; None: local consistency).
     _lookup: Callable[[bytes], Any] | None
     _catch_up: Callable[[bytes], None] | None
+    _end_watch: PyEndWatch | None  # catching up is skipped while it is at the end
     _prefix: bytes  # the map's record-key prefix (several maps per topic set)
     _gate: PyReadGate
     _key_bytes: Callable[[Any], bytes]  # the key codec's encode (may raise anything)
@@ -74,7 +132,7 @@ class PyLocalReads:
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # As the C type's fields start out: no path until the map's __init__ sets one.
         self = super().__new__(cls)
-        self._table = self._lookup = self._catch_up = self._decode = None
+        self._table = self._lookup = self._catch_up = self._end_watch = self._decode = None
         self._gate = _SHUT
         self._prefix = b""
         return self
@@ -99,7 +157,9 @@ class PyLocalReads:
             return _CHECKED
         catch_up = self._catch_up
         if catch_up is not None:
-            catch_up(self._prefix + encoded)
+            watch = self._end_watch
+            if watch is None or not watch.at_end():
+                catch_up(self._prefix + encoded)
         return lookup(encoded)  # type: ignore[misc]
 
     # Each read on the local path: one call to encode the key and one lookup with [] or in,
@@ -174,12 +234,14 @@ COMPILED = False
 if TYPE_CHECKING:
     LocalReads = PyLocalReads
     ReadGate = PyReadGate
+    EndWatch = PyEndWatch
 else:
-    LocalReads, ReadGate = PyLocalReads, PyReadGate
+    LocalReads, ReadGate, EndWatch = PyLocalReads, PyReadGate, PyEndWatch
     if os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
         try:
             from kafkakv.map import _reads
         except ImportError:  # not built: no C compiler where kafkakv was installed
             pass
         else:
-            LocalReads, ReadGate, COMPILED = _reads.LocalReads, _reads.ReadGate, True
+            LocalReads, ReadGate, EndWatch = _reads.LocalReads, _reads.ReadGate, _reads.EndWatch
+            COMPILED = True

@@ -99,6 +99,7 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         self._table = self._store.table() if local else None
         self._lookup = self._store.lookup() if self._direct else None
         self._catch_up = engine.catch_up if self._linearizable else None
+        self._end_watch = engine.end_watch if self._linearizable else None
 
     # -- identity -----------------------------------------------------------------------
     @property

@@ -123,6 +123,16 @@ class HeadFile:
             time.sleep(0 if attempt < 100 else 0.0001)
         return None
 
+    def read_mapped(self) -> tuple[mmap.mmap, bytes, HeadState] | None:
+        """Like :meth:`read`, with the mapping and the bytes the state was read from (see
+        :meth:`kafkakv.log.base.Log.end_mark`); None when :meth:`read` has no state."""
+        state = self.read()
+        raw, last = self._last  # one attribute: the bytes and their state belong together
+        mm = self._mm
+        if state is None or last is None or mm is None:
+            return None
+        return mm, raw, last
+
     def publish(self, state: HeadState) -> None:
         """Make ``state`` visible to every process (caller holds the partition lock). The
         publisher's next :meth:`read` finds these bytes and skips the CRC and unpacking."""

@@ -37,6 +37,7 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log.base import (
+    EndMark,
     EntryBatch,
     FailureCallback,
     LatestBatch,
@@ -451,6 +452,9 @@ class EmbeddedLog(Log):
 
     def end_offset(self, topic: str, partition: int) -> int:
         return self._partition(topic, partition).end_offset()
+
+    def end_mark(self, topic: str, partition: int) -> EndMark | None:
+        return self._partition(topic, partition).end_mark()
 
     def data_bytes(self, topic: str, partition: int) -> int:
         """Bytes of record batches in ``partition`` of ``topic`` (what ``kafkakv log describe``

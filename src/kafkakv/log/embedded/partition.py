@@ -32,6 +32,7 @@ from typing import Any, Literal, NamedTuple, cast
 
 from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
+from kafkakv.log.base import EndMark
 from kafkakv.log.config import TopicConfig
 from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error, unflock
@@ -298,6 +299,16 @@ class Partition:
 
     def end_offset(self) -> int:
         return self.published().next_offset
+
+    def end_mark(self) -> EndMark | None:
+        """See :meth:`kafkakv.log.base.Log.end_mark`: the head's mapping and bytes. The head's
+        ``seq`` moves on every publish, so its bytes never come back."""
+        self.published()  # rebuilds a missing, torn or earlier boot's head
+        mapped = self._head.read_mapped()
+        if mapped is None or mapped[2].boot_id != BOOT_ID:
+            return None
+        mm, raw, state = mapped
+        return EndMark(state.next_offset, mm, raw)
 
     def data_bytes(self) -> int:
         """Bytes of batches the partition holds: its sealed segments' sizes and the published
