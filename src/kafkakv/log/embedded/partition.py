@@ -301,8 +301,8 @@ class Partition:
         return self.published().next_offset
 
     def end_mark(self) -> EndMark | None:
-        """See :meth:`kafkakv.log.base.Log.end_mark`: the head's mapping and bytes. The head's
-        ``seq`` moves on every publish, so its bytes never come back."""
+        """See :meth:`kafkakv.log.base.Log.end_mark`: the head's mapping and bytes, which hold
+        the end offset itself (so bytes unchanged are an end offset unchanged)."""
         self.published()  # rebuilds a missing, torn or earlier boot's head
         mapped = self._head.read_mapped()
         if mapped is None or mapped[2].boot_id != BOOT_ID:
