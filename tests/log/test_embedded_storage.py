@@ -11,7 +11,7 @@ import pytest
 
 import kafkakv
 from kafkakv.errors import ConfigError, CorruptLogError, NotALogError, OffsetOutOfRangeError
-from kafkakv.log import EmbeddedLog, Record
+from kafkakv.log import EmbeddedLog, MemoryLog, Record
 from kafkakv.log.embedded.format import HEADER_SIZE
 from tests.records import offset_of
 from tests.waiting import wait_for
@@ -40,6 +40,29 @@ def read_all(log: EmbeddedLog, topic: str, partition: int = 0) -> list[Record]:
 
 
 # -- directories --------------------------------------------------------------------------
+def test_an_end_mark_shows_the_end_offset_until_an_append_rewrites_its_bytes(
+    tmp_path: Path,
+) -> None:
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        log.append("t", 0, [Record(b"k", b"1")])
+        mark = log.end_mark("t", 0)
+        assert mark is not None and mark.end == log.end_offset("t", 0) == 1
+        assert mark.mapping[: len(mark.raw)] == mark.raw
+        assert log.end_mark("t", 0) == mark  # nothing appended: the same bytes
+        with open_log(tmp_path) as other:  # another handle on the log, as another process
+            other.append("t", 0, [Record(b"k", b"2")])
+        assert mark.mapping[: len(mark.raw)] != mark.raw  # seen through the shared mapping
+        again = log.end_mark("t", 0)
+        assert again is not None and again.end == 2
+        assert again.mapping[: len(again.raw)] == again.raw
+    with pytest.raises(ValueError):  # closed with the log: nobody reads a stale mapping
+        mark.mapping[:1]
+    with MemoryLog() as memory:  # no shared mapping: no mark
+        memory.create_topic("t", 1)
+        assert memory.end_mark("t", 0) is None
+
+
 def test_a_directory_that_is_not_a_log_is_refused(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(NotALogError, match="not a kafkakv log"):
