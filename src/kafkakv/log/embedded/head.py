@@ -123,13 +123,12 @@ class HeadFile:
             time.sleep(0 if attempt < 100 else 0.0001)
         return None
 
-    def read_mapped(self) -> tuple[mmap.mmap, bytes, HeadState] | None:
-        """Like :meth:`read`, with the mapping and the bytes the state was read from (see
-        :meth:`kafkakv.log.base.Log.end_mark`); None when :meth:`read` has no state."""
-        state = self.read()
+    def last_mapped(self) -> tuple[mmap.mmap, bytes, HeadState] | None:
+        """The mapping, with the bytes last read or published through it and their state (see
+        :meth:`kafkakv.log.base.Log.end_mark`); None before any. Reads nothing."""
         raw, last = self._last  # one attribute: the bytes and their state belong together
         mm = self._mm
-        if state is None or last is None or mm is None:
+        if last is None or mm is None:
             return None
         return mm, raw, last
 

@@ -303,8 +303,8 @@ class Partition:
     def end_mark(self) -> EndMark | None:
         """See :meth:`kafkakv.log.base.Log.end_mark`: the head's mapping and bytes, which hold
         the end offset itself (so bytes unchanged are an end offset unchanged)."""
-        self.published()  # rebuilds a missing, torn or earlier boot's head
-        mapped = self._head.read_mapped()
+        self.published()  # reads the head (rebuilding a missing, torn or earlier boot's one)
+        mapped = self._head.last_mapped()  # those bytes, or a later publish's: one read only
         if mapped is None or mapped[2].boot_id != BOOT_ID:
             return None
         mm, raw, state = mapped
