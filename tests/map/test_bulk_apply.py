@@ -17,6 +17,7 @@ from kafkakv.log.base import Record
 from kafkakv.map import machine as machine_module
 from kafkakv.map.engine import ReplicaEngine
 from kafkakv.map.machine import PartitionMachine, Step
+from kafkakv.map.ops import OpCode, encode_op
 from tests.map.conftest import OpenMap
 from tests.map.test_map_protocol import _seed, data_view, read_all
 from tests.waiting import wait_for
@@ -52,11 +53,13 @@ def bulk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
 
 
 def test_bulk_and_record_loop_decide_the_same(open_map: OpenMap, bulk: BulkCount) -> None:
-    """Rounds of async updates of one writer: distinct puts (a bulk batch), a key put twice,
-    conditional updates and removes (record by record). Every future's result, every replica's
-    state and a listener's events match a model applied in submission order."""
+    """Rounds of updates of one writer: puts of distinct keys (``PUT`` records that a reader
+    catching up applies as one bulk batch), a key put twice, async conditional updates, removes
+    and puts (record by record). Every result, every replica's state and a listener's events
+    match a model applied in submission order."""
     rng = random.Random(_seed())
     writer = open_map()
+    reader = open_map()  # no listener: its catch-up after each round is one batch
     heard: list[tuple[Any, Any, Any]] = []
     listening = open_map()
     listening.add_listener(lambda key, old, new, mine: heard.append((key, old, new)))
@@ -74,15 +77,15 @@ def test_bulk_and_record_loop_decide_the_same(open_map: OpenMap, bulk: BulkCount
     for round_no in range(30):
         kind = rng.choice(["distinct", "distinct", "repeated", "mixed"])
         calls: list[tuple[Future[Any], Any]] = []
-        if kind == "distinct":
+        if kind == "distinct":  # a PUT record each (put_async would gather them)
             for key in rng.sample(keys, rng.randint(1, 40)):
                 value = rng.randrange(4)
-                calls.append((writer.put_async(key, value), put(key, value)))
+                assert writer.put(key, value) == put(key, value)
         elif kind == "repeated":
             twice = rng.choice(keys)
-            for key in [*rng.sample(keys, 10), twice, twice]:
-                value = round_no * 10 + len(calls)
-                calls.append((writer.put_async(key, value), put(key, value)))
+            for i, key in enumerate([*rng.sample(keys, 10), twice, twice]):
+                value = round_no * 10 + i
+                assert writer.put(key, value) == put(key, value)
         else:
             for key in rng.sample(keys, 12):
                 choice = rng.randrange(3)
@@ -100,18 +103,20 @@ def test_bulk_and_record_loop_decide_the_same(open_map: OpenMap, bulk: BulkCount
                     calls.append((writer.put_async(key, round_no), put(key, round_no)))
         for future, expected in calls:
             assert future.result(timeout=30) == expected, kind
+        reader.sync(timeout=30)
+        assert dict(reader) == model, kind
 
     fresh = open_map()  # loads the whole history at once
-    for replica in (writer, listening, fresh):
+    for replica in (writer, reader, listening, fresh):
         replica.sync(timeout=30)
         assert dict(replica) == model
         assert not replica._engine.errors
     assert heard == changes
     if bulk.applied or bulk.refused:  # the "bulk" run: batches took both paths
-        assert bulk.of(writer._engine)[0] > 0 and sum(bulk.refused.values()) > 0
+        assert bulk.of(reader._engine)[0] > 0 and bulk.of(reader._engine)[1] > 0
         assert bulk.of(listening._engine) == (0, 0)  # listeners: the record loop
     else:
-        assert bulk.of(writer._engine) == (0, 0)
+        assert bulk.of(reader._engine) == (0, 0)
 
 
 def test_flushes_asked_inside_a_bulk_batch_cover_every_key(
@@ -120,20 +125,19 @@ def test_flushes_asked_inside_a_bulk_batch_cover_every_key(
     """A batch crosses several flush marks at once: the flush it asks for, and the one it
     missed while that flush ran, leave every key in the data topic without an explicit flush.
 
-    The 300 puts must reach the log in one append, at ops offsets 0-299 (the last one on a
-    mark). Left to the sender they sometimes did not: under load the main thread lost the GIL
-    in the middle of its puts and the sender appended what it had. A tail of up to 8 puts
-    appended after the first flush had read its end offset then crossed no mark (the next
-    one is ``covered + flush_period``, by design), so the wait below timed out; a longer tail
-    was flushed by a second flush covering the first one's FLUSHED mark, past ``ops_end``.
-    The test holds the sender's condition (which the sender takes before it looks at its
-    outbox) while it queues the puts, so the sender appends all 300 at once."""
+    The batch is 300 of the replica's own ``PUT`` records in one append, at ops offsets 0-299
+    (the last one on a mark), as concurrent sync puts of its threads, or an earlier version's
+    sender, leave them; the replica's follower applies them. (A tail of puts appended after
+    the first flush had read its end offset would cross no mark: the next one is ``covered +
+    flush_period``, by design.)"""
     m = open_map(flush_period=10)
     engine = m._engine
-    with engine._sender.ready:
-        futures = [m.put_async(f"k{i}", i) for i in range(300)]
-    for future in futures:
-        future.result(timeout=30)
+    origin, seq, encode = engine.origin, engine._seq, m._values.encode
+    own = [
+        Record(f"k{i}".encode(), encode_op(OpCode.PUT, origin, next(seq), (encode(i),)))
+        for i in range(300)
+    ]
+    engine.log.append(engine.topics.ops, 0, own)
     log = engine.log
     data, ops = engine.topics.data, engine.topics.ops
     ops_end = log.end_offset(ops, 0)

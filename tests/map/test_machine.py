@@ -202,9 +202,9 @@ def fold(
         if op.code.control or record.key is None:
             continue
         if op.code is OpCode.WRITE_MANY:  # each pair a put, or a remove where None
-            had = 0
+            found = []  # its result: what each pair found
             for key, value in zip(*op.args, strict=True):
-                had += key in state
+                found.append(state.get(key))
                 if (value is None and key in state) or value is not None:
                     if state.get(key) != value:
                         assert record.offset is not None
@@ -214,7 +214,7 @@ def fold(
                     else:
                         state[key] = value
             if op.origin == ME:
-                outcomes[op.seq] = had
+                outcomes[op.seq] = found
             continue
         try:
             result, new = decide(op.code, op.args, state.get(record.key), record.key, STR, JSON)

@@ -133,6 +133,14 @@ def _replay(log: Log, name: str, partitions: int) -> tuple[dict[str, Any], dict[
                     continue
                 if op.code.control or record.key is None:
                     continue
+                if op.code is OpCode.WRITE_MANY:  # put_async calls the sender gathered
+                    for key, value in zip(*op.args, strict=True):
+                        old = state.pop(key, None)
+                        if value is not None:
+                            state[key] = value
+                            found = None if old is None else values.decode(old)
+                            decided[("PUT", values.decode(value))] = found
+                    continue
                 result: Any
                 try:
                     result, new = decide(

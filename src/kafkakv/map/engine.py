@@ -60,7 +60,7 @@ from kafkakv.log.base import Entry, Log, LogWriter, Record
 from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
 from kafkakv.map.barriers import SharedBarriers
-from kafkakv.map.futures import BatchFuture, BatchPart, OpFuture, complete, fail
+from kafkakv.map.futures import BatchFuture, BatchPart, OpFuture, PutGroup, complete, fail
 from kafkakv.map.keyspace import RESERVED_KEYS, KeySpace, check_update_key
 from kafkakv.map.machine import (
     CHANGE,
@@ -79,10 +79,18 @@ from kafkakv.map.machine import (
     load_latest,
     start_point,
 )
-from kafkakv.map.ops import Op, OpCode, decode_op, encode_op, sent_op, write_many_chunks
+from kafkakv.map.ops import (
+    Op,
+    OpCode,
+    decode_op,
+    encode_op,
+    pair_fits,
+    sent_op,
+    write_many_chunks,
+)
 from kafkakv.map.reads import EndWatch, ReadGate
 from kafkakv.map.replicalock import ReplicaLock
-from kafkakv.map.sender import Sender, Slots
+from kafkakv.map.sender import Outgoing, Sender, Slots
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics
 from kafkakv.store.base import Positions
@@ -107,6 +115,8 @@ _RETRY_PAUSE = 1.0  # the follower waits this long after the log could not answe
 _STALL_RETRY = 0.05  # a stalled partition looks for its missing function this often
 _REAP_JITTER = 0.05  # a reaper waits up to this long after a deadline (fewer duplicates)
 _NO_CHANGES: dict[bytes, bytes | None] = {}
+#: A ``put_async`` queued for the sender (see Outgoing): partition, map, store key, value, future.
+QueuedPut = tuple[int, MapState, bytes, bytes, OpFuture]
 _RESERVED = frozenset(RESERVED_KEYS)
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
@@ -273,8 +283,11 @@ class ReplicaEngine:
         )
         failed = 0
         with self._lock:
-            for _, record in unsent_updates:
-                future = self._pending.pop(decode_op(record.value).seq, None)
+            for item in unsent_updates:
+                if len(item) == 2:  # an ops record, pending by its seq
+                    future = self._pending.pop(decode_op(item[1].value).seq, None)
+                else:  # a queued put, pending nowhere yet
+                    future = item[4]
                 if future is not None:
                     future.resolve(exception=unsent)
                     failed += 1
@@ -409,8 +422,15 @@ class ReplicaEngine:
         return self.keyspace.partition_of(record_key)
 
     def pending_updates(self) -> list[OpFuture]:
-        """This replica's updates not resolved yet (a snapshot)."""
-        return list(self._pending.values())
+        """This replica's updates not resolved yet (a snapshot): the queued puts, then the
+        updates with an ops record."""
+        queued = [item[4] for item in list(self._sender.outbox) if len(item) != 2]
+        for entry in list(self._pending.values()):
+            if isinstance(entry, PutGroup):
+                queued.extend(f for f in entry.futures if not f.done())
+            else:
+                queued.append(entry)
+        return queued
 
     def positions(self) -> dict[int, Positions]:
         with self._lock:
@@ -485,6 +505,34 @@ class ReplicaEngine:
             self.apply_until(p, offset, time.monotonic() + timeout, record, op)
         finally:
             self._last_local = time.monotonic()
+        return future
+
+    def submit_put(self, state: MapState, key: bytes, value: bytes, p: int) -> OpFuture:
+        """``put_async`` of store key ``key`` (the map prefix left out) of map ``state`` in
+        partition ``p``: take a slot and queue the pair, returning its future. The sender
+        gathers consecutive queued puts of one map into ``WRITE_MANY`` records
+        (:meth:`_records_of`), which decide each pair as its put would and give each future
+        the value its pair found. A pair too large to share a record goes as a ``PUT`` of its
+        own (:meth:`submit`). Raises as :meth:`submit`.
+        """
+        if self._closed or self._failure is not None:
+            self.check_usable()
+        if self.stalled and p in self.stalled:  # refused before queueing: nothing in flight
+            self._resume_or_raise(p)
+        if not state.prefix and key in _RESERVED:  # the keys no update may have
+            check_update_key(key)
+        if not pair_fits(key, value, self.max_record_bytes - len(state.prefix)):
+            return self.submit(state, OpCode.PUT, state.prefix + key, p, (value,), False)
+        future = OpFuture(state, 1, p)
+        if not self._slots.take(self.settings.timeout):
+            raise OperationTimeoutError(
+                f"{self.settings.max_in_flight} updates are still unapplied after "
+                f"{self.settings.timeout} s"
+            )
+        sender = self._sender
+        sender.outbox.append((p, state, key, value, future))
+        if sender.idle:
+            sender.wake()  # one wake-up, not one per update until it runs
         return future
 
     def submit_many(
@@ -585,15 +633,21 @@ class ReplicaEngine:
         self._slots.give(freed)
         self.undelivered += freed  # async updates the log did not take
 
-    def _send_batch(self, items: list[tuple[int, Record]]) -> None:
-        """Send ``(partition, ops record)`` pairs, one pipelined send per partition."""
+    def _send_batch(self, items: list[Outgoing]) -> None:
+        """Send the sender's queued updates, one pipelined send per partition: ops records
+        as they are, and queued puts gathered into records (:meth:`_records_of`)."""
         if self.partition_count == 1:
-            by_partition = {0: [record for _, record in items]}
+            by_partition = {0: items}
         else:
             by_partition = {}
-            for p, record in items:
-                by_partition.setdefault(p, []).append(record)
-        for p, records in by_partition.items():
+            for item in items:
+                by_partition.setdefault(item[0], []).append(item)
+        for p, queued in by_partition.items():
+            try:
+                records = self._records_of(p, queued)
+            except Exception as exc:  # not for pairs checked when queued; never stop the sender
+                self._fail_queued(queued, exc)
+                continue
             try:
                 self.log.send(
                     self.topics.ops, p, records, self._send_failed, timeout=self.settings.timeout
@@ -603,7 +657,7 @@ class ReplicaEngine:
                 continue
             if (
                 self._apply_sent
-                and len(records) < _APPLY_SENT_BELOW
+                and len(queued) < _APPLY_SENT_BELOW
                 and self._lock.acquire(blocking=False)
             ):
                 try:
@@ -611,6 +665,59 @@ class ReplicaEngine:
                         self._apply_available(p)
                 finally:
                     self._lock.release()
+
+    def _records_of(self, p: int, queued: list[Outgoing]) -> list[Record]:
+        """The ops records of partition ``p``'s queued updates, in their order: a record as
+        it is; a run of puts of one map as ``WRITE_MANY`` records (cut as ``put_all``'s are),
+        each pending as a :class:`PutGroup` of the run's futures once all are encoded. Sizes
+        were checked when the puts were queued."""
+        records: list[Record] = []
+        groups: list[tuple[int, PutGroup]] = []
+        run: list[QueuedPut] = []
+        for item in queued:
+            if len(item) == 2:
+                if run:
+                    self._gather(p, run, records, groups)
+                    run = []
+                records.append(item[1])
+            else:
+                if run and item[1] is not run[0][1]:
+                    self._gather(p, run, records, groups)
+                    run = []
+                run.append(item)
+        if run:
+            self._gather(p, run, records, groups)
+        self._pending.update(groups)
+        return records
+
+    def _gather(
+        self,
+        p: int,
+        run: list[QueuedPut],
+        records: list[Record],
+        groups: list[tuple[int, PutGroup]],
+    ) -> None:
+        """Append to ``records`` the ``WRITE_MANY`` records of ``run``, queued puts of one map
+        in partition ``p``, and to ``groups`` the seq and :class:`PutGroup` of each."""
+        state = run[0][1]
+        keys = [item[2] for item in run]
+        values: list[bytes | None] = [item[3] for item in run]
+        start = 0
+        for ks, vs in write_many_chunks(keys, values, self.max_record_bytes - len(state.prefix)):
+            seq = next(self._seq)
+            groups.append((seq, PutGroup([item[4] for item in run[start : start + len(ks)]], p)))
+            start += len(ks)
+            value = encode_op(OpCode.WRITE_MANY, self.origin, seq, (ks, vs))
+            records.append(_new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None)))
+
+    def _fail_queued(self, queued: list[Outgoing], exc: BaseException) -> None:
+        """Fail updates the sender took but could not make records of."""
+        self._fail_pending([decode_op(item[1].value).seq for item in queued if len(item) == 2], exc)
+        puts = [item[4] for item in queued if len(item) != 2]
+        for future in puts:
+            future.resolve(exception=exc)
+        self._slots.give(len(puts))
+        self.undelivered += len(puts)
 
     def _send_failed(self, record: Record, exc: BaseException) -> None:
         """A record of a pipelined send that the log could not store: fail its update."""

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 else:
     from typing import TypeVar
 
-__all__ = ["LAZY", "BatchFuture", "BatchPart", "OpFuture", "complete", "fail"]
+__all__ = ["LAZY", "BatchFuture", "BatchPart", "OpFuture", "PutGroup", "complete", "fail"]
 
 if TYPE_CHECKING:
     T = TypeVar("T", default=Any)
@@ -73,17 +73,15 @@ class OpFuture(Future[T]):
     Besides the result it carries the engine's bookkeeping of its update (fewer objects per
     update is less work for the cyclic garbage collector, which otherwise dominates when
     100,000 futures are alive): ``map_state``, the map whose codec decodes the result (None:
-    keep the bytes); ``slot``, whether the update holds one of the ``max_in_flight`` slots;
-    ``partition``, where the update goes.
+    keep the bytes); ``slot``, how many of the ``max_in_flight`` slots it holds (1 or 0; a
+    :class:`PutGroup` one per update); ``partition``, where the update goes.
 
     It is generic in what it resolves to: ``OpFuture[int | None]`` from ``put_async`` on a
     map of ints, ``OpFuture[bool]`` from ``compare_and_set_async``. Typing costs nothing at
     run time: the parameter exists only for the type checker.
     """
 
-    def __init__(
-        self, state: MapState | None = None, slot: bool = False, partition: int = -1
-    ) -> None:
+    def __init__(self, state: MapState | None = None, slot: int = 0, partition: int = -1) -> None:
         # No Future.__init__: that would build the Condition now.
         self._cond: threading.Condition | None = None
         self._state = "PENDING"
@@ -171,9 +169,7 @@ class _EagerOpFuture(OpFuture[T]):
     """:class:`OpFuture` on a Python whose ``Future`` internals differ: every method is the
     plain ``Future``'s, the condition variable made up front."""
 
-    def __init__(
-        self, state: MapState | None = None, slot: bool = False, partition: int = -1
-    ) -> None:
+    def __init__(self, state: MapState | None = None, slot: int = 0, partition: int = -1) -> None:
         self._cond = None
         Future.__init__(self)
         self.map_state = state
@@ -244,7 +240,8 @@ class BatchFuture(OpFuture[int]):
 
 
 class BatchPart(OpFuture[Any]):
-    """The future of one ops record of a batch: resolving it tells its :class:`BatchFuture`."""
+    """The future of one ops record of a batch: resolving it tells its :class:`BatchFuture`
+    how many of the record's keys had a value (its result is the value each pair found)."""
 
     def __init__(self, batch: BatchFuture, slot: bool, partition: int) -> None:
         super().__init__(None, slot, partition)
@@ -253,5 +250,36 @@ class BatchPart(OpFuture[Any]):
     def resolve(self, result: Any = None, exception: BaseException | None = None) -> None:
         if self._state != "PENDING":  # told once
             return
+        if exception is None:
+            result = len(result) - result.count(None)
         super().resolve(result, exception)
         self.batch.part_done(result, exception)
+
+
+class PutGroup(OpFuture[Any]):
+    """The pending entry of one ``WRITE_MANY`` record into which the sender gathered
+    consecutive ``put_async`` calls of one map: their futures, in the record's order, each
+    holding a slot. Resolving it resolves each future with the value its pair found (decoded
+    as :func:`complete` does), or all of them with the exception."""
+
+    def __init__(self, futures: list[OpFuture], partition: int) -> None:
+        super().__init__(None, 0, partition)
+        self.futures = futures
+        self.slot = len(futures)
+
+    def resolve(self, result: Any = None, exception: BaseException | None = None) -> None:
+        if self._state != "PENDING":  # told once
+            return
+        futures = self.futures
+        if exception is None and (type(result) is not list or len(result) != len(futures)):
+            exception = KafkaKVError(f"a batch of {len(futures)} puts was decided as {result!r}")
+        super().resolve(None, exception)
+        if exception is not None:
+            for future in futures:
+                future.resolve(exception=exception)
+            return
+        for future, found in zip(futures, result, strict=True):
+            if found is None:
+                future.resolve(None)
+            else:
+                complete(future, found)

@@ -382,7 +382,7 @@ class PartitionMachine:
                 if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
                     result, new = current, args[0]
                 elif code is OpCode.WRITE_MANY or code is OpCode.WRITE_MANY_TTL:
-                    # Its changes are made; the result is a count.
+                    # Its changes are made; the result is the previous value of each pair.
                     result = self._write_many(state, overlay, args, offset, mine, step, ts or 0)
                     new = KEEP
                     if mine:  # toward the flush period, a batch counts as its pairs
@@ -498,11 +498,11 @@ class PartitionMachine:
         mine: bool,
         step: Step,
         ts: int = 0,
-    ) -> int:
+    ) -> list[bytes | None]:
         """Apply a ``WRITE_MANY`` op at ``offset``, pair by pair, as puts and removes would be;
-        return how many of its keys had a value before. A batch of new values for distinct
-        keys, with no listener, takes C-level passes instead of a loop per pair. Raises
-        OperationFailedError for a malformed op (nothing changed)."""
+        return the value each pair found (None: absent), as its put or remove would. A batch
+        of new values for distinct keys, with no listener, takes C-level passes instead of a
+        loop per pair. Raises OperationFailedError for a malformed op (nothing changed)."""
         keys, values = write_many_args(args[:2])
         deadline = None
         if len(args) == 3:  # WRITE_MANY_TTL
@@ -520,9 +520,8 @@ class PartitionMachine:
             and not state.keys.undecodable(keys)
         ):
             previous = store.get_many(keys)
-            absent = previous.count(None)
             record_keys = [prefix + k for k in keys] if prefix else keys
-            if absent == len(previous):  # all new keys (a bulk load)
+            if previous.count(None) == len(previous):  # all new keys (a bulk load)
                 dirty.update(dict.fromkeys(record_keys, offset))
                 if state.versions is not None:
                     state.versions.update(dict.fromkeys(keys, offset))
@@ -536,7 +535,7 @@ class PartitionMachine:
             if state.unreadable:  # readable values replace unreadable ones
                 for k in keys:
                     state.unreadable.pop(k, None)
-            return len(previous) - absent
+            return previous
         return self._write_pairs(state, overlay, keys, values, offset, mine, step, ts, deadline)
 
     def _write_pairs(
@@ -550,12 +549,12 @@ class PartitionMachine:
         step: Step,
         ts: int = 0,
         deadline: int | None = None,
-    ) -> int:
+    ) -> list[bytes | None]:
         """Write ``values`` (None: remove) to ``keys`` of ``state`` in order, as puts and
         removes would, for the op at ``offset`` (record time ``ts``; the puts expiring at
-        ``deadline``, if given); return how many keys had a value."""
+        ``deadline``, if given); return the value each pair found (None: absent)."""
         prefix, dirty, store, expiries = state.prefix, self.dirty, state.store, state.expiries
-        had = 0
+        found: list[bytes | None] = []
         for user_key, value in zip(keys, values, strict=True):
             current = overlay[user_key] if user_key in overlay else store.get(user_key)
             if expiries is not None:
@@ -564,17 +563,15 @@ class PartitionMachine:
                 when = None if value is None else deadline
                 key = prefix + user_key
                 self._expire_at(state, key, user_key, when, offset, step, value is None)
-            if current is None:
-                if value is None:
-                    continue  # removing an absent key: nothing changes
-            else:
-                had += 1
+            found.append(current)
+            if current is None and value is None:
+                continue  # removing an absent key: nothing changes
             if value != current:
                 key = prefix + user_key
                 overlay[user_key] = value
                 dirty[key] = offset
                 self._changed(state, key, user_key, current, value, offset, mine, step)
-        return had
+        return found
 
     def _transact(
         self,

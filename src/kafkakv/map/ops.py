@@ -9,7 +9,9 @@ have no key.
 A ``WRITE_MANY`` record carries a batch of one map in one partition: its args are two arrays of
 the same length, store keys (the map prefix left out) and values, where nil removes the key. Its
 record key is the record key of its first pair, which names the map and the partition. Every
-replica applies the whole batch at that one offset, pair by pair in order.
+replica applies the whole batch at that one offset, pair by pair in order. Its result is the
+value each pair found (nil: absent), in order: ``put_all`` counts them, and the ``put_async``
+calls the sender gathered into the record take one each.
 
 A ``TRANSACT`` record is a transaction over keys of one map in one partition: its args are the
 expected store keys and values (nil: absent), the store keys and versions expected of a map
@@ -71,6 +73,7 @@ __all__ = [
     "decode_op",
     "encode_op",
     "expectations_hold",
+    "pair_fits",
     "sent_op",
     "transaction_args",
     "write_many_args",
@@ -200,6 +203,12 @@ _MANY_HEAD = 64  # a WRITE_MANY record's bytes besides its pairs (and its record
 _PAIR_HEAD = 10  # msgpack's bytes around one key and value, at most
 
 
+def pair_fits(key: bytes, value: bytes | None, room: int) -> bool:
+    """Whether the pair fits a ``WRITE_MANY`` record of its own, ``room`` as for
+    :func:`write_many_chunks`."""
+    return 2 * len(key) + len(value or b"") + _PAIR_HEAD <= room - _MANY_HEAD
+
+
 def write_many_chunks(
     keys: list[bytes], values: list[bytes | None], room: int
 ) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
@@ -218,8 +227,8 @@ def write_many_chunks(
     largest = max(map(len, keys), default=0) + max(map(len, filter(None, values)), default=0)
     if 2 * largest + _PAIR_HEAD > hard:  # maybe too large: look at each pair
         for k, v in zip(keys, values, strict=True):
-            size = 2 * len(k) + len(v or b"") + _PAIR_HEAD
-            if size > hard:
+            if not pair_fits(k, v, room):
+                size = 2 * len(k) + len(v or b"") + _PAIR_HEAD
                 raise RecordTooLargeError(
                     f"an update of about {size} bytes is over the {room + _MANY_HEAD} bytes "
                     "an ops record may take here (max.message.bytes); nothing of the batch "

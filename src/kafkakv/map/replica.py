@@ -582,13 +582,12 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
             raise EncodeError("None is not a value: use remove() to delete a key")
         if self._single:  # one partition, held: no partition to find
             try:
-                record_key, p = self._prefix + self._key_bytes(key), 0
+                encoded, p = self._key_bytes(key), 0
             except Exception:  # _locate raises the typed error
-                _, record_key, p = self._locate(key)
+                encoded, _, p = self._locate(key)
         else:
-            _, record_key, p = self._locate(key)
-        args = (self._values.encode(value),)
-        return self._engine.submit(self._state, OpCode.PUT, record_key, p, args, False)
+            encoded, _, p = self._locate(key)
+        return self._engine.submit_put(self._state, encoded, self._values.encode(value), p)
 
     def put_all_async(
         self, pairs: Mapping[K, V] | Iterable[tuple[K, V]], ttl: float | None = None

@@ -15,14 +15,17 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Record
 
 __all__ = ["Sender", "Slots"]
 
-#: One async update on its way: its partition and its ops record.
-Outgoing = tuple[int, Record]
+#: One async update on its way: its partition and its ops record; or, for a ``put_async``
+#: the engine gathers with others into a record as it sends them, its partition, its map
+#: (a ``MapState``), store key, value and future.
+Outgoing = tuple[int, Record] | tuple[int, Any, bytes, bytes, Any]
 
 
 class Slots:
