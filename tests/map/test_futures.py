@@ -11,8 +11,12 @@ import time
 
 import pytest
 
+from kafkakv.codecs import codec_for
+from kafkakv.errors import KafkaKVError, ResultDecodeError
 from kafkakv.map import futures
 from kafkakv.map.futures import OpFuture
+from kafkakv.map.machine import MapState
+from kafkakv.store.memory import DictStore
 
 
 @pytest.fixture(params=["lazy", "eager"])
@@ -90,3 +94,44 @@ def test_many_threads_race_completion_and_waiting(make: type[OpFuture]) -> None:
         f.resolve(1)
         waiter.join(5)
         assert got == [1]
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_a_put_group_resolves_each_future_as_complete_would(
+    lazy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PutGroup resolves the futures of gathered puts at once: each with its own pair's
+    previous value decoded by the map's codec, a value that does not decode as
+    ResultDecodeError, a cancelled future left cancelled, a waiter's future through its
+    condition (woken, its callback run)."""
+    monkeypatch.setattr(futures, "LAZY", lazy)
+    make = OpFuture if lazy else futures._EagerOpFuture
+    state = MapState("m", b"", codec_for("str"), codec_for("json"), DictStore())
+    fs = [make(state, 1, 0) for _ in range(5)]
+    called: list[object] = []
+    fs[1].add_done_callback(lambda f: called.append(f.result(timeout=0)))
+    assert fs[2].cancel()
+    group = futures.PutGroup(fs, 0)
+    assert group.slot == 5 and group.partition == 0
+    group.resolve([None, b'"a"', b'"b"', b"{bad", b"[1]"])
+    assert group.done()
+    assert fs[0].result(timeout=0) is None
+    assert fs[1].result(timeout=0) == "a" and called == ["a"]
+    assert fs[2].cancelled()
+    error = fs[3].exception(timeout=0)
+    assert isinstance(error, ResultDecodeError) and error.raw == b"{bad"
+    assert fs[4].result(timeout=0) == [1]
+    group.resolve([b'"again"'] * 5)  # told once
+    assert fs[1].result(timeout=0) == "a"
+
+
+@pytest.mark.parametrize("outcome", ["exception", "wrong length"])
+def test_a_put_group_that_fails_fails_every_future(outcome: str) -> None:
+    fs = [OpFuture(None, 1, 0) for _ in range(3)]
+    group = futures.PutGroup(fs, 0)
+    if outcome == "exception":
+        group.resolve(exception=ValueError("no"))
+        assert all(isinstance(f.exception(timeout=0), ValueError) for f in fs)
+    else:
+        group.resolve([None, None])  # a result that is not one per future
+        assert all(isinstance(f.exception(timeout=0), KafkaKVError) for f in fs)

@@ -200,16 +200,18 @@ def complete(future: OpFuture, result: Any) -> None:
     """Resolve ``future`` with the result its update was decided with: bytes are decoded
     with the map's value codec (a value that does not decode fails the future with
     :class:`~kafkakv.errors.ResultDecodeError`, which keeps the bytes)."""
-    if type(result) is bytes and future.map_state is not None:
-        try:
-            value = future.map_state.values.decode(result)
-        except KafkaKVError as exc:
-            message = f"the update was applied, but the value it returns does not decode: {exc}"
-            future.resolve(exception=ResultDecodeError(message, result))
-            return
-        future.resolve(value)
-    else:
-        future.resolve(result)
+    future.resolve(*_outcome(future.map_state, result))
+
+
+def _outcome(state: MapState | None, result: Any) -> tuple[Any, BaseException | None]:
+    """What a future of map ``state`` resolves to for ``result``: see :func:`complete`."""
+    if type(result) is not bytes or state is None:
+        return result, None
+    try:
+        return state.values.decode(result), None
+    except KafkaKVError as exc:
+        message = f"the update was applied, but the value it returns does not decode: {exc}"
+        return None, ResultDecodeError(message, result)
 
 
 def fail(future: OpFuture, exc: BaseException) -> None:
@@ -278,8 +280,22 @@ class PutGroup(OpFuture[Any]):
             for future in futures:
                 future.resolve(exception=exception)
             return
-        for future, found in zip(futures, result, strict=True):
-            if found is None:
-                future.resolve(None)
-            else:
-                complete(future, found)
+        state = futures[0].map_state  # one map
+        if state is None or not state.values.decodes_as_is:
+            result = [_outcome(state, found) for found in result]
+        else:
+            result = [(found, None) for found in result]
+        if not LAZY:
+            for future, outcome in zip(futures, result, strict=True):
+                future.resolve(*outcome)
+            return
+        observed = []
+        with _GUARD:  # once for the lot: as resolve() does for each future nobody waits for
+            for future, outcome in zip(futures, result, strict=True):
+                if future._cond is not None:
+                    observed.append((future, outcome))
+                elif future._state == "PENDING":
+                    future._result, future._exception = outcome
+                    future._state = "FINISHED"
+        for future, outcome in observed:
+            future.resolve(*outcome)
