@@ -6,6 +6,7 @@ must end in the state the puts one by one would leave."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -213,3 +214,61 @@ def test_puts_the_sender_cannot_encode_fail_and_the_sender_goes_on(
                 f.result(10)
     assert [m.put_async(f"k{i}", i).result(10) for i in range(5)] == [None] * 5
     assert dict(m) == {f"k{i}": i for i in range(5)} and m._engine.undelivered == 5
+
+
+class _GatedSends(ForwardingLog):
+    """Holds every send to the ops topics until ``gate`` is set; ``entered`` says one came."""
+
+    def __init__(self, inner: Log) -> None:
+        super().__init__(inner)
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        on_failure: FailureCallback | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        if topic.endswith("_ops"):
+            self.entered.set()
+            assert self.gate.wait(30), "the test never opened the gate"
+        super().send(topic, partition, records, on_failure, timeout=timeout)
+
+
+@local_logs
+@pytest.mark.parametrize("update", ["put", "put_all", "compare_and_set"])
+def test_an_update_that_waits_goes_to_the_log_after_the_async_ones_made_before_it(
+    open_map: OpenMap, update: str
+) -> None:
+    """A thread's put_async, then its sync update of the same key: the log must have them in
+    that order, so the key ends with the sync update's value. The async put is held in the
+    sender's send while the sync update is made; an update that went straight to the log
+    would overtake it."""
+    doubles: list[_GatedSends] = []
+
+    def gated(inner: Log) -> Log:
+        doubles.append(_GatedSends(inner))
+        return doubles[0]
+
+    m = open_map(log=gated)
+    double = doubles[0]
+    queued = m.put_async("k", 1)
+    assert double.entered.wait(10)  # the sender is in its send, holding the put
+    outcome: list[Any] = []
+    calls: dict[str, Callable[[], Any]] = {
+        "put": lambda: m.put("k", 2),
+        "put_all": lambda: m.put_all({"k": 2}),
+        "compare_and_set": lambda: m.compare_and_set("k", 1, 2),
+    }
+    thread = threading.Thread(target=lambda: outcome.append(calls[update]()))
+    thread.start()
+    thread.join(0.5)  # an update that overtakes the put is done by now
+    double.gate.set()
+    thread.join(30)
+    assert queued.result(10) is None
+    assert outcome == [{"put": 1, "put_all": 1, "compare_and_set": True}[update]]
+    assert m["k"] == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -160,3 +161,35 @@ def test_the_leaders_error_reaches_its_group_and_timeouts_hold() -> None:
     assert time.monotonic() - started < 2
     hold.set()
     busy.join(5)
+
+
+def test_wait_sent_waits_for_what_was_queued_before_it_only() -> None:
+    """An update that waits goes to the log after the async ones queued before it: wait_sent
+    returns once those were sent (the send returned), not when the outbox is empty, which a
+    steady stream of async updates may never leave it."""
+    gate, inside = threading.Event(), threading.Event()
+    then_ran: list[int] = []
+
+    def send(batch: list[Outgoing]) -> Callable[[], None]:
+        inside.set()
+        assert gate.wait(10)
+        return lambda: then_ran.append(len(batch))
+
+    sender = Sender(send, batch=1, linger=0)
+    thread = threading.Thread(target=sender.run)
+    thread.start()
+    assert sender.wait_sent(time.monotonic() + 1)  # nothing queued: at once
+    sender.outbox.append((0, Record(None, b"a")))
+    sender.wake()
+    assert inside.wait(10) and sender.busy()
+    assert not sender.wait_sent(time.monotonic() + 0.1)  # held in send: out of time
+    waited: list[bool] = []
+    waiter = threading.Thread(target=lambda: waited.append(sender.wait_sent(time.monotonic() + 10)))
+    waiter.start()
+    sender.outbox.append((0, Record(None, b"b")))  # queued after the wait began
+    gate.set()
+    waiter.join(10)
+    assert waited == [True]
+    assert sender.drain(time.monotonic() + 10, thread.is_alive) and then_ran == [1, 1]
+    sender.stop()
+    thread.join(5)

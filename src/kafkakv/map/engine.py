@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
@@ -37,7 +38,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import msgpack
@@ -491,8 +492,10 @@ class ReplicaEngine:
             if sender.idle:
                 sender.wake()  # one wake-up, not one per update until it runs
             return future
-        self._pending[seq] = future
         timeout = self.settings.timeout
+        if self._sender.busy():
+            self._after_queued(time.monotonic() + timeout)
+        self._pending[seq] = future
         self._last_local = time.monotonic()  # keeps the follower away: see _follow
         record = _new_tuple(Record, (record_key, value, (), None, None, None))
         try:
@@ -602,9 +605,11 @@ class ReplicaEngine:
                 if self._sender.idle:
                     self._sender.wake()
             return batch
+        deadline = time.monotonic() + self.settings.timeout
+        if self._sender.busy():
+            self._after_queued(deadline)
         for seq, part, _ in parts:
             self._pending[seq] = part
-        deadline = time.monotonic() + self.settings.timeout
         self._last_local = time.monotonic()  # keeps the follower away: see _follow
         try:
             ends = {}
@@ -622,6 +627,23 @@ class ReplicaEngine:
             self._last_local = time.monotonic()
         return batch
 
+    def _after_queued(self, deadline: float) -> None:
+        """Before an update that waits is appended: wait until the async updates this
+        replica queued before it were handed to the log, so that the log has this replica's
+        updates in the order they were made. Not in the sender thread (a listener's update
+        while it applies), nor while holding the replica lock (a listener's update in an
+        applier): the sender may need that lock to fail a batch. Raises
+        OperationTimeoutError at ``deadline`` (nothing appended)."""
+        threads = self._threads  # follower, sender, flusher: once started
+        if self._lock.held() or (len(threads) > 1 and threading.current_thread() is threads[1]):
+            return
+        if not self._sender.wait_sent(deadline):
+            self.check_usable()
+            raise OperationTimeoutError(
+                "the async updates queued before this update were not sent in time; "
+                "it was not appended"
+            )
+
     def _fail_pending(self, seqs: Iterable[int], exc: BaseException) -> None:
         freed = 0
         with self._lock:
@@ -633,15 +655,18 @@ class ReplicaEngine:
         self._slots.give(freed)
         self.undelivered += freed  # async updates the log did not take
 
-    def _send_batch(self, items: list[Outgoing]) -> None:
+    def _send_batch(self, items: list[Outgoing]) -> Callable[[], None] | None:
         """Send the sender's queued updates, one pipelined send per partition: ops records
-        as they are, and queued puts gathered into records (:meth:`_records_of`)."""
+        as they are, and queued puts gathered into records (:meth:`_records_of`). Returns
+        what the sender runs once it has counted them sent: applying the partitions that
+        got a small batch (see _apply_sent), or None."""
         if self.partition_count == 1:
             by_partition = {0: items}
         else:
             by_partition = {}
             for item in items:
                 by_partition.setdefault(item[0], []).append(item)
+        small: list[int] = []
         for p, queued in by_partition.items():
             try:
                 records = self._records_of(p, queued)
@@ -655,16 +680,21 @@ class ReplicaEngine:
             except Exception as exc:  # fail these updates; keep sending others
                 self._fail_pending([decode_op(r.value).seq for r in records], exc)
                 continue
-            if (
-                self._apply_sent
-                and len(queued) < _APPLY_SENT_BELOW
-                and self._lock.acquire(blocking=False)
-            ):
-                try:
-                    if not self._stopped:
-                        self._apply_available(p)
-                finally:
-                    self._lock.release()
+            if self._apply_sent and len(queued) < _APPLY_SENT_BELOW:
+                small.append(p)
+        return functools.partial(self._apply_sent_to, small) if small else None
+
+    def _apply_sent_to(self, partitions: list[int]) -> None:
+        """In the sender thread, after a send: apply ``partitions`` unless another thread is
+        applying (it will apply what was sent)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            for p in partitions:
+                if not self._stopped:
+                    self._apply_available(p)
+        finally:
+            self._lock.release()
 
     def _records_of(self, p: int, queued: list[Outgoing]) -> list[Record]:
         """The ops records of partition ``p``'s queued updates, in their order: a record as

@@ -74,6 +74,10 @@ class ReplicaLock:
     def release(self) -> None:
         self._lock.release()
 
+    def held(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
+
     def __enter__(self) -> bool:
         return self.acquire()
 

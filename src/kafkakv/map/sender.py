@@ -68,12 +68,14 @@ class Sender:
     """The outbox of async updates and the loop of the thread that sends them (:meth:`run`).
 
     Writers append to :attr:`outbox` and, when :attr:`idle`, call :meth:`wake` (one wake-up
-    per idle period, not one per update). ``send`` gets the batches; it must not raise.
+    per idle period, not one per update). ``send`` gets the batches; it must not raise. It
+    may return a callable, which the thread runs once it counted the batch sent (see
+    :meth:`wait_sent`).
     """
 
     def __init__(
         self,
-        send: Callable[[list[Outgoing]], None],
+        send: Callable[[list[Outgoing]], Callable[[], None] | None],
         *,
         batch: int = 5000,
         linger: float = 0.0005,
@@ -89,6 +91,11 @@ class Sender:
         self._slice = wait_slice
         self._closing = False  # drain: say when idle with an empty outbox
         self._stopped = False
+        # Updates taken from the outbox, ever, and of those the ones whose send returned;
+        # threads in wait_sent() (told when a send returns). Written under ``ready``.
+        self._taken = 0
+        self._sent = 0
+        self._waiting = 0
 
     def wake(self) -> None:
         with self.ready:
@@ -118,8 +125,15 @@ class Sender:
                         return
                     popleft = outbox.popleft
                     batch = [popleft() for _ in range(min(len(outbox), self._batch))]
-                self._send(batch)
+                    self._taken += len(batch)
+                then = self._send(batch)
+                with ready:
+                    self._sent += len(batch)
+                    if self._waiting:
+                        ready.notify_all()
                 del batch
+                if then is not None:
+                    then()
 
     def drain(self, deadline: float, alive: Callable[[], bool]) -> bool:
         """Wait until every update in the outbox was handed to the log and the thread is idle
@@ -133,6 +147,27 @@ class Sender:
                 if remaining <= 0 or not alive():
                     return False
                 ready.wait(min(remaining, self._slice))
+        return True
+
+    def busy(self) -> bool:
+        """Whether updates are queued or being sent (a look without the lock)."""
+        return bool(self.outbox) or not self.idle
+
+    def wait_sent(self, deadline: float) -> bool:
+        """Wait until every update queued before this call was handed to ``send`` and the
+        send returned (True), or until ``deadline`` or :meth:`stop` (False). Updates queued
+        meanwhile are not waited for."""
+        with self.ready:
+            target = self._taken + len(self.outbox)
+            self._waiting += 1
+            try:
+                while self._sent < target:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or self._stopped:
+                        return False
+                    self.ready.wait(min(remaining, self._slice))
+            finally:
+                self._waiting -= 1
         return True
 
     def stop(self) -> None:
