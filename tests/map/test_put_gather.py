@@ -148,12 +148,16 @@ def test_a_put_too_large_to_share_a_record_goes_alone_as_a_put(open_map: OpenMap
     assert m["big"] == big and m["a"] == b"2"
 
 
-class _FailingSends(ForwardingLog):
-    """Refuses the next ``failures`` sends to the ops topics."""
+class _Sends(ForwardingLog):
+    """Sends to the ops topics as the test says: the next ``failures`` are refused, and each
+    waits for ``gate`` (open unless the test closes it); ``entered`` says one came."""
 
     def __init__(self, inner: Log) -> None:
         super().__init__(inner)
         self.failures = 0
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
 
     def send(
         self,
@@ -164,25 +168,33 @@ class _FailingSends(ForwardingLog):
         *,
         timeout: float | None = None,
     ) -> None:
-        if topic.endswith("_ops") and self.failures:
-            self.failures -= 1
-            raise LogUnavailableError("the log refused this send")
+        if topic.endswith("_ops"):
+            self.entered.set()
+            assert self.gate.wait(30), "the test never opened the gate"
+            if self.failures:
+                self.failures -= 1
+                raise LogUnavailableError("the log refused this send")
         super().send(topic, partition, records, on_failure, timeout=timeout)
+
+
+def _with_sends(open_map: OpenMap, **options: Any) -> tuple[ReplicaMap[Any, Any], _Sends]:
+    """A replica whose log is a :class:`_Sends` double."""
+    doubles: list[_Sends] = []
+
+    def wrap(inner: Log) -> Log:
+        doubles.append(_Sends(inner))
+        return doubles[0]
+
+    m = open_map(log=wrap, **options)
+    return m, doubles[0]
 
 
 @local_logs
 def test_a_failed_send_fails_every_gathered_put_and_frees_their_slots(
     open_map: OpenMap,
 ) -> None:
-    doubles: list[_FailingSends] = []
-
-    def failing(inner: Log) -> Log:
-        doubles.append(_FailingSends(inner))
-        return doubles[0]
-
-    wrap: Callable[[Log], Log] = failing
-    m = open_map(log=wrap, max_in_flight=10, timeout=3)
-    doubles[0].failures = 1
+    m, sends = _with_sends(open_map, max_in_flight=10, timeout=3)
+    sends.failures = 1
     with _held(m):
         futures = [m.put_async(f"k{i}", i) for i in range(10)]
     for f in futures:
@@ -216,29 +228,6 @@ def test_puts_the_sender_cannot_encode_fail_and_the_sender_goes_on(
     assert dict(m) == {f"k{i}": i for i in range(5)} and m._engine.undelivered == 5
 
 
-class _GatedSends(ForwardingLog):
-    """Holds every send to the ops topics until ``gate`` is set; ``entered`` says one came."""
-
-    def __init__(self, inner: Log) -> None:
-        super().__init__(inner)
-        self.gate = threading.Event()
-        self.entered = threading.Event()
-
-    def send(
-        self,
-        topic: str,
-        partition: int,
-        records: Sequence[Record],
-        on_failure: FailureCallback | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        if topic.endswith("_ops"):
-            self.entered.set()
-            assert self.gate.wait(30), "the test never opened the gate"
-        super().send(topic, partition, records, on_failure, timeout=timeout)
-
-
 @local_logs
 @pytest.mark.parametrize("update", ["put", "put_all", "compare_and_set"])
 def test_an_update_that_waits_goes_to_the_log_after_the_async_ones_made_before_it(
@@ -248,14 +237,8 @@ def test_an_update_that_waits_goes_to_the_log_after_the_async_ones_made_before_i
     that order, so the key ends with the sync update's value. The async put is held in the
     sender's send while the sync update is made; an update that went straight to the log
     would overtake it."""
-    doubles: list[_GatedSends] = []
-
-    def gated(inner: Log) -> Log:
-        doubles.append(_GatedSends(inner))
-        return doubles[0]
-
-    m = open_map(log=gated)
-    double = doubles[0]
+    m, double = _with_sends(open_map)
+    double.gate.clear()
     queued = m.put_async("k", 1)
     assert double.entered.wait(10)  # the sender is in its send, holding the put
     outcome: list[Any] = []
