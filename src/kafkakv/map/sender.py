@@ -1,11 +1,14 @@
 """Async updates on their way to the log: the bound on how many are unapplied, and the thread
 that appends them in batches.
 
-``put_async`` must not wait for the log. It takes a slot (:class:`Slots`: at most
-``max_in_flight`` updates unapplied), puts its ops record in the :class:`Sender`'s outbox and
-returns. The sender thread wakes, lets a small batch grow for a moment (Kafka's
-``linger.ms``), and hands up to ``batch`` records at a time to the engine's send function,
-which appends them with one pipelined send per partition. Appliers give the slots back.
+An async update must not wait for the log. It takes a slot (:class:`Slots`: at most
+``max_in_flight`` updates unapplied), puts itself in the :class:`Sender`'s outbox (its ops
+record, or for a ``put_async`` its pair, which the engine gathers with the puts queued next to
+it into ``WRITE_MANY`` records) and returns. The sender thread wakes, lets a small batch grow
+for a moment (Kafka's ``linger.ms``), and hands up to ``batch`` updates at a time to the
+engine's send function, which appends them with one pipelined send per partition. Appliers
+give the slots back. An update that waits asks the sender first (:meth:`Sender.wait_sent`),
+so that it reaches the log after the async updates made before it.
 """
 
 from __future__ import annotations
