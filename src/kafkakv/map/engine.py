@@ -466,10 +466,7 @@ class ReplicaEngine:
         Raises OperationTimeoutError when ``max_in_flight`` updates stay unapplied for the whole
         timeout, and ClosedError after close.
         """
-        if self._closed or self._failure is not None:
-            self.check_usable()
-        if self.stalled and p in self.stalled:  # refused before appending: nothing in flight
-            self._resume_or_raise(p)
+        self._check_update(p)
         if record_key in RESERVED_KEYS:  # the keys no update may have
             check_update_key(record_key)
         seq = next(self._seq)
@@ -481,11 +478,7 @@ class ReplicaEngine:
             )
         future = OpFuture(state, not wait, p)  # a caller that waits is its own bound
         if not wait:
-            if not self._slots.take(self.settings.timeout):
-                raise OperationTimeoutError(
-                    f"{self.settings.max_in_flight} updates are still unapplied after "
-                    f"{self.settings.timeout} s"
-                )
+            self._take_slot()
             self._pending[seq] = future  # one dict store: atomic under the GIL, no lock
             sender = self._sender
             sender.outbox.append((p, _new_tuple(Record, (record_key, value, (), None, None, None))))
@@ -510,6 +503,23 @@ class ReplicaEngine:
             self._last_local = time.monotonic()
         return future
 
+    def _check_update(self, p: int) -> None:
+        """Refuse an update of partition ``p`` before anything of it is queued or appended:
+        ClosedError, the engine's failure, or the partition's stall."""
+        if self._closed or self._failure is not None:
+            self.check_usable()
+        if self.stalled and p in self.stalled:
+            self._resume_or_raise(p)
+
+    def _take_slot(self, unsent: str = "") -> None:
+        """Take one of the ``max_in_flight`` slots for an async update; OperationTimeoutError
+        (with ``unsent`` at the end of its message) when none frees up in time."""
+        if not self._slots.take(self.settings.timeout):
+            raise OperationTimeoutError(
+                f"{self.settings.max_in_flight} updates are still unapplied after "
+                f"{self.settings.timeout} s{unsent}"
+            )
+
     def submit_put(self, state: MapState, key: bytes, value: bytes, p: int) -> OpFuture:
         """``put_async`` of store key ``key`` (the map prefix left out) of map ``state`` in
         partition ``p``: take a slot and queue the pair, returning its future. The sender
@@ -518,20 +528,13 @@ class ReplicaEngine:
         the value its pair found. A pair too large to share a record goes as a ``PUT`` of its
         own (:meth:`submit`). Raises as :meth:`submit`.
         """
-        if self._closed or self._failure is not None:
-            self.check_usable()
-        if self.stalled and p in self.stalled:  # refused before queueing: nothing in flight
-            self._resume_or_raise(p)
+        self._check_update(p)
         if not state.prefix and key in _RESERVED:  # the keys no update may have
             check_update_key(key)
         if not pair_fits(key, value, self.max_record_bytes - len(state.prefix)):
             return self.submit(state, OpCode.PUT, state.prefix + key, p, (value,), False)
         future = OpFuture(state, 1, p)
-        if not self._slots.take(self.settings.timeout):
-            raise OperationTimeoutError(
-                f"{self.settings.max_in_flight} updates are still unapplied after "
-                f"{self.settings.timeout} s"
-            )
+        self._take_slot()
         sender = self._sender
         sender.outbox.append((p, state, key, value, future))
         if sender.idle:
@@ -594,12 +597,10 @@ class ReplicaEngine:
             return batch
         if not wait:
             for sent, (seq, part, record) in enumerate(parts):
-                if not self._slots.take(self.settings.timeout):
-                    raise OperationTimeoutError(
-                        f"{self.settings.max_in_flight} updates are still unapplied after "
-                        f"{self.settings.timeout} s: {len(parts) - sent} of the batch's "
-                        f"{len(parts)} records were not sent (the others were)"
-                    )
+                self._take_slot(
+                    f": {len(parts) - sent} of the batch's {len(parts)} records were not sent "
+                    "(the others were)"
+                )
                 self._pending[seq] = part
                 self._sender.outbox.append((part.partition, record))
                 if self._sender.idle:
