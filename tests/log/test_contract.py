@@ -221,6 +221,12 @@ def test_read_latest_is_the_last_value_of_each_key_among_the_records_read(
         b"k%d" % k: b"w%d" % (k + 10 if k < 2 else k + 5) for k in range(5)
     }
     assert everything == {**expected, b"k5": b"v26", b"k6": b"v27", None: b"no key"}
+    # Reads of another kind in between take the batch a stretch stopped inside of as their own.
+    first, position = log.read_latest(topic, 0, 0, max_records=3)
+    middle = log.read_entries(topic, 0, position, max_records=3)
+    rest, _ = log.read_latest(topic, 0, middle.next_offset, max_records=1000)
+    assert middle.entries == [(r.key, r.value, r.offset) for r in records[3:6]]
+    assert {**first, **{k: v for k, v, _ in middle.entries}, **rest} == everything
     small = log.read_batch(topic, 0, 0, max_bytes=1)  # at least one record
     assert log.read_latest(topic, 0, 0, max_bytes=1) == (
         {r.key: r.value for r in small[0]},

@@ -12,6 +12,8 @@ import pytest
 import kafkakv
 from kafkakv.errors import ConfigError, CorruptLogError, NotALogError, OffsetOutOfRangeError
 from kafkakv.log import EmbeddedLog, MemoryLog, Record
+from kafkakv.log.embedded import format as fmt
+from kafkakv.log.embedded import frame, partition
 from kafkakv.log.embedded.format import HEADER_SIZE
 from tests.records import offset_of
 from tests.waiting import wait_for
@@ -324,6 +326,37 @@ def test_corruption_in_the_middle_is_reported_and_never_drops_later_data(tmp_pat
         assert log.end_offset("t", 0) == 31
 
 
+def test_a_batch_whose_records_do_not_decode_is_reported_where_it_is(tmp_path: Path) -> None:
+    """A batch with a sound checksum whose records are not rows (a writer's bug, not a torn
+    write): every read says which file and byte, as for a checksum mismatch."""
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1)
+        log.append("t", 0, [Record(b"a", b"1")])
+        log.append("t", 0, [Record(b"k", b"ab")])
+    (seg,) = segment_files(tmp_path, "t")
+    data = Path(seg).read_bytes()
+    start = len(data) - len(frame.pack_rows([(0, 0, b"k", b"ab", None)])) - HEADER_SIZE
+    header = fmt.parse_header(data, start)
+    body = data[start + HEADER_SIZE :].replace(b"\xc4\x02ab", b"\xa3abc")  # value: a str
+    batch = fmt.encode_batch(
+        header.base_offset,
+        body,
+        record_count=1,
+        last_offset_delta=0,
+        base_timestamp=header.base_timestamp,
+        max_timestamp=header.max_timestamp,
+    )
+    assert len(batch) == header.size
+    Path(seg).write_bytes(data[:start] + batch)
+    with open_log(tmp_path) as log:
+        for read in (log.read, log.read_entries, log.read_latest):
+            with pytest.raises(CorruptLogError, match="undecodable records") as info:
+                read("t", 0, 0)
+            assert (info.value.path, info.value.position) == (seg, start)
+            assert seg in str(info.value)
+        assert log.read_latest("t", 0, 0, max_records=1).values == {b"a": b"1"}
+
+
 def test_head_rebuild_refuses_to_truncate_valid_data_after_corruption(tmp_path: Path) -> None:
     with open_log(tmp_path) as log:
         log.create_topic("t", 1)
@@ -388,7 +421,9 @@ def test_compaction_by_two_log_objects_on_one_directory_keeps_every_segment(
 
 
 # -- reading a large batch in slices ------------------------------------------------------------
-def test_a_large_batch_read_in_slices_gives_each_record_once_in_order(tmp_path: Path) -> None:
+def test_a_large_batch_read_in_slices_gives_each_record_once_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A reader that takes a 20,000-record batch 300 records at a time gets every record once,
     in order (the batch is decoded once and sliced, not decoded again per slice), and reads at
     arbitrary offsets inside it, or after a compaction rewrote it, give the right records."""
@@ -407,6 +442,18 @@ def test_a_large_batch_read_in_slices_gives_each_record_once_in_order(tmp_path: 
         assert [r.offset for r in got] == list(range(20_001))
         assert [r.value for r in got[:20_000]] == [r.value for r in batch]
         assert got[-1].key == b"after"
+        # As the last value per key, in slices too; the batch decoded once for all of them.
+        decoded = []
+        monkeypatch.setattr(
+            partition, "decode_rows", lambda *a: decoded.append(1) or fmt.decode_rows(*a)
+        )
+        latest: dict[bytes | None, bytes | None] = {}
+        offset, slices = 0, 0
+        while (stretch := log.read_latest("big", 0, offset, max_records=300)).values:
+            latest.update(stretch.values)
+            offset, slices = stretch.next_offset, slices + 1
+        assert offset == 20_001 and slices == 67 and len(decoded) == 1
+        assert latest == {**{r.key: r.value for r in batch}, b"after": b"x"}
         # Random access inside the batch, around a sequential reader's slices.
         for start in (19_999, 7, 12_345, 0):
             (one,) = log.read("big", 0, start, max_records=1)

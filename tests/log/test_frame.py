@@ -283,6 +283,123 @@ def test_a_head_packs_and_reads_back() -> None:
         _compiled().pack_head(HeadState(-1, 0, 0, 0, 0, 0, 0, BOOT_ID))
 
 
+# -- latest_into ---------------------------------------------------------------------------
+_OFFSET_DELTAS = st.one_of(
+    st.integers(0, 200),
+    st.sampled_from([127, 128, 255, 256, 65_535, 65_536, 2**32, 2**63 - 1, 2**63, 2**64 - 1]),
+    st.integers(-(2**63), -1),
+)
+_ROWS = st.lists(
+    st.tuples(
+        _OFFSET_DELTAS,
+        st.one_of(st.integers(-300, 300), st.integers(-(2**63), 2**64 - 1)),
+        st.one_of(st.none(), st.binary(max_size=4), _sized(300)),
+        st.one_of(st.none(), st.binary(max_size=4), _sized(300)),
+        st.one_of(st.none(), st.just(()), st.just([("h", b"x"), ("é" * 20, b"")])),
+    ),
+    max_size=20,
+)
+# Values of every msgpack type, for a field of a row (or the row itself) that should not hold it.
+_MISFITS = st.sampled_from(
+    [
+        "",
+        "x",
+        1.5,
+        True,
+        False,
+        {},
+        {"a": 1},
+        [],
+        [1],
+        [b"k"],
+        [["h", b"x", 1]],
+        [[1, b"x"]],
+        [["h", "x"]],
+        b"",
+        0,
+        -1,
+        None,
+        msgspec.msgpack.Ext(1, b"x"),
+    ]
+)
+
+
+@st.composite
+def _misfit_rows(draw: st.DrawFn) -> list[Any]:
+    """Rows with one field, or one row, replaced by a value of another type (or shape)."""
+    rows = [list(r) for r in draw(_ROWS.filter(bool))]
+    i = draw(st.integers(0, len(rows) - 1))
+    field = draw(st.integers(0, 5))
+    if field == 5:  # the row itself: too short, too long, not an array
+        rows[i] = draw(st.sampled_from([rows[i][:4], [*rows[i], None], draw(_MISFITS)]))
+    else:
+        rows[i][field] = draw(_MISFITS)
+    return rows
+
+
+def _latest(fn: Callable[..., Any], body: bytes, first: int, limit: int) -> tuple[Any, ...]:
+    """What ``fn`` returns and leaves in a dict that held one key before, or that it raised
+    a ValueError (msgspec's errors are ValueErrors; the C function's messages differ) and
+    left the dict as it was."""
+    target: dict[bytes | None, bytes | None] = {b"before": b"1"}
+    try:
+        result = fn(target, body, first, limit)
+    except ValueError:
+        assert target == {b"before": b"1"}, "a failed call changed the dict"
+        return ("raised ValueError",)
+    return result, list(target.items())
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    rows=st.one_of(_ROWS, _ROWS, _misfit_rows()),
+    first=st.one_of(st.integers(-2, 30), st.just(2**63 - 1)),
+    limit=st.one_of(st.integers(0, 25), st.just(1 << 30), st.integers(-3, -1)),
+    damage=st.one_of(
+        st.none(),
+        st.tuples(st.sampled_from(["cut", "flip", "add"]), st.integers(0, 10_000), st.binary()),
+    ),
+)
+def test_latest_into_the_c_function_and_its_twin_agree(
+    rows: list[Any], first: int, limit: int, damage: tuple[str, int, bytes] | None
+) -> None:
+    """On stored bodies, and on bodies cut short, with a byte changed or with bytes added:
+    the same dict and answer, or a ValueError from both with the dict untouched."""
+    c = _compiled()
+    body = frame.pack_rows(rows)
+    if damage is not None:
+        how, at, extra = damage
+        at %= len(body)
+        if how == "cut":
+            body = body[:at]
+        elif how == "flip":
+            body = body[:at] + bytes([body[at] ^ (extra[0] if extra else 0x40)]) + body[at + 1 :]
+        else:
+            body = body[:at] + extra + body[at:]
+    mine = _latest(c.latest_into, body, first, limit)
+    assert mine == _latest(frame.py_latest_into, body, first, limit)
+    if damage is None and mine[0] != "raised ValueError":  # what a reader of the rows builds
+        wanted = [r for r in rows if r[0] >= first]
+        taken = wanted[: max(limit, 0)] if limit >= 0 else wanted
+        assert mine[0] == (len(taken), taken[-1][0] if taken else -1, taken == wanted)
+        assert dict(mine[1]) == {b"before": b"1", **{r[2]: r[3] for r in taken}}
+
+
+def test_latest_into_takes_a_memoryview_and_refuses_what_is_not_a_dict() -> None:
+    c = _compiled()
+    body = frame.pack_rows([(0, 0, b"a", b"1", None), (1, 0, b"a", b"2", None)])
+    for fn in (c.latest_into, frame.py_latest_into):
+        target: dict[bytes | None, bytes | None] = {}
+        assert fn(target, memoryview(body), 0, 10) == (2, 1, True)
+        assert target == {b"a": b"2"}
+        with pytest.raises(TypeError):
+            fn([], body, 0, 10)
+    with pytest.raises(TypeError):
+        c.latest_into({}, body, 0)
+    with pytest.raises(TypeError):
+        c.latest_into({}, "not bytes", 0, 10)
+
+
 # -- the module as a whole ----------------------------------------------------------------
 def test_the_c_functions_leak_no_memory_and_no_references() -> None:
     c = _compiled()
@@ -303,10 +420,20 @@ def test_the_c_functions_leak_no_memory_and_no_references() -> None:
             with contextlib.suppress(struct.error):
                 c.frame(-1, body, 8, 7, 1, 2, 0, -1, 0)
             c.pack_head(state)
+            target: dict[bytes | None, bytes | None] = {}
+            c.latest_into(target, rows, 0, 8)
+            c.latest_into(target, rows, 3, 2)  # stops inside, over the same keys
+            with contextlib.suppress(ValueError):
+                c.latest_into(target, rows[:-3], 0, 8)
+            with contextlib.suppress(ValueError):
+                c.latest_into(target, bad_name, 0, 8)
 
+    rows = frame.pack_rows([(i, 0, key, value, [("h", b"x")] if i % 2 else None) for i in range(8)])
+    # A header name that is not UTF-8: a str of one byte, 0xff.
+    bad_name = frame.pack_rows([(0, 0, key, value, [("~", b"x")])]).replace(b"\xa1~", b"\xa1\xff")
     found = growth(work, (key, value, plain[0], state, None))
     assert found.allocated < 64 * 1024, (
-        f"{found.allocated} bytes still allocated after 35,000 calls"
+        f"{found.allocated} bytes still allocated after 55,000 calls"
     )
     assert found.refs_after[:4] == found.refs_before[:4]
     # None: a reference leaked per call would be thousands

@@ -185,15 +185,16 @@ def test_a_bootstrap_notes_what_does_not_read_with_the_offset_of_its_last_record
     """A plain map loads its data topic as the last value per key (Log.read_latest), without
     offsets: a stretch holding a key or value its codecs cannot read is read again, record by
     record, for the offsets."""
-    monkeypatch.setattr(engine, "_LOAD_LATEST", 3)  # stretches of three records
+    monkeypatch.setattr(engine, "_LATEST_BYTES", 1)  # stretches of one batch: three records
     log.create_topic(topic, 1, {"cleanup.policy": "compact"})
-    rows = [
-        *[(b"a", b'"1"'), (b"b", b"{oops"), (b"g", b'"7"')],
-        *[(b"d", b'"4"'), (b"b", b"{again"), (b"g", b"[x")],  # g readable no more
-        *[(b"a", None), (b"\xff", b'"k"'), (b"d", b'"44"')],  # a key that is not UTF-8
-        *[(b"e", b"{"), (b"e", b'"5"')],  # unreadable, then readable in the same stretch
+    batches = [
+        [(b"a", b'"1"'), (b"b", b"{oops"), (b"g", b'"7"')],
+        [(b"d", b'"4"'), (b"b", b"{again"), (b"g", b"[x")],  # g readable no more
+        [(b"a", None), (b"\xff", b'"k"'), (b"d", b'"44"')],  # a key that is not UTF-8
+        [(b"e", b"{"), (b"e", b'"5"')],  # unreadable, then readable in the same stretch
     ]
-    log.append(topic, 0, [Record(k, v) for k, v in rows])
+    for batch in batches:
+        log.append(topic, 0, [Record(k, v) for k, v in batch])
     offsets = [offset_of(r) for r in log.read(topic, 0, 0, max_records=100)]
     adopt_existing(log, MapTopics.for_name(topic))
     with kafkakv.connect(log) as db:

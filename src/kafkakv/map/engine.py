@@ -36,6 +36,7 @@ import logging
 import os
 import queue
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -107,7 +108,9 @@ _APPLY_SENT_BELOW = _SEND_BATCH // 4
 smaller than this: a few updates waiting for their answers. Larger batches come from a stream
 of async updates, for which the follower applying while the sender sends is faster."""
 _LOAD_BYTES = 32 << 20  # bytes of data records read at once while bootstrapping
-_LOAD_LATEST = 8192  # records a plain map's bootstrap reads as one dict: it stays in cache
+_LATEST_BYTES = 1 << 20
+"""Bytes of data records a plain map's bootstrap reads as one dict, in whole batches (as many
+records as they hold): the dict stays in cache while it is built, and no batch is split."""
 _LINGER = 0.0005  # how long the sender lets a small batch grow (Kafka's linger.ms)
 _WAIT_SLICE = 0.5  # the follower thread re-checks its state this often
 _FOLLOW_PAUSE = 0.0002  # what the follower waits after a wake-up before taking the lock
@@ -1269,7 +1272,7 @@ class ReplicaEngine:
         per key (a dict built by the log); None at the end. Read again as entries when a key or
         value does not read, for their offsets (see load_latest)."""
         latest, after = self.log.read_latest(
-            self.topics.data, p, position, max_records=_LOAD_LATEST, max_bytes=_LOAD_BYTES
+            self.topics.data, p, position, max_records=sys.maxsize, max_bytes=_LATEST_BYTES
         )
         if not latest:
             return None, after

@@ -36,8 +36,6 @@ from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import NamedTuple, cast
 
-import msgspec
-
 from kafkakv.errors import CorruptLogError, InvalidRecordError
 from kafkakv.log.base import Record
 from kafkakv.log.embedded.frame import (
@@ -45,8 +43,10 @@ from kafkakv.log.embedded.frame import (
     BATCH_MAGIC,
     CRC_START,
     frame,
+    latest_into,
     pack_rows,
     plain_body,
+    unpack_rows,
 )
 from kafkakv.log.records import RECORD_OVERHEAD, check_record
 
@@ -61,11 +61,11 @@ __all__ = [
     "encode_batch",
     "encode_records",
     "entries_from_rows",
+    "latest_from_body",
     "next_valid_batch",
     "parse_header",
     "records_from_rows",
     "reencode_batch",
-    "rows_from",
     "scan_batches",
     "valid_batch_at",
     "verify_crc",
@@ -151,12 +151,6 @@ def _checked_rows(
     return rows, base_ts, max_ts
 
 
-# Checks each row's shape and types as it decodes (a row that is not one is a corrupt batch).
-_decode_rows = msgspec.msgpack.Decoder(
-    list[tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]]
-).decode
-
-
 def encode_batch(
     base_offset: int,
     body: bytes,
@@ -237,20 +231,23 @@ def entries_from_rows(
     return [(k, v, base + od) for od, _, k, v, _ in rows[start:stop]]
 
 
-def rows_from(
-    rows: Sequence[Row],
+def latest_from_body(
+    target: dict[bytes | None, bytes | None],
+    body: bytes | memoryview,
     header: BatchHeader,
-    partition: int,
-    min_offset: int = 0,
-    limit: int | None = None,
-) -> Sequence[Row]:
-    """As :func:`records_from_rows`, the stored rows themselves (offsets relative to the
-    batch's base): a reader that builds one result of them all (:meth:`Log.read_latest`)
-    skips a tuple per row. The whole batch costs nothing; a slice of it, a copy of the slice."""
-    base = header.base_offset
-    start = bisect_left(rows, min_offset - base, key=_offset_delta) if min_offset > base else 0
-    stop = len(rows) if limit is None else min(len(rows), start + limit)
-    return rows if start == 0 and stop == len(rows) else rows[start:stop]
+    min_offset: int,
+    limit: int,
+) -> tuple[int, int, bool]:
+    """Put the records of a batch from ``min_offset``, at most ``limit`` of them, into
+    ``target`` as the last value per key, straight from the batch's ``body`` (the bytes after
+    its header). Returns how many were put, the offset of the last (-1: none), and whether the
+    batch was read to its end. Raises :class:`CorruptLogError` (``target`` unchanged) when the
+    body does not decode."""
+    try:
+        taken, last, done = latest_into(target, body, min_offset - header.base_offset, limit)
+    except ValueError as exc:  # msgspec.DecodeError is one
+        raise CorruptLogError(f"undecodable records: {exc}") from exc
+    return taken, header.base_offset + last if taken else -1, done
 
 
 _offset_delta = itemgetter(0)
@@ -260,7 +257,7 @@ def decode_rows(buf: bytes | memoryview, pos: int, header: BatchHeader) -> list[
     """The raw stored rows of the batch at ``pos``, for the cleaner."""
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     try:
-        rows = cast("list[Row]", _decode_rows(body))  # headers decode as tuples
+        rows = cast("list[Row]", unpack_rows(body))  # headers decode as tuples
     except (ValueError, TypeError) as exc:  # msgspec.DecodeError is a ValueError
         raise CorruptLogError(f"undecodable records: {exc}", position=pos) from exc
     return rows

@@ -1,4 +1,5 @@
-"""The embedded log's append-side encoding: a batch's records, its framing, the head record.
+"""The embedded log's batch encoding: a batch's records, its framing, the head record, and
+the one decoding a bootstrap spends its time in.
 
 Three pure functions over bytes, on the path of every append:
 
@@ -6,6 +7,10 @@ Three pure functions over bytes, on the path of every append:
   :func:`kafkakv.log.records.plain_batch`), or None when any record is not plain;
 - :func:`frame`: a whole batch, its 56-byte header (with the CRC) and the body;
 - :func:`pack_head`: the 80-byte head record of a :class:`~kafkakv.log.embedded.head.HeadState`.
+
+and one on the path of :meth:`~kafkakv.log.base.Log.read_latest` (a replica loading its data
+topic): :func:`latest_into`, a batch body's rows put straight into a dict of the last value per
+key, with no tuple or int made per row.
 
 The compiled module also has :data:`append_plain`, the steady-state append of
 :meth:`Partition.append <kafkakv.log.embedded.partition.Partition.append>` in one call, its
@@ -43,12 +48,15 @@ __all__ = [
     "append_plain",
     "bind_head",
     "frame",
+    "latest_into",
     "pack_head",
     "pack_rows",
     "plain_body",
     "py_frame",
+    "py_latest_into",
     "py_pack_head",
     "py_plain_body",
+    "unpack_rows",
 ]
 
 BATCH_HEADER = struct.Struct("<QIIBBHIIqqqI")  # the layout is in format.py
@@ -61,6 +69,11 @@ _HEAD_BODY = struct.Struct("<QQQQQQQ16s")
 pack_rows = (
     msgspec.msgpack.Encoder().encode
 )  # msgpack as a Packer writes it, in a third of the time
+
+# A batch body's rows (format.py's Row), each row's shape and types checked as it decodes.
+unpack_rows: Callable[[bytes | memoryview], list[Any]] = msgspec.msgpack.Decoder(
+    list[tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]]
+).decode
 
 
 def py_plain_body(records: Sequence[Record], limit: int) -> bytes | None:
@@ -120,12 +133,35 @@ def py_pack_head(state: tuple[int, int, int, int, int, int, int, bytes]) -> byte
     return _HEAD_PREFIX.pack(HEAD_MAGIC, zlib.crc32(body)) + body
 
 
+def py_latest_into(
+    target: dict[bytes | None, bytes | None], body: bytes | memoryview, first: int, limit: int
+) -> tuple[int, int, bool]:
+    """Put the key and value of each row of the batch ``body`` whose offset delta is ``first``
+    or more, at most ``limit`` of them, into ``target`` in order (so each key ends with its
+    last value). Returns ``(taken, last, done)``: how many were put, the offset delta of the
+    last (-1 when none), and False when a row after it was left for ``limit``. A malformed
+    body raises ValueError (``msgspec.DecodeError`` is one) and puts nothing."""
+    if type(target) is not dict:
+        raise TypeError("latest_into(): target must be a dict")
+    rows = unpack_rows(body)
+    taken, last = 0, -1
+    for delta, _, key, value, _ in rows:
+        if delta < first:
+            continue
+        if taken == limit:
+            return taken, last, False
+        target[key] = value
+        taken, last = taken + 1, delta
+    return taken, last, True
+
+
 def _bind_nothing(state_type: type) -> None:
     """Without the C module there is nothing to bind."""
 
 
 COMPILED = False
 plain_body, frame, pack_head = py_plain_body, py_frame, py_pack_head
+latest_into = py_latest_into
 #: The compiled steady-state append (see the module docstring), or None.
 append_plain: Callable[..., Any] | None = None
 #: Gives the C module the HeadState class that :data:`append_plain` returns (head.py calls it).
@@ -138,5 +174,6 @@ if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
     else:
         _frame.bind(Record)
         plain_body, frame, pack_head = _frame.plain_body, _frame.frame, _frame.pack_head
+        latest_into = _frame.latest_into
         append_plain, bind_head = _frame.append_plain, _frame.bind_head
         COMPILED = True

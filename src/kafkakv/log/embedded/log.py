@@ -408,7 +408,8 @@ class EmbeddedLog(Log):
     ) -> list[Record]:
         """See :meth:`Log.read`. Lock-free; one sparse-index lookup, then sequential reads."""
         part = self._reading(topic, partition, offset, max_records)
-        return part.read(offset, max_records, max_bytes)[0]
+        records: list[Record] = part.read(offset, max_records, max_bytes)[0]
+        return records
 
     def _reading(self, topic: str, partition: int, offset: int, max_records: int) -> Partition:
         """The partition a read asks for, once its arguments are checked."""
@@ -441,11 +442,10 @@ class EmbeddedLog(Log):
         max_records: int = 500,
         max_bytes: int = 1 << 20,
     ) -> LatestBatch:
-        """See :meth:`Log.read_latest`: one dict straight from the decoded rows, no record or
-        entry built."""
+        """See :meth:`Log.read_latest`: one dict straight from the stored batches' bytes, no
+        record, entry or row built (:func:`~kafkakv.log.embedded.frame.latest_into`)."""
         part = self._reading(topic, partition, offset, max_records)
-        rows, after = part.read(offset, max_records, max_bytes, "rows")
-        return LatestBatch({k: v for _, _, k, v, _ in rows}, after)
+        return LatestBatch(*part.read(offset, max_records, max_bytes, "latest"))
 
     def start_offset(self, topic: str, partition: int) -> int:
         return self._partition(topic, partition).start_offset()

@@ -26,13 +26,14 @@ import os
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any, Literal, NamedTuple, cast
 
 from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import EndMark
+from kafkakv.log.base import EndMark, Entry
 from kafkakv.log.config import TopicConfig
 from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error, unflock
@@ -44,9 +45,9 @@ from kafkakv.log.embedded.format import (
     Row,
     decode_rows,
     entries_from_rows,
+    latest_from_body,
     parse_header,
     records_from_rows,
-    rows_from,
     scan_batches,
     verify_crc,
 )
@@ -58,16 +59,80 @@ from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
 
 __all__ = ["Partition", "PendingTailError", "PreparedBatch"]
 
-Shape = Literal["records", "entries", "rows"]
-"""What :meth:`Partition.read` returns of each record: a :class:`Record`, a ``(key, value,
-offset)`` entry, or the stored :data:`Row` itself (its offset relative to its batch's)."""
+Shape = Literal["records", "entries", "latest"]
+"""What :meth:`Partition.read` returns: a list of :class:`Record`, a list of ``(key, value,
+offset)`` entries, or one dict of the last value per key (:meth:`Log.read_latest`)."""
 
-# What a read builds of a batch's rows, and the offset of a built item (given the batch's base).
-_Builder = tuple[Callable[..., Sequence[Any]], Callable[[Any, int], int]]
-_BUILDERS: dict[str, _Builder] = {
-    "records": (records_from_rows, lambda record, base: record[5]),
-    "entries": (entries_from_rows, lambda entry, base: entry[2]),
-    "rows": (rows_from, lambda row, base: base + row[0]),
+_Take = Callable[[Any, bytes, int, BatchHeader, Any, int, int, int], tuple[int, int, Any]]
+"""How a read takes records of one batch into its result: ``take(out, buf, p, header, kept,
+partition, offset, room)`` puts those at ``offset`` or after, at most ``room`` of them, of the
+batch at ``p`` in ``buf`` (or in ``kept``, its rows decoded by a read that stopped inside it)
+into ``out``. It returns how many it took, the offset of the last (-1: none), and the batch's
+decoded rows when records of it are left after those (None when none are). Raises
+:class:`CorruptLogError` when the batch does not decode."""
+
+
+def _taking_rows(
+    make: Callable[..., list[Any]],
+    offset_of: Callable[[Any], int],
+    put: Callable[[Any, list[Any]], None] = list.extend,
+) -> _Take:
+    """A :data:`_Take` that decodes the batch's rows, and puts into ``out`` what ``make``
+    builds of them (see :func:`~.format.records_from_rows`)."""
+
+    def take(
+        out: Any,
+        buf: bytes,
+        p: int,
+        h: BatchHeader,
+        kept: list[Row] | None,
+        part: int,
+        offset: int,
+        room: int,
+    ) -> tuple[int, int, list[Row] | None]:
+        rows = decode_rows(buf, p, h) if kept is None else kept
+        got = make(rows, h, part, offset, room)
+        if not got:
+            return 0, -1, None
+        put(out, got)
+        last = offset_of(got[-1])
+        return len(got), last, None if last == h.base_offset + rows[-1][0] else rows
+
+    return take
+
+
+def _put_latest(out: dict[bytes | None, bytes | None], entries: list[Entry]) -> None:
+    out.update([(key, value) for key, value, _ in entries])
+
+
+_take_latest_rows = _taking_rows(entries_from_rows, itemgetter(2), _put_latest)
+
+
+def _take_latest(
+    out: dict[bytes | None, bytes | None],
+    buf: bytes,
+    p: int,
+    h: BatchHeader,
+    kept: list[Row] | None,
+    part: int,
+    offset: int,
+    room: int,
+) -> tuple[int, int, list[Row] | None]:
+    """A :data:`_Take` into a dict of the last value per key. A batch read to its end (the
+    common case: a loader) goes into the dict straight from its bytes, with no row decoded; a
+    read that stops inside one decodes its rows once, for the reads after it to go on from."""
+    if kept is not None or room < h.record_count:
+        return _take_latest_rows(out, buf, p, h, kept, part, offset, room)
+    body = memoryview(buf)[p + HEADER_SIZE : p + h.size]
+    taken, last, done = latest_from_body(out, body, h, offset, room)
+    return taken, last, None if done else decode_rows(buf, p, h)  # (a count that lied)
+
+
+# What a read's result starts as, and how it takes each batch into it.
+_SHAPES: dict[str, tuple[Callable[[], Any], _Take]] = {
+    "records": (list, _taking_rows(records_from_rows, itemgetter(5))),
+    "entries": (list, _taking_rows(entries_from_rows, itemgetter(2))),
+    "latest": (dict, _take_latest),
 }
 
 _READ_CHUNK = 1 << 17
@@ -193,10 +258,10 @@ class Partition:
         # (segment, next offset, byte position) where the last read stopped: a tailing reader
         # starts there instead of scanning forward from the last sparse-index entry.
         self._read_cursor: tuple[str, int, _Start] | None = None
-        # The decoded rows of the last batch a read stopped inside of, by (segment, position):
-        # the next read of a sequential reader starts in it, and decoding a batch of 500,000
-        # records again for each slice of it made reading a large flush quadratic.
-        self._partial: tuple[tuple[str, int, int], Sequence[Row]] | None = None
+        # The decoded rows of the last batch a read stopped inside of, by (segment, position,
+        # CRC): the next read of a sequential reader starts in it, and decoding a batch of
+        # 500,000 records again for each slice of it made reading a large flush quadratic.
+        self._partial: tuple[tuple[str, int, int], list[Row]] | None = None
         self._wname: str | None = None
         self._wfd = -1
         self._ifd = -1
@@ -384,13 +449,14 @@ class Partition:
 
     def read(
         self, offset: int, max_records: int, max_bytes: int, shape: Shape = "records"
-    ) -> tuple[list[Any], int]:
+    ) -> tuple[Any, int]:
         """Records at or after ``offset`` in the ``shape`` asked for, and the offset to read
         from next (one past the last of them; ``offset`` when there is none); see
         :meth:`kafkakv.log.base.Log.read`."""
         head = self.published()
+        new, take = _SHAPES[shape]
         if offset >= head.next_offset:
-            return [], offset
+            return new(), offset
         if offset < head.start_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {self.topic}-{self.number} is below the log start offset "
@@ -406,9 +472,11 @@ class Partition:
                     self._readers += 1
                 with gc_paused():  # over the release too: gc on there made reads 20% slower
                     try:
-                        return self._read_from(
-                            m, bases, head, offset, max_records, max_bytes, _BUILDERS[shape]
+                        out = new()
+                        after = self._read_from(
+                            m, bases, head, offset, max_records, max_bytes, take, out
                         )
+                        return out, after
                     finally:
                         with self._cache_lock:
                             self._readers -= 1
@@ -428,14 +496,16 @@ class Partition:
         offset: int,
         max_records: int,
         max_bytes: int,
-        build: _Builder,
-    ) -> tuple[list[Any], int]:
-        out: list[Any] = []
+        take: _Take,
+        out: Any,
+    ) -> int:
+        """Take up to ``max_records`` records from ``offset`` into ``out`` (see :data:`_Take`);
+        return one past the offset of the last (``offset`` when none was read)."""
         after = offset
-        budget = max(1, max_bytes)
+        budget, room = max(1, max_bytes), max_records
         i = max(0, bisect_right(bases, offset) - 1)
         segs = m.segments
-        while i < len(segs) and len(out) < max_records and budget > 0:
+        while i < len(segs) and room > 0 and budget > 0:
             seg = segs[i]
             if seg.base > head.active_base:
                 break  # rolled after the head we read: nothing published there yet
@@ -458,11 +528,11 @@ class Partition:
                     and cursor[1] <= offset
                 ):
                     start = cursor[2]  # nearer than the sparse index
-            budget, after = self._read_segment(
-                seg, start, end, limit, offset, out, max_records, budget, build, after
+            budget, room, after = self._read_segment(
+                seg, start, end, limit, offset, out, room, budget, take, after
             )
             i += 1
-        return out, after
+        return after
 
     def _read_segment(
         self,
@@ -471,28 +541,27 @@ class Partition:
         end: int,
         limit: int,
         offset: int,
-        out: list[Any],
-        max_records: int,
+        out: Any,
+        room: int,
         budget: int,
-        build: _Builder,
+        take: _Take,
         after: int,
-    ) -> tuple[int, int]:
-        """Read the batches of ``seg`` from ``start`` up to byte ``end`` into ``out``; return
-        the byte budget left and one past the offset of the last record read (``after`` when
-        none was).
+    ) -> tuple[int, int, int]:
+        """Read the batches of ``seg`` from ``start`` up to byte ``end`` into ``out``, at most
+        ``room`` records; return the byte budget and the room left, and one past the offset of
+        the last record read (``after`` when none was).
 
         Every batch's offsets are checked before anything of it is used (the CRC does not
         cover the base offset): the first must have the base offset ``start`` names, each
         next one must begin above the last, and all must end below ``limit`` (the next
         segment's base, or the published end). Raises :class:`CorruptLogError` otherwise.
         """
-        make, offset_of = build  # what to build of each row, and how to find its offset
         pos, low, exact = start
         with self._cache_lock:
             fd = self._read_fd(seg.name)  # stays open while this read runs (see _readers)
         part = self.number
         chunk = _READ_CHUNK  # grows while the caller keeps wanting more: never copy far past need
-        while pos < end and len(out) < max_records and budget > 0:
+        while pos < end and room > 0 and budget > 0:
             buf = os.pread(fd, min(end - pos, max(min(budget, chunk), HEADER_SIZE)), pos)
             chunk = min(chunk * 2, _MAX_READ_CHUNK)
             p = 0
@@ -516,10 +585,10 @@ class Partition:
                 partial = self._partial
                 # A batch this reader stopped inside of is decoded already: its bytes need not
                 # be in buf (after it, the outer loop reads on from its end).
-                cached = partial[1] if partial is not None and partial[0] == where else None
-                if cached is not None:
+                kept = partial[1] if partial is not None and partial[0] == where else None
+                if kept is not None:
                     self._partial = None  # set again below if this read stops inside it too
-                if cached is None and p + h.size > n:
+                if kept is None and p + h.size > n:
                     if p == 0:  # one batch larger than the chunk: read exactly it
                         if pos + h.size > end:
                             raise self._corrupt(seg, pos, "batch runs past the published end")
@@ -530,33 +599,34 @@ class Partition:
                         continue
                     break
                 low, exact = h.last_offset + 1, False
-                if cached is None and not verify_crc(buf, p, h):
+                if kept is None and not verify_crc(buf, p, h):
                     raise self._corrupt(seg, pos + p, "batch checksum mismatch")
-                rows = decode_rows(buf, p, h) if cached is None else cached
-                taken = make(rows, h, part, offset, max_records - len(out))
-                out.extend(taken)
+                try:
+                    taken, last, keep = take(out, buf, p, h, kept, part, offset, room)
+                except CorruptLogError as exc:
+                    raise self._corrupt(seg, pos + p, str(exc)) from exc
+                room -= taken
                 budget -= h.size
-                last = offset_of(taken[-1], h.base_offset) if taken else None
-                if last is not None:
+                if taken:
                     after = last + 1
-                if last is not None and last != rows[-1][0] + h.base_offset:
+                if keep is not None:
                     # The read stops inside this batch: keep it decoded for the next one.
-                    self._partial = (where, rows)
+                    self._partial = (where, keep)
                     self._read_cursor = (
                         seg.name,
                         last + 1,
                         _Start(pos + p, h.base_offset, True),
                     )
-                    return budget, after
-                if len(out) >= max_records or budget <= 0:
+                    return budget, room, after
+                if room <= 0 or budget <= 0:
                     self._read_cursor = (seg.name, low, _Start(pos + p + h.size, low, False))
-                    return budget, after
+                    return budget, room, after
                 p += h.size
             if p == 0:
                 raise self._corrupt(seg, pos, "segment shorter than published")
             pos += p
             self._read_cursor = (seg.name, low, _Start(pos, low, False))  # a batch boundary
-        return budget, after
+        return budget, room, after
 
     @staticmethod
     def _offsets_problem(h: BatchHeader, low: int, exact: bool, limit: int) -> str:
