@@ -30,11 +30,12 @@ Offset index entry: ``u32 relative_offset, u32 position`` (8 bytes), sparse, asc
 from __future__ import annotations
 
 import struct
-import zlib
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import NamedTuple, cast
+
+from isal.isal_zlib import crc32  # zlib's CRC-32, with carry-less multiplies: ~5x as fast
 
 from kafkakv.errors import CorruptLogError, InvalidRecordError
 from kafkakv.log.base import Record
@@ -193,7 +194,7 @@ def parse_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
 def verify_crc(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
     """True when the batch at ``pos`` (entirely inside ``buf``) matches its CRC."""
     view = memoryview(buf)[pos + CRC_START : pos + header.size]
-    return zlib.crc32(view) == header.crc
+    return crc32(view) == header.crc
 
 
 def records_from_rows(

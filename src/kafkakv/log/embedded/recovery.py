@@ -13,9 +13,10 @@ descriptor) and the file's size, and writes what it is told.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from isal.isal_zlib import crc32  # zlib's CRC-32, with carry-less multiplies: ~5x as fast
 
 from kafkakv.errors import CorruptLogError
 from kafkakv.log.embedded.format import HEADER_SIZE, INDEX_ENTRY, BatchHeader, parse_header
@@ -67,14 +68,14 @@ class SegmentScan:
             return None
         start = pos + _CRC_START - self._at
         end = pos + h.size - self._at
-        crc = zlib.crc32(memoryview(self._buf)[start:end])
+        crc = crc32(memoryview(self._buf)[start:end])
         done = self._at + min(end, len(self._buf))  # file position checked up to
         stop = pos + h.size
         while done < stop:
             piece = self._read(min(self._window, stop - done), done)
             if not piece:
                 return None  # the file shrank under us
-            crc = zlib.crc32(piece, crc)
+            crc = crc32(piece, crc)
             done += len(piece)
         return h if crc == h.crc else None
 
