@@ -1,13 +1,15 @@
-/* kafkakv.log.embedded._frame: the embedded log's append-side encoding in C.
+/* kafkakv.log.embedded._frame: the embedded log's batch encoding in C, and one decoding.
  *
- * Three pure functions over bytes, each the same as its Python twin in frame.py (which
- * tests/log/test_frame.py checks input by input, bytes and errors alike):
+ * Four functions over bytes, each the same as its Python twin in frame.py (which
+ * tests/log/test_frame.py checks input by input, results and errors alike):
  *
  *   plain_body(records, limit)  the msgpack body of a batch of plain records, or None
  *   frame(base_offset, body, record_count, last_offset_delta, base_timestamp,
  *         max_timestamp, attributes, delete_horizon_ms, producer)
  *                               a whole batch: the 56-byte header, its CRC, the body
  *   pack_head(state)            the 80-byte head record of a HeadState
+ *   latest_into(target, body, first, limit)
+ *                               a batch body's rows put into a dict, the last value per key
  *
  * and one that writes: append_plain(...), the steady-state append of partition.py, whose
  * locked section (flock, head, tail check, batch, head publish, unlock) runs here in one call
@@ -945,7 +947,8 @@ static PyObject *
 latest_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "latest_into(target, body, first, limit) takes 4 arguments");
+        PyErr_SetString(PyExc_TypeError,
+                        "latest_into(target, body, first, limit) takes 4 arguments");
         return NULL;
     }
     PyObject *target = args[0];
@@ -1088,8 +1091,8 @@ static PyMethodDef frame_methods[] = {
 static struct PyModuleDef frame_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kafkakv.log.embedded._frame",
-    .m_doc = PyDoc_STR("The embedded log's append-side encoding in C (see "
-                       "kafkakv.log.embedded.frame)."),
+    .m_doc = PyDoc_STR("The embedded log's batch encoding in C, and the decoding of "
+                       "Log.read_latest (see kafkakv.log.embedded.frame)."),
     .m_size = -1,
     .m_methods = frame_methods,
 };
