@@ -224,7 +224,8 @@ def write_many_chunks(
     """
     hard = room - _MANY_HEAD
     soft = min(MANY_BYTES, hard)
-    largest = max(map(len, keys), default=0) + max(map(len, filter(None, values)), default=0)
+    longest_key = max(map(len, keys), default=0)
+    largest = longest_key + max(map(len, filter(None, values)), default=0)
     if 2 * largest + _PAIR_HEAD > hard:  # maybe too large: look at each pair
         for k, v in zip(keys, values, strict=True):
             if not pair_fits(k, v, room):
@@ -236,6 +237,10 @@ def write_many_chunks(
                 )
     for start in range(0, len(keys), MANY_PAIRS):
         ks, vs = keys[start : start + MANY_PAIRS], values[start : start + MANY_PAIRS]
+        # As many pairs as large as the largest fit: no need to count (the common case).
+        if len(ks) * (largest + _PAIR_HEAD) + longest_key <= soft:
+            yield ks, vs
+            continue
         size = sum(map(len, ks)) + sum(map(len, filter(None, vs))) + _PAIR_HEAD * len(ks)
         if size + len(ks[0]) <= soft:
             yield ks, vs
