@@ -6,6 +6,7 @@ import glob
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -443,10 +444,13 @@ def test_a_large_batch_read_in_slices_gives_each_record_once_in_order(
         assert [r.value for r in got[:20_000]] == [r.value for r in batch]
         assert got[-1].key == b"after"
         # As the last value per key, in slices too; the batch decoded once for all of them.
-        decoded = []
-        monkeypatch.setattr(
-            partition, "decode_rows", lambda *a: decoded.append(1) or fmt.decode_rows(*a)
-        )
+        decoded: list[int] = []
+
+        def decode_rows(*args: Any) -> list[fmt.Row]:
+            decoded.append(1)
+            return fmt.decode_rows(*args)
+
+        monkeypatch.setattr(partition, "decode_rows", decode_rows)
         latest: dict[bytes | None, bytes | None] = {}
         offset, slices = 0, 0
         while (stretch := log.read_latest("big", 0, offset, max_records=300)).values:

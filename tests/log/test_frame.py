@@ -327,7 +327,7 @@ _MISFITS = st.sampled_from(
 @st.composite
 def _misfit_rows(draw: st.DrawFn) -> list[Any]:
     """Rows with one field, or one row, replaced by a value of another type (or shape)."""
-    rows = [list(r) for r in draw(_ROWS.filter(bool))]
+    rows: list[Any] = [list(r) for r in draw(_ROWS.filter(bool))]
     i = draw(st.integers(0, len(rows) - 1))
     field = draw(st.integers(0, 5))
     if field == 5:  # the row itself: too short, too long, not an array
@@ -393,7 +393,7 @@ def test_latest_into_takes_a_memoryview_and_refuses_what_is_not_a_dict() -> None
         assert fn(target, memoryview(body), 0, 10) == (2, 1, True)
         assert target == {b"a": b"2"}
         with pytest.raises(TypeError):
-            fn([], body, 0, 10)
+            fn([], body, 0, 10)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         c.latest_into({}, body, 0)
     with pytest.raises(TypeError):

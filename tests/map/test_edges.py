@@ -187,7 +187,7 @@ def test_a_bootstrap_notes_what_does_not_read_with_the_offset_of_its_last_record
     record, for the offsets."""
     monkeypatch.setattr(engine, "_LATEST_BYTES", 1)  # stretches of one batch: three records
     log.create_topic(topic, 1, {"cleanup.policy": "compact"})
-    batches = [
+    batches: list[list[tuple[bytes, bytes | None]]] = [
         [(b"a", b'"1"'), (b"b", b"{oops"), (b"g", b'"7"')],
         [(b"d", b'"4"'), (b"b", b"{again"), (b"g", b"[x")],  # g readable no more
         [(b"a", None), (b"\xff", b'"k"'), (b"d", b'"44"')],  # a key that is not UTF-8
