@@ -255,7 +255,8 @@ _offset_delta = itemgetter(0)
 
 
 def decode_rows(buf: bytes | memoryview, pos: int, header: BatchHeader) -> list[Row]:
-    """The raw stored rows of the batch at ``pos``, for the cleaner."""
+    """The raw stored rows of the batch at ``pos`` (for the reads, and the cleaner); raises
+    :class:`CorruptLogError` when they do not decode as rows."""
     body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     try:
         rows = cast("list[Row]", unpack_rows(body))  # headers decode as tuples
