@@ -179,6 +179,8 @@ _keys = st.one_of(
     st.lists(st.integers(), max_size=2),
     st.none(),
     st.text(max_size=3).map(lambda s: type("S", (str,), {})(s)),  # a str subclass
+    # ASCII keys around the C type's probe room (128): looked up through its probe or not
+    st.text(st.characters(max_codepoint=127), min_size=126, max_size=130),
 )
 
 
@@ -315,6 +317,54 @@ def test_a_read_before_the_fields_are_set_takes_the_checked_path() -> None:
         bare = Bare()
         assert bare["k"] == ("checked", "k") and bare.get("k", 1) == ("checked get", "k", 1)
         assert "k" not in bare
+
+
+class _Keeper:
+    """A stored key that hashes as key_bytes does and, compared with a probe, keeps it and
+    reads through ``reader`` (the map) first: Python code in the middle of a lookup."""
+
+    def __init__(self, key_bytes: bytes, reader: Callable[[], Any]) -> None:
+        self.key_bytes, self.reader = key_bytes, reader
+        self.kept: list[Any] = []
+
+    def __hash__(self) -> int:
+        return hash(self.key_bytes)
+
+    def __eq__(self, other: object) -> bool:
+        self.kept.append(other)
+        self.reader()
+        return False
+
+
+@pytest.mark.parametrize("base", ["c", "python"])
+def test_a_key_compared_in_the_middle_of_a_lookup_neither_sees_nor_causes_a_wrong_read(
+    base: str,
+) -> None:
+    """The C type looks ASCII keys up through one reused bytes object (its probe). A stored
+    key whose __eq__ keeps what it is compared with, and reads the map again meanwhile, must
+    see the key it was asked about, keep it unchanged, and not change the outer read."""
+    _reads = _compiled()
+    types_ = (
+        (_reads.LocalReads, _reads.ReadGate)
+        if base == "c"
+        else (reads.PyLocalReads, reads.PyReadGate)
+    )
+    table: dict[Any, Any] = {}
+    m = _harness(*types_)(table, True, str.encode, None)
+    inner: list[Any] = []
+    keeper = _Keeper(b"outer", lambda: None)
+    table[keeper] = b"never"  # first in its hash's probe sequence: compared first
+    table[b"outer"] = b"outer value"
+    table[b"inner"] = b"inner value"
+    keeper.kept.clear()  # the insert of b"outer" compared them
+    keeper.reader = lambda: inner.append((m["inner"], m.get("nope", 0)))
+    for read in (lambda: m["outer"], lambda: m.get("outer"), lambda: "outer" in m):
+        assert read() in (b"outer value", True)
+    assert inner == [(b"inner value", 0)] * 3
+    assert keeper.kept == [b"outer"] * 3
+    for i in range(50):  # more reads: what was kept stays as it is
+        m.get(f"key-{i}")
+    assert keeper.kept == [b"outer"] * 3 and all(type(k) is bytes for k in keeper.kept)
 
 
 def test_reads_leak_no_memory_and_no_references() -> None:

@@ -3,8 +3,9 @@
  * The same behaviour as PyLocalReads, PyReadGate and PyEndWatch in reads.py (see its module
  * doc for the local and the direct path), which tests/map/test_local_reads.py checks read by
  * read. On the local path a read calls no Python code when the key is an exact str and its
- * codec is str's (fast_encode is str.encode) and the values are kept as they are: one UTF-8
- * encoding and one dict lookup. The direct path calls the store's lookup, and for a
+ * codec is str's (fast_encode is str.encode) and the values are kept as they are: one dict
+ * lookup, with the key's bytes in a reused probe when it is ASCII (see filled_probe), else
+ * with its UTF-8 encoding. The direct path calls the store's lookup, and for a
  * linearizable map engine.catch_up first, unless its EndWatch finds the replica at the log's
  * end (a compare of the head's bytes and of one int, no Python call). Every other read goes
  * to the map's _checked_getitem, _checked_get or _checked_contains.
@@ -228,6 +229,8 @@ typedef struct {
     PyObject *gate;      /* a ReadGate; anything else closes both paths */
     PyObject *key_bytes; /* the key codec's encode */
     PyObject *decode;    /* the value codec's decode; NULL or None: values as stored */
+    PyObject *probe;     /* a bytes object of PROBE_ROOM bytes refilled per read; NULL: none */
+    char probe_busy;     /* a lookup through the probe is under way (a key's __eq__ reads) */
 } LocalReads;
 
 static PyObject *str_encode;        /* str.encode, the str codec's fast_encode */
@@ -239,6 +242,60 @@ static PyObject *name_key;          /* "key" */
 static PyObject *name_dot_get;      /* "get" */
 
 #define IS_SET(field) ((field) != NULL && (field) != Py_None)
+
+/* The probe: the local path looks an ASCII str key up in the store's dict of bytes without
+ * making a bytes object per read. A str that is all ASCII holds its UTF-8 bytes as they are,
+ * and its hash (cached in the str) is the hash of those bytes, as CPython hashes both with
+ * _Py_HashBytes (probe_hash_agrees checks that at import). So the key's bytes and hash are
+ * copied into one bytes object the LocalReads owns, and the dict is asked with it: no
+ * allocation, no free and no hashing per read. A bytes object is immutable only to those who
+ * hold it. The probe is refilled only while the LocalReads holds the one reference to it: a
+ * lookup that compares the probe with a stored key of a type whose __eq__ runs Python code
+ * could keep it or read through this map again; a read during a lookup (probe_busy) makes
+ * its own bytes, and a probe someone kept is let go (a new one is made for the next read). */
+#define PROBE_ROOM 128
+static int probe_hash_agrees;
+
+/* A new reference to self's probe holding key's bytes, or NULL (no error set) when key is
+ * not an exact ASCII str of at most PROBE_ROOM characters or the probe is in use. */
+static PyObject *
+filled_probe(LocalReads *self, PyObject *key)
+{
+    if (!probe_hash_agrees || self->probe_busy || !PyUnicode_CheckExact(key)
+        || !PyUnicode_IS_COMPACT_ASCII(key) || PyUnicode_GET_LENGTH(key) > PROBE_ROOM) {
+        return NULL;
+    }
+    Py_hash_t hash = PyObject_Hash(key); /* a str's hash cannot fail */
+    if (self->probe == NULL) {
+        self->probe = PyBytes_FromStringAndSize(NULL, PROBE_ROOM);
+        if (self->probe == NULL) {
+            PyErr_Clear(); /* make this read's own bytes */
+            return NULL;
+        }
+    }
+    Py_ssize_t size = PyUnicode_GET_LENGTH(key);
+    PyBytesObject *probe = (PyBytesObject *)self->probe;
+    memcpy(probe->ob_sval, PyUnicode_DATA(key), (size_t)size);
+    probe->ob_sval[size] = '\0';
+    Py_SET_SIZE(probe, size);
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    probe->ob_shash = hash; /* the cached hash of the bytes it now holds */
+    _Py_COMP_DIAG_POP
+    self->probe_busy = 1;
+    return Py_NewRef(self->probe);
+}
+
+/* The end of a lookup through the probe (a reference to it, which this releases). */
+static void
+release_probe(LocalReads *self, PyObject *probe)
+{
+    self->probe_busy = 0;
+    if (probe == self->probe && Py_REFCNT(probe) > 2) { /* kept by someone: theirs now */
+        Py_CLEAR(self->probe);
+    }
+    Py_DECREF(probe);
+}
 
 /* Encode key with the map's key codec into *out (a new reference): 1 when it did, 0 when the
  * codec refused it (an Exception, cleared: the checked path raises the typed error), -1 on
@@ -326,8 +383,16 @@ find(LocalReads *self, PyObject *key, Op op, PyObject **data)
         end_watch = IS_SET(self->end_watch) ? Py_NewRef(self->end_watch) : NULL;
         prefix = self->prefix != NULL ? Py_NewRef(self->prefix) : NULL; /* NULL: b"" */
     }
-    PyObject *encoded = NULL;
-    int result = encode_key(self, key, &encoded);
+    PyObject *encoded = NULL, *probe = NULL;
+    int result;
+    if (table != NULL && PyDict_CheckExact(table) && self->key_bytes == str_encode
+        && (probe = filled_probe(self, key)) != NULL) {
+        encoded = Py_NewRef(probe);
+        result = 1;
+    }
+    else {
+        result = encode_key(self, key, &encoded);
+    }
     if (result <= 0) {
         result = result < 0 ? ERROR : CHECKED;
     }
@@ -398,6 +463,9 @@ find(LocalReads *self, PyObject *key, Op op, PyObject **data)
     }
 done:
     Py_XDECREF(encoded);
+    if (probe != NULL) {
+        release_probe(self, probe);
+    }
     Py_XDECREF(table);
     Py_XDECREF(lookup);
     Py_XDECREF(catch_up);
@@ -560,6 +628,7 @@ reads_clear(LocalReads *self)
     Py_CLEAR(self->gate);
     Py_CLEAR(self->key_bytes);
     Py_CLEAR(self->decode);
+    Py_CLEAR(self->probe);
     return 0;
 }
 
@@ -639,6 +708,17 @@ PyInit__reads(void)
         return NULL;
     }
     Py_INCREF(str_encode);
+    /* The probe relies on an ASCII str hashing as its bytes do (see filled_probe). */
+    PyObject *as_str = PyUnicode_FromString("kafkakv-probe");
+    PyObject *as_bytes = PyBytes_FromString("kafkakv-probe");
+    if (as_str == NULL || as_bytes == NULL) {
+        Py_XDECREF(as_str);
+        Py_XDECREF(as_bytes);
+        return NULL;
+    }
+    probe_hash_agrees = PyObject_Hash(as_str) == PyObject_Hash(as_bytes);
+    Py_DECREF(as_str);
+    Py_DECREF(as_bytes);
     name_getitem = PyUnicode_InternFromString("_checked_getitem");
     name_get = PyUnicode_InternFromString("_checked_get");
     name_contains = PyUnicode_InternFromString("_checked_contains");
