@@ -41,7 +41,7 @@ class Recorder:
 
     # -- installing -------------------------------------------------------------------
     def __enter__(self) -> Recorder:
-        for name in ("open", "close", "dup", "pwrite", "write", "fsync", "fdatasync"):
+        for name in ("open", "close", "dup", "pwrite", "pwritev", "write", "fsync", "fdatasync"):
             self._wrap(name)
         for name in ("ftruncate", "fallocate", "rename", "replace", "link", "unlink"):
             self._wrap(name)
@@ -106,6 +106,12 @@ class Recorder:
         n = real(fd, data, offset)
         if fd in self._fds:
             self._note("write", self._fds[fd][0], offset=offset, data=bytes(data[:n]))
+        return n
+
+    def _pwritev(self, real: Callable[..., int], fd: int, buffers: list[bytes], offset: int) -> int:
+        n = real(fd, buffers, offset)
+        if fd in self._fds:  # one write of the buffers side by side, as the kernel makes it
+            self._note("write", self._fds[fd][0], offset=offset, data=b"".join(buffers)[:n])
         return n
 
     def _write(self, real: Callable[..., int], fd: int, data: bytes) -> int:

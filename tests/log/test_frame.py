@@ -230,12 +230,26 @@ def test_frame_the_c_function_and_its_twin_agree(args: list[Any]) -> None:
         assert (base, size, crc, magic) == (args[0], len(batch), zlib.crc32(batch[16:]), 1)
         assert [attributes, count, last, *rest] == args[6:7] + args[2:6] + args[7:]
         assert batch[56:] == args[1]
+    # frame_header: the same header alone, or the same error
+    header = outcome(c.frame_header, *args)
+    assert header == outcome(frame.py_frame_header, *args)
+    assert header == (("returned", mine[1][:56]) if mine[0] == "returned" else mine)
 
 
 def test_frame_takes_nine_arguments() -> None:
     c = _compiled()
-    with pytest.raises(TypeError):
-        c.frame(0, b"")
+    for function in (c.frame, c.frame_header):
+        with pytest.raises(TypeError):
+            function(0, b"")
+
+
+def test_frame_header_of_a_body_of_megabytes_covers_it_all() -> None:
+    """A body past 64 KiB takes the CRC without the GIL: the same CRC as zlib's."""
+    c = _compiled()
+    body = os.urandom(3 << 20)
+    header = c.frame_header(1, body, 1, 0, 2, 3, 0, -1, 0)
+    assert header == frame.py_frame_header(1, body, 1, 0, 2, 3, 0, -1, 0)
+    assert int.from_bytes(header[12:16], "little") == zlib.crc32(body, zlib.crc32(header[16:]))
 
 
 # -- pack_head ----------------------------------------------------------------------------

@@ -317,17 +317,20 @@ crc_of(uLong crc, const unsigned char *data, Py_ssize_t n)
     return crc;
 }
 
-static PyObject *
-frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The fields of frame() and frame_header() (9 arguments, the body second) into h, a batch
+ * header of a batch of body_len bytes, its CRC left to the caller. -1 with an error set. */
+static int
+fill_header(const char *name, PyObject *const *args, Py_ssize_t nargs, unsigned char *h,
+            Py_ssize_t *size)
 {
     if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "frame() takes 9 arguments");
-        return NULL;
+        PyErr_Format(PyExc_TypeError, "%s() takes 9 arguments", name);
+        return -1;
     }
     if (!PyBytes_Check(args[1])) {
-        PyErr_Format(PyExc_TypeError, "frame(): body must be bytes, not %.100s",
+        PyErr_Format(PyExc_TypeError, "%s(): body must be bytes, not %.100s", name,
                      Py_TYPE(args[1])->tp_name);
-        return NULL;
+        return -1;
     }
     /* base_offset Q, (size I), (crc I), (magic B), attributes B, (reserved H),
      * record_count I, last_offset_delta I, base_timestamp q, max_timestamp q,
@@ -338,23 +341,18 @@ frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     uint64_t v[9];
     for (int i = 0; i < 9; i++) {
         if (i != 1 && as_field(args[i], kinds[i].is_unsigned, kinds[i].bits, &v[i]) < 0) {
-            return NULL;
+            return -1;
         }
     }
-    Py_ssize_t body_len = PyBytes_GET_SIZE(args[1]);
-    Py_ssize_t size = HEADER_SIZE + body_len;
-    if (size > (Py_ssize_t)0xFFFFFFFFu) {
+    *size = HEADER_SIZE + PyBytes_GET_SIZE(args[1]);
+    if (*size > (Py_ssize_t)0xFFFFFFFFu) {
         PyErr_SetString(struct_error, "argument out of range");
-        return NULL;
+        return -1;
     }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
-    if (out == NULL) {
-        return NULL;
-    }
-    unsigned char *h = (unsigned char *)PyBytes_AS_STRING(out);
     put_u64(h, v[0]);
-    put_u32(h + 8, (uint32_t)size);
-    h[16] = 1; /* magic */
+    put_u32(h + 8, (uint32_t)*size);
+    put_u32(h + 12, 0); /* the CRC, filled in last */
+    h[16] = 1;          /* magic */
     h[17] = (unsigned char)v[6];
     put_u16(h + 18, 0);
     put_u32(h + 20, (uint32_t)v[2]);
@@ -363,18 +361,57 @@ frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     put_u64(h + 36, v[5]);
     put_u64(h + 44, v[7]);
     put_u32(h + 52, (uint32_t)v[8]);
-    memcpy(h + HEADER_SIZE, PyBytes_AS_STRING(args[1]), (size_t)body_len);
-    uLong crc = crc32(0L, Z_NULL, 0);
-    if (size < (1 << 16)) { /* let go of the GIL only where the CRC takes long */
-        crc = crc_of(crc, h + CRC_START, size - CRC_START);
+    return 0;
+}
+
+/* The CRC of a batch: header h (its bytes from CRC_START) followed by body. Lets go of the
+ * GIL where it takes long: the body is a bytes object (immutable) the caller holds. */
+static uint32_t
+batch_crc(const unsigned char *h, PyObject *body)
+{
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(body);
+    Py_ssize_t n = PyBytes_GET_SIZE(body);
+    uLong crc = crc_of(crc32(0L, Z_NULL, 0), h + CRC_START, HEADER_SIZE - CRC_START);
+    if (n < (1 << 16)) {
+        crc = crc_of(crc, data, n);
     }
-    else { /* ``out`` is ours alone until returned */
+    else {
         Py_BEGIN_ALLOW_THREADS
-        crc = crc_of(crc, h + CRC_START, size - CRC_START);
+        crc = crc_of(crc, data, n);
         Py_END_ALLOW_THREADS
     }
-    put_u32(h + 12, (uint32_t)crc);
+    return (uint32_t)crc;
+}
+
+static PyObject *
+frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned char h[HEADER_SIZE];
+    Py_ssize_t size;
+    if (fill_header("frame", args, nargs, h, &size) < 0) {
+        return NULL;
+    }
+    put_u32(h + 12, batch_crc(h, args[1]));
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) {
+        return NULL;
+    }
+    memcpy(PyBytes_AS_STRING(out), h, HEADER_SIZE);
+    memcpy(PyBytes_AS_STRING(out) + HEADER_SIZE, PyBytes_AS_STRING(args[1]),
+           (size_t)(size - HEADER_SIZE));
     return out;
+}
+
+static PyObject *
+frame_header(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned char h[HEADER_SIZE];
+    Py_ssize_t size;
+    if (fill_header("frame_header", args, nargs, h, &size) < 0) {
+        return NULL;
+    }
+    put_u32(h + 12, batch_crc(h, args[1]));
+    return PyBytes_FromStringAndSize((const char *)h, HEADER_SIZE);
 }
 
 /* -- pack_head -------------------------------------------------------------------------- */
@@ -1074,6 +1111,9 @@ static PyMethodDef frame_methods[] = {
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
      PyDoc_STR("frame(base_offset, body, record_count, last_offset_delta, base_timestamp, "
                "max_timestamp, attributes, delete_horizon_ms, producer): a whole batch.")},
+    {"frame_header", (PyCFunction)(void (*)(void))frame_header, METH_FASTCALL,
+     PyDoc_STR("frame_header(base_offset, body, ...): as frame(), the header alone (its CRC "
+               "covers the body): frame(...) == frame_header(...) + body.")},
     {"pack_head", pack_head, METH_O, PyDoc_STR("pack_head(state): the 80-byte head record.")},
     {"append_plain", (PyCFunction)(void (*)(void))append_plain, METH_FASTCALL,
      PyDoc_STR("append_plain(lock_fd, wfd, ifd, head_fd, head_map, boot_id, layout_version, "
@@ -1113,8 +1153,8 @@ PyInit__frame(void)
     if (module == NULL) {
         return NULL;
     }
-    PyObject *all = Py_BuildValue("[sssssss]", "append_plain", "bind", "bind_head", "frame",
-                                  "latest_into", "pack_head", "plain_body");
+    PyObject *all = Py_BuildValue("[ssssssss]", "append_plain", "bind", "bind_head", "frame",
+                                  "frame_header", "latest_into", "pack_head", "plain_body");
     if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
         Py_XDECREF(all);
         Py_DECREF(module);

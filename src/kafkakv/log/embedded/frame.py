@@ -5,7 +5,9 @@ Three pure functions over bytes, on the path of every append:
 
 - :func:`plain_body`: the msgpack body of a batch of plain records (see
   :func:`kafkakv.log.records.plain_batch`), or None when any record is not plain;
-- :func:`frame`: a whole batch, its 56-byte header (with the CRC) and the body;
+- :func:`frame`: a whole batch, its 56-byte header (with the CRC) and the body, and
+  :func:`frame_header`, the header alone, for a write of header and body side by side
+  (``pwritev``) with no copy of the body;
 - :func:`pack_head`: the 80-byte head record of a :class:`~kafkakv.log.embedded.head.HeadState`.
 
 and one on the path of :meth:`~kafkakv.log.base.Log.read_latest` (a replica loading its data
@@ -48,11 +50,13 @@ __all__ = [
     "append_plain",
     "bind_head",
     "frame",
+    "frame_header",
     "latest_into",
     "pack_head",
     "pack_rows",
     "plain_body",
     "py_frame",
+    "py_frame_header",
     "py_latest_into",
     "py_pack_head",
     "py_plain_body",
@@ -104,6 +108,36 @@ def py_frame(
     raises ``struct.error``."""
     if not isinstance(body, bytes):
         raise TypeError(f"frame(): body must be bytes, not {type(body).__name__}")
+    return (
+        py_frame_header(
+            base_offset,
+            body,
+            record_count,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            attributes,
+            delete_horizon_ms,
+            producer,
+        )
+        + body
+    )
+
+
+def py_frame_header(
+    base_offset: int,
+    body: bytes,
+    record_count: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    attributes: int,
+    delete_horizon_ms: int,
+    producer: int,
+) -> bytes:
+    """The header :func:`py_frame` puts before ``body`` (its CRC covers the body)."""
+    if not isinstance(body, bytes):
+        raise TypeError(f"frame_header(): body must be bytes, not {type(body).__name__}")
     header = bytearray(
         BATCH_HEADER.pack(
             base_offset,
@@ -122,7 +156,7 @@ def py_frame(
     )
     crc = zlib.crc32(body, zlib.crc32(memoryview(header)[CRC_START:]))
     struct.pack_into("<I", header, 12, crc)
-    return bytes(header) + body
+    return bytes(header)
 
 
 def py_pack_head(state: tuple[int, int, int, int, int, int, int, bytes]) -> bytes:
@@ -160,7 +194,7 @@ def _bind_nothing(state_type: type) -> None:
 
 
 COMPILED = False
-plain_body, frame, pack_head = py_plain_body, py_frame, py_pack_head
+plain_body, frame, frame_header, pack_head = py_plain_body, py_frame, py_frame_header, py_pack_head
 latest_into = py_latest_into
 #: The compiled steady-state append (see the module docstring), or None.
 append_plain: Callable[..., Any] | None = None
@@ -174,6 +208,7 @@ if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
     else:
         _frame.bind(Record)
         plain_body, frame, pack_head = _frame.plain_body, _frame.frame, _frame.pack_head
+        frame_header = _frame.frame_header
         latest_into = _frame.latest_into
         append_plain, bind_head = _frame.append_plain, _frame.bind_head
         COMPILED = True

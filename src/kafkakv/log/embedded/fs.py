@@ -37,6 +37,7 @@ __all__ = [
     "makedirs",
     "open",
     "pwrite",
+    "pwritev",
     "rename",
     "replace",
     "replace_file",
@@ -51,6 +52,7 @@ open = os.open
 close = os.close
 dup = os.dup
 pwrite = os.pwrite
+pwritev = os.pwritev
 write = os.write
 fsync = os.fsync
 fdatasync = os.fdatasync
