@@ -6,7 +6,8 @@ replica, with listeners told of each change; bad input is refused before anythin
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -19,9 +20,11 @@ from kafkakv.errors import (
     RecordTooLargeError,
     WrongPartitionError,
 )
+from kafkakv.log.base import Batch, Log, Record
 from kafkakv.map.engine import ReplicaEngine
 from kafkakv.map.ops import MANY_PAIRS, OpCode, encode_op, write_many_chunks
-from tests.map.conftest import OpenMap
+from tests.doubles import ForwardingLog
+from tests.map.conftest import OpenMap, local_logs
 from tests.map.test_map_protocol import _seed
 from tests.waiting import wait_for
 
@@ -211,3 +214,94 @@ def test_a_blocking_put_all_applies_all_its_records_itself(
     pairs = {f"k{i}": bytes([i % 251]) * 1000 for i in range(3000)}
     assert m.put_all(pairs) == 0
     assert len(m) == 3000
+
+
+class _Watched(ForwardingLog):
+    """Notes the ops offsets each thread reads from; ``before_append`` runs before every
+    append of the ops topic (another replica's update, say)."""
+
+    def __init__(self, inner: Log) -> None:
+        super().__init__(inner)
+        self.reads: list[tuple[threading.Thread, int]] = []
+        self.before_append: Callable[[], None] = lambda: None
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        timeout: float | None = None,
+    ) -> int:
+        if topic.endswith("_ops"):
+            self.before_append()
+        return super().append(topic, partition, records, timeout=timeout)
+
+    def read_batch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> Batch:
+        if topic.endswith("_ops"):
+            self.reads.append((threading.current_thread(), offset))
+        return super().read_batch(
+            topic, partition, offset, max_records=max_records, max_bytes=max_bytes
+        )
+
+
+def _watched(m: Any) -> _Watched:
+    log = m._engine.log
+    assert isinstance(log, _Watched)
+    return log
+
+
+@local_logs  # on Kafka a transaction's marker follows the last applied record: read past it
+def test_a_blocking_put_all_applies_its_own_records_without_reading_them_back(
+    open_map: OpenMap, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller appended the batch's records: with everything before them applied, it
+    applies them as it sent them, with no read of the log. (Followers apply nothing here, so
+    every read is the caller's.) Another replica, which decodes them, ends with the same
+    contents and its listeners hear the same changes."""
+    monkeypatch.setattr(ReplicaEngine, "_follow_apply", lambda self, ready: True)
+    m = open_map(log=_Watched, flush_period=1_000_000)  # no flush record in between
+    log = _watched(m)
+    other = open_map(flush_period=1_000_000)
+    heard: list[tuple[Any, Any, Any]] = []
+    other.add_listener(lambda k, old, new, mine: heard.append((k, old, new)))
+    m.put_all({f"k{i}": i for i in range(10)})
+    pairs = {f"k{i}": -i for i in range(5, 6000)}  # several records
+    assert m.put_all(pairs) == 5
+    assert log.reads == []
+    expected = {f"k{i}": i for i in range(5)} | pairs
+    assert dict(m) == expected
+    other.sync()  # reads and decodes both batches
+    assert dict(other) == expected
+    assert heard[-len(pairs) :] == [(k, None if i >= 10 else i, -i) for i, k in enumerate(pairs, 5)]
+
+
+def test_a_blocking_put_all_reads_what_another_replica_appended_before_it(
+    open_map: OpenMap,
+) -> None:
+    """An update of another replica lands between this replica's last applied offset and its
+    batch: it is read and applied first (by the caller or the follower), then the batch, and
+    the batch counts the key the other replica put."""
+    m = open_map(log=_Watched, flush_period=1_000_000)
+    log = _watched(m)
+    other = open_map()
+    m.put_all({"a": 1})
+
+    def put_first() -> None:
+        log.before_append = lambda: None
+        other.put("b", 2)
+
+    log.before_append = put_first
+    log.reads.clear()
+    assert m.put_all({"b": 3, "c": 4}) == 1  # "b" was there: the other's put came first
+    assert log.reads, "the other replica's update was applied without reading it"
+    assert dict(m) == {"a": 1, "b": 3, "c": 4}
+    wait_for(lambda: dict(other) == {"a": 1, "b": 3, "c": 4}, what="the other replica caught up")

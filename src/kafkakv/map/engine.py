@@ -501,7 +501,7 @@ class ReplicaEngine:
             raise
         try:
             op = sent_op(code, self.origin, seq, args)
-            self.apply_until(p, offset, time.monotonic() + timeout, record, op)
+            self.apply_until(p, offset, time.monotonic() + timeout, (record,), (op,))
         finally:
             self._last_local = time.monotonic()
         return future
@@ -585,16 +585,20 @@ class ReplicaEngine:
         ]
         batch = BatchFuture(len(chunks))
         records: dict[int, list[Record]] = {}
+        own_ops: dict[int, list[Op | None]] = {}  # each record's op, as decoding it would give
         parts: list[tuple[int, BatchPart, Record]] = []
         code, extra = (
             (OpCode.WRITE_MANY, ()) if expires is None else (OpCode.WRITE_MANY_TTL, (expires,))
         )
         for p, (ks, vs) in chunks:
             seq = next(self._seq)
-            value = encode_op(code, self.origin, seq, (ks, vs, *extra))
+            args = (ks, vs, *extra)
+            value = encode_op(code, self.origin, seq, args)
             record = _new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None))
             parts.append((seq, BatchPart(batch, not wait, p), record))
             records.setdefault(p, []).append(record)
+            if wait:
+                own_ops.setdefault(p, []).append(sent_op(code, self.origin, seq, args))
         if not parts:
             batch.resolve(0)
             return batch
@@ -626,7 +630,7 @@ class ReplicaEngine:
                     self._fail_pending([seq for seq, part, _ in parts if part.partition == p], exc)
                     raise
             for p, offset in ends.items():
-                self.apply_until(p, offset, deadline)
+                self.apply_until(p, offset, deadline, records[p], own_ops[p])
         finally:
             self._last_local = time.monotonic()
         return batch
@@ -768,18 +772,20 @@ class ReplicaEngine:
         p: int,
         offset: int,
         deadline: float,
-        own: Record | None = None,
-        op: Op | None = None,
+        own: Sequence[Record] = (),
+        ops: Sequence[Op | None] = (),
     ) -> None:
         """Return once ``offset`` of partition ``p`` is applied, applying it here if need be.
 
-        ``own`` is the record this replica appended at ``offset``, if it was one: when
-        everything before it is applied, it is applied as it is, without reading it back (the
-        log holds exactly these bytes there), and as ``op`` without decoding it, when given
-        (what :func:`~kafkakv.map.ops.sent_op` returned for it). Raises OperationTimeoutError
-        at ``deadline``; the update may still apply later.
+        ``own`` is the batch of records this replica appended, the last at ``offset``, if it
+        was one: when everything before them is applied, they are applied as they are, without
+        reading them back (the log holds exactly these bytes there), each as its op in ``ops``
+        without decoding it where one is given (what :func:`~kafkakv.map.ops.sent_op`
+        returned for it). Raises OperationTimeoutError at ``deadline``; the update may still
+        apply later.
         """
         machine = self.machines[p]
+        first = offset - len(own) + 1  # of the own batch
         while machine.applied <= offset:
             self._check_applying(p)
             remaining = deadline - time.monotonic()
@@ -789,17 +795,18 @@ class ReplicaEngine:
                     "the update may still be applied later"
                 )
             try:
+                if machine.applied > offset:  # applied while this thread waited (the follower)
+                    progressed = True
                 # A map with expiry decides by the record's timestamp, which the log gives
-                # it: read the record back rather than apply the bytes sent.
-                if (
-                    own is not None
-                    and machine.applied == offset
-                    and p not in self.stalled
-                    and self._applies_own
+                # it: it reads the records back rather than apply the bytes sent.
+                elif (
+                    own and machine.applied == first and p not in self.stalled and self._applies_own
                 ):
-                    mine = _new_tuple(Record, (own[0], own[1], (), None, p, offset))
-                    sent = None if op is None else (own[1], op)
-                    self._carry_out(p, machine.apply_batch((mine,), offset + 1, sent))
+                    mine = [
+                        _new_tuple(Record, (r[0], r[1], (), None, p, at))
+                        for at, r in enumerate(own, first)
+                    ]
+                    self._carry_out(p, machine.apply_batch(mine, offset + 1, ops or None))
                     progressed = True  # or stalled there: the loop's check raises it
                 else:
                     progressed = self._apply_available(p, until=offset)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Literal, cast
 
 import msgpack
@@ -209,9 +210,6 @@ class Step:
         return Positions(self.applied, self.flushed)
 
 
-#: No record's value is this object (:meth:`PartitionMachine.apply_records` without ``sent``).
-_NOT_SENT = object()
-
 #: Batches at least this long try the bulk path of :meth:`PartitionMachine.apply_batch`.
 BULK_MIN = 16
 
@@ -277,15 +275,15 @@ class PartitionMachine:
 
     # -- applying -------------------------------------------------------------------------
     def apply_batch(
-        self, records: Sequence[Record], after: int, sent: tuple[bytes | None, Op] | None = None
+        self, records: Sequence[Record], after: int, sent: Sequence[Op | None] | None = None
     ) -> Step:
         """Decide ``records``, ops records read from ``applied`` on in log order, up to offset
         ``after`` (exclusive; the next offset to read). Changes ``dirty``, the flush marks and
         the maps' ``unreadable`` notes; ``applied`` moves only with :meth:`advance`.
 
-        ``sent`` is ``(value, op)`` for a record this replica encoded itself: the record whose
-        value is that very object is decided as ``op`` without decoding it (``op`` must be what
-        decoding gives: see :func:`~kafkakv.map.ops.sent_op`).
+        ``sent``, for records this replica encoded itself, is the op of each record in turn:
+        a record with an op is decided as it without decoding its value (the op must be what
+        decoding gives: see :func:`~kafkakv.map.ops.sent_op`), one with None from its value.
 
         A record this replica cannot apply as the others do (a function not registered here)
         stalls the partition: the records before it are decided, it and those after are not,
@@ -294,6 +292,7 @@ class PartitionMachine:
         first = self.maps.maps[0]
         if (
             len(records) >= BULK_MIN
+            and sent is None  # own records, bulk or not, are decided as they were sent
             and self.maps.plain
             and not (first.listeners or first.taps or first.expiries)
         ):
@@ -323,7 +322,7 @@ class PartitionMachine:
         return True
 
     def apply_records(
-        self, records: Sequence[Record], after: int, sent: tuple[bytes | None, Op] | None = None
+        self, records: Sequence[Record], after: int, sent: Sequence[Op | None] | None = None
     ) -> Step:
         """:meth:`apply_batch` one record at a time: any batch."""
         p, ops, origin = self.partition, self.topic, self.origin
@@ -339,12 +338,13 @@ class PartitionMachine:
             plain_overlay: dict[bytes, bytes | None] = {}
             changes[id(plain)] = plain_overlay
         next_flush = self.next_flush
-        sent_value, sent_op = sent if sent is not None else (_NOT_SENT, None)
+        ops_sent = iter(sent) if sent is not None else None
         for key, value, _, ts, _, offset in records:
             assert offset is not None
             last = offset
-            if value is sent_value:
-                code, op_origin, seq, args = cast(Op, sent_op)
+            op = next(ops_sent) if ops_sent is not None else None
+            if op is not None:
+                code, op_origin, seq, args = op
             else:
                 try:
                     code, op_origin, seq, args = decode_op(value)
@@ -522,9 +522,12 @@ class PartitionMachine:
             previous = store.get_many(keys)
             record_keys = [prefix + k for k in keys] if prefix else keys
             if previous.count(None) == len(previous):  # all new keys (a bulk load)
-                dirty.update(dict.fromkeys(record_keys, offset))
+                # zip with repeat, not dict.fromkeys: merging a dict of a chunk's keys into a
+                # large dict took 2.3x as long (200,000 new keys in chunks of 10,000: 34 ms
+                # against 15 ms)
+                dirty.update(zip(record_keys, repeat(offset)))
                 if state.versions is not None:
-                    state.versions.update(dict.fromkeys(keys, offset))
+                    state.versions.update(zip(keys, repeat(offset)))
             else:
                 changed = zip(record_keys, previous, values, strict=True)
                 dirty.update([(k, offset) for k, old, new in changed if old != new])
@@ -767,7 +770,7 @@ class PartitionMachine:
             assert record.offset is not None
             if record.offset >= stop:
                 return True
-            dirty.update(dict.fromkeys(self.keys_of(record), record.offset))
+            dirty.update(zip(self.keys_of(record), repeat(record.offset)))
         return False
 
     def keys_of(self, record: Record) -> list[bytes]:

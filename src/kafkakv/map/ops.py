@@ -151,8 +151,9 @@ def decode_op(data: bytes | None) -> Op:
 def sent_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any]) -> Op | None:
     """What :func:`decode_op` returns for ``encode_op(code, origin, seq, args)``, without the
     round trip, when that is sure to be these very values; None when only decoding can say
-    (an argument of another type, such as a ``bytearray`` that decodes as ``bytes``, a tuple
-    that decodes as a tuple of other types; an arity that decoding refuses).
+    (an argument of another type, such as a ``bytearray`` that decodes as ``bytes``, an array
+    holding one or another array; an arity that decoding refuses). An array (list or tuple)
+    of verbatim items decodes as a tuple of the same items: a ``WRITE_MANY``'s keys and values.
 
     The writer applies its own record with it (:meth:`ReplicaEngine.apply_until`): every other
     replica decodes the bytes, so the op it decides must be exactly the decoded one.
@@ -162,9 +163,15 @@ def sent_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any]) -> Op | 
     if len(args) != _ARITY[code]:
         return None
     for arg in args:
-        if type(arg) not in _VERBATIM:
+        kind = type(arg)
+        if kind not in _VERBATIM and not (kind in _ARRAYS and _VERBATIM.issuperset(map(type, arg))):
             return None
-    return _new_op(Op, (code, origin, seq, tuple(args)))
+    return _new_op(Op, (code, origin, seq, tuple(map(_as_decoded, args))))
+
+
+def _as_decoded(arg: Any) -> Any:
+    """What decoding gives for ``arg``, verbatim or an array of verbatim items."""
+    return tuple(arg) if type(arg) in _ARRAYS else arg
 
 
 _CODES = {int(c): c for c in OpCode}
@@ -193,6 +200,7 @@ _BYTES_OR_NIL = frozenset({bytes, type(None)})
 #: Argument types that msgpack gives back as the same type and value (a str comes back a str:
 #: ops are decoded with ``raw=False``).
 _VERBATIM = frozenset({bytes, str, int, bool, float, type(None)})
+_ARRAYS = frozenset({list, tuple})  # msgpack arrays: they decode as tuples
 
 MANY_PAIRS = 4096
 """Pairs in one ``WRITE_MANY`` record at most."""
