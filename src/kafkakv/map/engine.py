@@ -802,10 +802,13 @@ class ReplicaEngine:
                 elif (
                     own and machine.applied == first and p not in self.stalled and self._applies_own
                 ):
-                    mine = [
-                        _new_tuple(Record, (r[0], r[1], (), None, p, at))
-                        for at, r in enumerate(own, first)
-                    ]
+                    if len(own) == 1:  # a put: no comprehension on the sync path
+                        mine = [_new_tuple(Record, (own[0][0], own[0][1], (), None, p, first))]
+                    else:
+                        mine = [
+                            _new_tuple(Record, (r[0], r[1], (), None, p, at))
+                            for at, r in enumerate(own, first)
+                        ]
                     self._carry_out(p, machine.apply_batch(mine, offset + 1, ops or None))
                     progressed = True  # or stalled there: the loop's check raises it
                 else:

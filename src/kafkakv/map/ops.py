@@ -162,16 +162,15 @@ def sent_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any]) -> Op | 
         return None
     if len(args) != _ARITY[code]:
         return None
+    arrays = False
     for arg in args:
-        kind = type(arg)
-        if kind not in _VERBATIM and not (kind in _ARRAYS and _VERBATIM.issuperset(map(type, arg))):
-            return None
-    return _new_op(Op, (code, origin, seq, tuple(map(_as_decoded, args))))
-
-
-def _as_decoded(arg: Any) -> Any:
-    """What decoding gives for ``arg``, verbatim or an array of verbatim items."""
-    return tuple(arg) if type(arg) in _ARRAYS else arg
+        if type(arg) not in _VERBATIM:
+            if type(arg) not in _ARRAYS or not _VERBATIM.issuperset(map(type, arg)):
+                return None
+            arrays = True
+    if arrays:
+        args = [tuple(arg) if type(arg) in _ARRAYS else arg for arg in args]
+    return _new_op(Op, (code, origin, seq, tuple(args)))
 
 
 _CODES = {int(c): c for c in OpCode}
