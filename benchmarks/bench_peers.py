@@ -632,7 +632,9 @@ class Bench:
         )
         path = self.fresh()
         db, m = self.open(path, max_in_flight=20000)
-        m.update(pairs)
+        # A value object per key, as the floor has: the writer's store keeps the objects it
+        # was given (other replicas decode their own), and one shared value stays in cache.
+        m.update([(k, bytes(bytearray(VALUE))) for k in keys])
         plain = dict(pairs)
         # Keyed and valued as a store is: bytes keys decoded apart from the probes, and each
         # value its own object (the plain dict shares one value object, always in cache).
