@@ -465,27 +465,30 @@ def test_an_own_record_is_decided_alike_as_sent_and_as_decoded(
     }.get(code, [value])
     encoded = encode_op(code, ME, 11, args)
     records = numbered([(key, encoded)], 3)
-    outcomes = []
     op = sent_op(code, ME, 11, args)
-    for sent in (None, None if op is None else [op]):
-        state = new_state()
-        state.store.write(dict(before), {})
-        machine = new_machine(state)
-        machine.start_at(Positions(3, 2))
-        step = machine.apply_batch(records, 4, sent)
-        carry_out(machine, state, step)
-        outcomes.append(
-            (
-                contents(state),
-                [(kind, seq, repr(arg)) for kind, seq, arg in own_outcomes(step)],
-                [(e.offset, e.error) for e in step.errors],
-                step.flush_due,
-                machine.applied,
-                dict(machine.dirty),
-                step.updates,
-            )
-        )
-    assert outcomes[0] == outcomes[1]
+    assert _decided(records, before, None if op is None else [op]) == _decided(records, before)
+
+
+def _decided(
+    records: list[Record], before: dict[bytes, bytes], sent: list[Any] | None = None
+) -> tuple[Any, ...]:
+    """What a replica holding ``before``, applied up to offset 3, makes of ``records`` (from
+    offset 3 on) applied with the ops ``sent`` (None: decoded): state, results, errors, marks."""
+    state = new_state()
+    state.store.write(dict(before), {})
+    machine = new_machine(state)
+    machine.start_at(Positions(3, 2))
+    step = machine.apply_batch(records, 3 + len(records), sent)
+    carry_out(machine, state, step)
+    return (
+        contents(state),
+        [(kind, seq, repr(arg)) for kind, seq, arg in own_outcomes(step)],
+        [(e.offset, e.error) for e in step.errors],
+        step.flush_due,
+        machine.applied,
+        dict(machine.dirty),
+        step.updates,
+    )
 
 
 # A pair's value in an own WRITE_MANY: one that decodes as itself (bytes, None, a str that
@@ -526,26 +529,7 @@ def test_an_own_batch_is_decided_alike_as_sent_and_as_decoded(
         items.append((key, encode_op(code, ME, seq, args)))
         ops.append(sent_op(code, ME, seq, args))
     records = numbered(items, 3)
-    outcomes = []
-    for sent in (None, ops):
-        state = new_state()
-        state.store.write(dict(before), {})
-        machine = new_machine(state)
-        machine.start_at(Positions(3, 2))
-        step = machine.apply_batch(records, 3 + len(records), sent)
-        carry_out(machine, state, step)
-        outcomes.append(
-            (
-                contents(state),
-                [(kind, seq, repr(arg)) for kind, seq, arg in own_outcomes(step)],
-                [(e.offset, e.error) for e in step.errors],
-                step.flush_due,
-                machine.applied,
-                dict(machine.dirty),
-                step.updates,
-            )
-        )
-    assert outcomes[0] == outcomes[1]
+    assert _decided(records, before, ops) == _decided(records, before)
 
 
 def test_a_function_not_registered_stalls_at_its_record() -> None:

@@ -93,35 +93,13 @@ def py_plain_body(records: Sequence[Record], limit: int) -> bytes | None:
     return pack_rows(list(zip(range(n), repeat(0, n), keys, values, repeat(None, n), strict=True)))
 
 
-def py_frame(
-    base_offset: int,
-    body: bytes,
-    record_count: int,
-    last_offset_delta: int,
-    base_timestamp: int,
-    max_timestamp: int,
-    attributes: int,
-    delete_horizon_ms: int,
-    producer: int,
-) -> bytes:
-    """``body`` framed as a complete batch: header, CRC, body. A field out of its range
-    raises ``struct.error``."""
+def py_frame(*fields: Any) -> bytes:
+    """``body`` framed as a complete batch: header, CRC, body. The arguments are
+    :func:`py_frame_header`'s; a field out of its range raises ``struct.error``."""
+    body = fields[1] if len(fields) > 1 else b""
     if not isinstance(body, bytes):
         raise TypeError(f"frame(): body must be bytes, not {type(body).__name__}")
-    return (
-        py_frame_header(
-            base_offset,
-            body,
-            record_count,
-            last_offset_delta,
-            base_timestamp,
-            max_timestamp,
-            attributes,
-            delete_horizon_ms,
-            producer,
-        )
-        + body
-    )
+    return py_frame_header(*fields) + body
 
 
 def py_frame_header(
@@ -135,7 +113,8 @@ def py_frame_header(
     delete_horizon_ms: int,
     producer: int,
 ) -> bytes:
-    """The header :func:`py_frame` puts before ``body`` (its CRC covers the body)."""
+    """The header :func:`py_frame` puts before ``body`` (its CRC covers the body), from the
+    fields of format.py's batch header in this order."""
     if not isinstance(body, bytes):
         raise TypeError(f"frame_header(): body must be bytes, not {type(body).__name__}")
     header = bytearray(
