@@ -53,12 +53,15 @@ class ForwardingLogWriter(LogWriter):
 
 class ForwardingLog(Log):
     """A log that forwards every call to ``inner``, and takes its class-level facts
-    (``end_offset_is_linearizable``, ``private``). Closing it closes ``inner``."""
+    (``end_offset_is_linearizable``, ``appends_contiguously``, ``private``, ``stores_on_send``).
+    Closing it closes ``inner``."""
 
     def __init__(self, inner: Log) -> None:
         self.inner = inner
         self.end_offset_is_linearizable = inner.end_offset_is_linearizable
+        self.appends_contiguously = inner.appends_contiguously
         self.private = inner.private
+        self.stores_on_send = inner.stores_on_send
 
     # -- topics ---------------------------------------------------------------------------
     def create_topic(

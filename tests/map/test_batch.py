@@ -305,3 +305,49 @@ def test_a_blocking_put_all_reads_what_another_replica_appended_before_it(
     assert log.reads, "the other replica's update was applied without reading it"
     assert dict(m) == {"a": 1, "b": 3, "c": 4}
     wait_for(lambda: dict(other) == {"a": 1, "b": 3, "c": 4}, what="the other replica caught up")
+
+
+class _Interleaving(ForwardingLog):
+    """A log on which another producer's records may land inside a batch, as on Kafka: the
+    first ops append of several records runs ``between`` after its first record."""
+
+    appends_contiguously = False
+
+    def __init__(self, inner: Log) -> None:
+        super().__init__(inner)
+        self.appends_contiguously = False
+        self.between: Callable[[], None] | None = None
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        timeout: float | None = None,
+    ) -> int:
+        between, self.between = self.between, None
+        if between is None or len(records) < 2 or not topic.endswith("_ops"):
+            return super().append(topic, partition, records, timeout=timeout)
+        first = super().append(topic, partition, records[:1], timeout=timeout)
+        between()
+        super().append(topic, partition, records[1:], timeout=timeout)
+        return first
+
+
+@local_logs
+def test_a_batch_another_update_landed_inside_is_read_back(open_map: OpenMap) -> None:
+    """Where the log may store another writer's record inside a batch, the writer does not
+    apply the batch from what it sent (that would skip the other record): it reads it back,
+    and both replicas end alike, with the other update."""
+    m = open_map(log=_Interleaving, flush_period=1_000_000)
+    other = open_map(flush_period=1_000_000)
+    log = m._engine.log
+    assert isinstance(log, _Interleaving)
+    log.between = lambda: other.put("inside", -1)
+    pairs = {f"k{i}": i for i in range(6000)}  # several records
+    assert m.put_all(pairs) == 0
+    expected = pairs | {"inside": -1}
+    assert dict(m) == expected
+    other.sync()
+    assert dict(other) == expected

@@ -375,6 +375,13 @@ class Log(Closeable):
     #: them when this holds.
     stores_on_send: bool = True
 
+    #: True when :meth:`append` stores its records at consecutive offsets, the first at the
+    #: offset it returns, with no other writer's record between them (one lock around the
+    #: whole batch, as the embedded and memory logs take). A map then applies a batch it
+    #: appended from what it sent. False where another producer's records may land inside a
+    #: batch (a Kafka transaction of several produce requests): the batch is read back.
+    appends_contiguously: bool = False
+
     #: True when the log keeps its files private to their owner (the embedded log's
     #: ``private=True``): stores a map opens on disk next to it are then created private too.
     private: bool = False

@@ -195,6 +195,7 @@ class MemoryLog(Log):
     """
 
     end_offset_is_linearizable = True  # one copy, in this process
+    appends_contiguously = True  # a batch is stored under the log's lock
 
     def __init__(self, name: str | None = None) -> None:
         if name is None:

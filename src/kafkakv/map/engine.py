@@ -157,6 +157,8 @@ class ReplicaEngine:
         #: A writer may apply its own record from the bytes it sent (not a map with expiry,
         #: which decides by the timestamp the log gives the record).
         self._applies_own = not settings.expiry
+        #: ... and a batch of several records, where the log stores one with nothing between.
+        self._applies_own_batches = log.appends_contiguously
         #: The data topic's headers say something (versions, deadlines): read them.
         self._headers = bool(settings.versions or settings.expiry)
         #: Keys to reap, ``(when, deadline, record key)``, earliest first (a map with expiry).
@@ -779,7 +781,8 @@ class ReplicaEngine:
 
         ``own`` is the batch of records this replica appended, the last at ``offset``, if it
         was one: when everything before them is applied, they are applied as they are, without
-        reading them back (the log holds exactly these bytes there), each as its op in ``ops``
+        reading them back (the log holds exactly these bytes there: for a batch of several,
+        where it stores a batch with nothing between, ``appends_contiguously``), each as its op in ``ops``
         without decoding it where one is given (what :func:`~kafkakv.map.ops.sent_op`
         returned for it). Raises OperationTimeoutError at ``deadline``; the update may still
         apply later.
@@ -800,7 +803,11 @@ class ReplicaEngine:
                 # A map with expiry decides by the record's timestamp, which the log gives
                 # it: it reads the records back rather than apply the bytes sent.
                 elif (
-                    own and machine.applied == first and p not in self.stalled and self._applies_own
+                    own
+                    and machine.applied == first
+                    and (len(own) == 1 or self._applies_own_batches)
+                    and p not in self.stalled
+                    and self._applies_own
                 ):
                     if len(own) == 1:  # a put: no comprehension on the sync path
                         mine = [_new_tuple(Record, (own[0][0], own[0][1], (), None, p, first))]

@@ -104,6 +104,7 @@ class EmbeddedLog(Log):
     """
 
     end_offset_is_linearizable = True  # the head file is the one copy every process publishes to
+    appends_contiguously = True  # a batch is one write under the partition's lock
 
     def __init__(
         self,

@@ -326,6 +326,8 @@ class KafkaLog(Log):
 
     end_offset_is_linearizable = False
     stores_on_send = False  # the producer pipelines: a send returns before the brokers store
+    # a transaction's records go in several produce requests: others' may land between them
+    appends_contiguously = False
 
     def __init__(
         self,
