@@ -781,11 +781,10 @@ class ReplicaEngine:
 
         ``own`` is the batch of records this replica appended, the last at ``offset``, if it
         was one: when everything before them is applied, they are applied as they are, without
-        reading them back (the log holds exactly these bytes there: for a batch of several,
-        where it stores a batch with nothing between, ``appends_contiguously``), each as its op in ``ops``
-        without decoding it where one is given (what :func:`~kafkakv.map.ops.sent_op`
-        returned for it). Raises OperationTimeoutError at ``deadline``; the update may still
-        apply later.
+        reading them back (the log holds exactly these bytes there; for a batch of several,
+        only a log that ``appends_contiguously``), each as its op in ``ops`` without decoding
+        it where one is given (what :func:`~kafkakv.map.ops.sent_op` returned for it). Raises
+        OperationTimeoutError at ``deadline``; the update may still apply later.
         """
         machine = self.machines[p]
         first = offset - len(own) + 1  # of the own batch
