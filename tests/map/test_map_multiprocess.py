@@ -239,6 +239,16 @@ def test_random_updates_with_kill_9_converge_to_a_replay_of_the_ops_log(
 
         wait_for(replacements_ready, 60, "the replacement workers to open the map")
         time.sleep(0.5)  # the replacements work too
+        # The check below starts from the data topic: let the workers run until a flush has
+        # landed there. A flush on Kafka is a transaction, and on a busy machine none may have
+        # committed in the few seconds of kills (seen once in a full test run).
+        data = MapTopics.for_name(map_name).data
+        with kafkakv.connect(target) as watcher:
+            wait_for(
+                lambda: sum(watcher.log.end_offset(data, p) for p in range(PARTITIONS)) > 0,
+                60,
+                "a flush to the data topic while the workers run",
+            )
         phase.value = _workers.STOP
         _collect(reports, {"stopped": SLOTS})
         phase.value = _workers.REPORT
