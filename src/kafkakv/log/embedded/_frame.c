@@ -317,8 +317,28 @@ crc_of(uLong crc, const unsigned char *data, Py_ssize_t n)
     return crc;
 }
 
-/* The fields of frame() and frame_header() (9 arguments, the body second) into h, a batch
- * header of a batch of body_len bytes, its CRC left to the caller. -1 with an error set. */
+/* The CRC of a batch: header h (its bytes from CRC_START) followed by body. Lets go of the
+ * GIL where it takes long: the body is a bytes object (immutable) the caller holds. */
+static uint32_t
+batch_crc(const unsigned char *h, PyObject *body)
+{
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(body);
+    Py_ssize_t n = PyBytes_GET_SIZE(body);
+    uLong crc = crc_of(crc32(0L, Z_NULL, 0), h + CRC_START, HEADER_SIZE - CRC_START);
+    if (n < (1 << 16)) {
+        crc = crc_of(crc, data, n);
+    }
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc_of(crc, data, n);
+        Py_END_ALLOW_THREADS
+    }
+    return (uint32_t)crc;
+}
+
+/* The fields of frame() and frame_header() (9 arguments, the body second) into h, the
+ * header of a batch of that body, its CRC (over the body too) included; *size is the
+ * batch's. -1 with an error set. */
 static int
 fill_header(const char *name, PyObject *const *args, Py_ssize_t nargs, unsigned char *h,
             Py_ssize_t *size)
@@ -361,26 +381,8 @@ fill_header(const char *name, PyObject *const *args, Py_ssize_t nargs, unsigned 
     put_u64(h + 36, v[5]);
     put_u64(h + 44, v[7]);
     put_u32(h + 52, (uint32_t)v[8]);
+    put_u32(h + 12, batch_crc(h, args[1]));
     return 0;
-}
-
-/* The CRC of a batch: header h (its bytes from CRC_START) followed by body. Lets go of the
- * GIL where it takes long: the body is a bytes object (immutable) the caller holds. */
-static uint32_t
-batch_crc(const unsigned char *h, PyObject *body)
-{
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(body);
-    Py_ssize_t n = PyBytes_GET_SIZE(body);
-    uLong crc = crc_of(crc32(0L, Z_NULL, 0), h + CRC_START, HEADER_SIZE - CRC_START);
-    if (n < (1 << 16)) {
-        crc = crc_of(crc, data, n);
-    }
-    else {
-        Py_BEGIN_ALLOW_THREADS
-        crc = crc_of(crc, data, n);
-        Py_END_ALLOW_THREADS
-    }
-    return (uint32_t)crc;
 }
 
 static PyObject *
@@ -391,7 +393,6 @@ frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (fill_header("frame", args, nargs, h, &size) < 0) {
         return NULL;
     }
-    put_u32(h + 12, batch_crc(h, args[1]));
     PyObject *out = PyBytes_FromStringAndSize(NULL, size);
     if (out == NULL) {
         return NULL;
@@ -410,7 +411,6 @@ frame_header(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (fill_header("frame_header", args, nargs, h, &size) < 0) {
         return NULL;
     }
-    put_u32(h + 12, batch_crc(h, args[1]));
     return PyBytes_FromStringAndSize((const char *)h, HEADER_SIZE);
 }
 
