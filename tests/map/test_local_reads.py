@@ -356,15 +356,22 @@ def test_a_key_compared_in_the_middle_of_a_lookup_neither_sees_nor_causes_a_wron
     table[keeper] = b"never"  # first in its hash's probe sequence: compared first
     table[b"outer"] = b"outer value"
     table[b"inner"] = b"inner value"
-    keeper.kept.clear()  # the insert of b"outer" compared them
+    # The dict's probe sequence can pass the keeper's slot more than once, as the hash seed
+    # has it: count the comparisons of one plain lookup.
+    keeper.kept.clear()
+    assert table[b"outer"] == b"outer value"
+    per_read = len(keeper.kept)
+    assert per_read >= 1
+    keeper.kept.clear()
     keeper.reader = lambda: inner.append((m["inner"], m.get("nope", 0)))
     for read in (lambda: m["outer"], lambda: m.get("outer"), lambda: "outer" in m):
         assert read() in (b"outer value", True)
-    assert inner == [(b"inner value", 0)] * 3
-    assert keeper.kept == [b"outer"] * 3
+    assert inner == [(b"inner value", 0)] * 3 * per_read
+    assert keeper.kept == [b"outer"] * 3 * per_read
     for i in range(50):  # more reads: what was kept stays as it is
         m.get(f"key-{i}")
-    assert keeper.kept == [b"outer"] * 3 and all(type(k) is bytes for k in keeper.kept)
+    assert keeper.kept == [b"outer"] * 3 * per_read
+    assert all(type(k) is bytes for k in keeper.kept)
 
 
 def test_reads_leak_no_memory_and_no_references() -> None:

@@ -1051,14 +1051,14 @@ class ReplicaEngine:
     def _flush_loop(self) -> None:
         while True:
             p = self._flush_queue.get()
-            if p is None or self._stopped:
+            if p is None or self._closed or self._stopped:  # closing: no flush to start
                 return
             try:
                 self.flush(p)
             except FencedError:
                 log.info("flush of %s[%d] fenced by another replica", self.topics.data, p)
             except Exception as exc:  # a failed flush loses nothing: ops stay; retry later
-                if self._stopped:
+                if self._closed or self._stopped:  # close() began meanwhile: not a failure
                     return
                 log.warning("flush of %s[%d] failed: %s", self.topics.data, p, exc)
             finally:
