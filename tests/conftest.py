@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,12 @@ import pytest
 
 from kafkakv.log import EmbeddedLog, Log, MemoryLog
 from kafkakv.log.kafka import KafkaLog
+
+# A shell that starts a command in the background without job control (`cmd &` in a script)
+# starts it with SIGINT ignored, and child processes inherit that: the tests that press
+# Ctrl-C on a CLI child would then wait for an exit that never comes. Start from the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = ["tests.kafka_cluster", "tests.pipeline_fixtures"]
 
