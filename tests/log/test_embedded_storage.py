@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -532,7 +534,7 @@ def test_private_must_be_a_bool(tmp_path: Path) -> None:
         EmbeddedLog(tmp_path, private="yes")  # type: ignore[arg-type]
 
 
-# -- offsets the CRC does not cover ------------------------------------------------------------
+# -- damaged base offsets ------------------------------------------------------------------
 def _batch_positions(seg: str) -> list[int]:
     from kafkakv.log.embedded.format import scan_batches
 
@@ -541,8 +543,8 @@ def _batch_positions(seg: str) -> list[int]:
 
 @pytest.mark.parametrize("which", ["first-of-sealed", "indexed", "middle", "last-of-log"])
 def test_a_flipped_base_offset_is_never_read_as_data(tmp_path: Path, which: str) -> None:
-    """The CRC starts after the base offset: a read checks each batch's offsets against the
-    index entry or batch before it and the segment's range, and names the file and byte."""
+    """A read checks each batch's offsets against the index entry or batch before it and the
+    segment's range (and the CRC covers them), and names the file and byte."""
     with open_log(tmp_path) as log:
         log.create_topic("t", 1, {"segment.bytes": 8192, "index.interval.bytes": 1024})
         for i in range(200):
@@ -625,11 +627,77 @@ def test_head_rebuild_refuses_a_batch_whose_offset_does_not_follow(tmp_path: Pat
     data = bytearray(Path(seg).read_bytes())
     last = _batch_positions(seg)[-1]
     data[last + 4] ^= 0x40  # the last batch claims an offset near 2**38
+    # ... with a CRC that agrees (the CRC covers the offset: only a writer could do this).
+    size = fmt.parse_header(bytes(data), last).size
+    body = bytes(data[last + frame.CRC_START : last + size])
+    crc = zlib.crc32(body, zlib.crc32(bytes(data[last : last + 8])))
+    data[last + 12 : last + 16] = crc.to_bytes(4, "little")
     Path(seg).write_bytes(bytes(data))
     (tmp_path / "topics" / "t" / "0" / "head").write_bytes(b"")
     with open_log(tmp_path) as log, pytest.raises(CorruptLogError, match="refusing to rebuild"):
         log.end_offset("t", 0)
     assert Path(seg).read_bytes() == bytes(data)
+
+
+def test_a_flipped_base_offset_inside_a_gap_is_an_error_not_a_record_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """Compaction leaves gaps in the offsets, where a batch's base offset with one bit
+    flipped still lies between its neighbours'. Before the CRC covered the base offset, a read
+    returned such a batch's record at the flipped offset (found by test_embedded_fuzz)."""
+    with open_log(tmp_path) as log:
+        log.create_topic(
+            "t",
+            1,
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": 2048,
+                "min.cleanable.dirty.ratio": 0.01,
+            },
+        )
+        for i in range(120):
+            log.append("t", 0, [Record(b"k%d" % (i % 7), b"v%d" % i * 8)])
+        log.compact("t")
+        expected = {r.offset: (r.key, r.value) for r in log.read("t", 0, 0, max_records=1000)}
+    damaged = None
+    for seg in segment_files(tmp_path, "t")[:-1]:  # sealed, compacted segments
+        data = bytearray(Path(seg).read_bytes())
+        previous_last = int(Path(seg).name.split("-")[0]) - 1
+        for pos in _batch_positions(seg):
+            h = fmt.parse_header(bytes(data), pos)
+            for bit in range(8):
+                flipped = h.base_offset ^ (1 << bit)
+                if previous_last < flipped < h.base_offset:  # inside the gap before it
+                    damaged = (seg, data, pos, bit)
+                    break
+            previous_last = h.last_offset
+            if damaged:
+                break
+        if damaged:
+            break
+    assert damaged is not None, "compaction left no gap a one-bit flip lands in"
+    seg, data, pos, bit = damaged
+    true_base = fmt.parse_header(bytes(data), pos).base_offset
+    data[pos] ^= 1 << bit
+    Path(seg).write_bytes(bytes(data))
+    with open_log(tmp_path) as log:
+        # A read from its true offset steps over it (its offset now looks lower): not silently
+        # past its record.
+        with pytest.raises(CorruptLogError, match="checksum"):
+            log.read("t", 0, true_base, max_records=9)
+        offset, read = 0, 0
+        while offset < log.end_offset("t", 0):
+            try:
+                got = log.read("t", 0, offset, max_records=9)
+            except CorruptLogError as exc:
+                assert exc.path == seg
+                offset += 1
+                continue
+            for r in got:  # never a record at an offset it was not written at
+                assert expected.get(r.offset) == (r.key, r.value), r
+            read += len(got)
+            offset = offset_of(got[-1]) + 1 if got else offset + 1
+        assert read < len(expected)  # the damaged batch was not read as data
 
 
 # -- damaged metadata files ----------------------------------------------------------------------
@@ -801,3 +869,58 @@ def test_threads_reading_one_partition_while_it_is_written_and_compacted_read_it
                 t.join()
         assert errors == []
         assert log.check() == []
+
+
+def _as_magic_1(data: bytearray) -> int:
+    """Rewrite every batch in ``data`` (a segment's bytes) as kafkakv wrote them before the
+    CRC covered the base offset: magic 1, the CRC of bytes 16..size. Returns how many."""
+    count = 0
+    for pos in _batch_positions_in(bytes(data)):
+        size = fmt.parse_header(bytes(data), pos).size
+        data[pos + 16] = frame.BATCH_MAGIC_V1
+        crc = zlib.crc32(bytes(data[pos + 16 : pos + size]))
+        data[pos + 12 : pos + 16] = crc.to_bytes(4, "little")
+        count += 1
+    return count
+
+
+def _batch_positions_in(data: bytes) -> list[int]:
+    return [pos for pos, _ in fmt.scan_batches(data)]
+
+
+def test_batches_of_magic_1_read_check_and_compact_as_before(tmp_path: Path) -> None:
+    """A log written before the CRC covered the base offset: read, checked and compacted as
+    it was, its re-encoded batches then written in the new format."""
+    config = {"cleanup.policy": "compact", "segment.bytes": 2048, "min.cleanable.dirty.ratio": 0.01}
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1, config)
+        for i in range(0, 120, 3):  # batches of 3: compaction keeps some of a batch's records
+            batch = [Record(b"k%d" % (j % 7), b"v%d" % j * 8) for j in range(i, i + 3)]
+            log.append("t", 0, batch)
+        written = [(r.offset, r.key, r.value) for r in log.read("t", 0, 0, max_records=1000)]
+    rewritten = 0
+    for seg in segment_files(tmp_path, "t"):
+        data = bytearray(Path(seg).read_bytes())
+        rewritten += _as_magic_1(data)
+        Path(seg).write_bytes(bytes(data))
+    assert rewritten == 40
+    marker = tmp_path / "kafkakv-log.json"
+    marker.write_text('{"format": 1}')  # as that kafkakv wrote it
+    with open_log(tmp_path) as log:
+        assert json.loads(marker.read_text()) == {"format": 2}  # earlier versions now refuse
+        assert [(r.offset, r.key, r.value) for r in log.read("t", 0, 0, max_records=1000)] == (
+            written
+        )
+        assert log.check() == []
+        log.compact("t")
+        latest = {key: (offset, value) for offset, key, value in written}
+        got = [(r.offset, r.key, r.value) for r in log.read("t", 0, 0, max_records=1000)]
+        assert {key: (offset, value) for offset, key, value in got} == latest
+        assert log.check() == []
+    magics = {
+        data[pos + 16]
+        for seg in segment_files(tmp_path, "t")
+        for data in [Path(seg).read_bytes()]
+        for pos in _batch_positions_in(data)
+    }
+    assert magics == {frame.BATCH_MAGIC_V1, frame.BATCH_MAGIC}  # old kept, re-encoded new

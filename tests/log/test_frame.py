@@ -227,7 +227,8 @@ def test_frame_the_c_function_and_its_twin_agree(args: list[Any]) -> None:
         (base, size, crc, magic, attributes, _, count, last, *rest) = frame.BATCH_HEADER.unpack(
             batch[:56]
         )
-        assert (base, size, crc, magic) == (args[0], len(batch), zlib.crc32(batch[16:]), 1)
+        assert (base, size, magic) == (args[0], len(batch), 2)
+        assert crc == zlib.crc32(batch[16:], zlib.crc32(batch[:8]))  # the offset, then 16..
         assert [attributes, count, last, *rest] == args[6:7] + args[2:6] + args[7:]
         assert batch[56:] == args[1]
     # frame_header: the same header alone, or the same error
@@ -249,7 +250,8 @@ def test_frame_header_of_a_body_of_megabytes_covers_it_all() -> None:
     body = os.urandom(3 << 20)
     header = c.frame_header(1, body, 1, 0, 2, 3, 0, -1, 0)
     assert header == frame.py_frame_header(1, body, 1, 0, 2, 3, 0, -1, 0)
-    assert int.from_bytes(header[12:16], "little") == zlib.crc32(body, zlib.crc32(header[16:]))
+    crc = zlib.crc32(body, zlib.crc32(header[16:], zlib.crc32(header[:8])))
+    assert int.from_bytes(header[12:16], "little") == crc
 
 
 # -- pack_head ----------------------------------------------------------------------------

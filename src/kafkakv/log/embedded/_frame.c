@@ -304,6 +304,7 @@ done:
 
 #define HEADER_SIZE 56
 #define CRC_START 16
+#define BATCH_MAGIC 2 /* the CRC covers the base offset too (format.py; 1 did not) */
 
 static uLong
 crc_of(uLong crc, const unsigned char *data, Py_ssize_t n)
@@ -317,14 +318,23 @@ crc_of(uLong crc, const unsigned char *data, Py_ssize_t n)
     return crc;
 }
 
-/* The CRC of a batch: header h (its bytes from CRC_START) followed by body. Lets go of the
- * GIL where it takes long: the body is a bytes object (immutable) the caller holds. */
+/* The CRC of header h, the part a batch's CRC covers before its body: the base offset (its
+ * first 8 bytes), then the bytes from CRC_START on. */
+static uLong
+header_crc(const unsigned char *h)
+{
+    uLong crc = crc32(crc32(0L, Z_NULL, 0), h, 8);
+    return crc_of(crc, h + CRC_START, HEADER_SIZE - CRC_START);
+}
+
+/* The CRC of a batch: header h (see header_crc) followed by body. Lets go of the GIL where it
+ * takes long: the body is a bytes object (immutable) the caller holds. */
 static uint32_t
 batch_crc(const unsigned char *h, PyObject *body)
 {
     const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(body);
     Py_ssize_t n = PyBytes_GET_SIZE(body);
-    uLong crc = crc_of(crc32(0L, Z_NULL, 0), h + CRC_START, HEADER_SIZE - CRC_START);
+    uLong crc = header_crc(h);
     if (n < (1 << 16)) {
         crc = crc_of(crc, data, n);
     }
@@ -372,7 +382,7 @@ fill_header(const char *name, PyObject *const *args, Py_ssize_t nargs, unsigned 
     put_u64(h, v[0]);
     put_u32(h + 8, (uint32_t)*size);
     put_u32(h + 12, 0); /* the CRC, filled in last */
-    h[16] = 1;          /* magic */
+    h[16] = BATCH_MAGIC;
     h[17] = (unsigned char)v[6];
     put_u16(h + 18, 0);
     put_u32(h + 20, (uint32_t)v[2]);
@@ -579,11 +589,11 @@ append_locked(struct plan *w)
         }
     }
     /* The batch: format.py's header (attributes 0, delete horizon -1, producer 0), its CRC
-     * over the header from byte 16 on and the body. */
+     * over the header (see header_crc) and the body. */
     unsigned char h[HEADER_SIZE];
     put_u64(h, (uint64_t)next);
     put_u32(h + 8, (uint32_t)size);
-    h[16] = 1; /* magic */
+    h[16] = BATCH_MAGIC;
     h[17] = 0; /* attributes */
     put_u16(h + 18, 0);
     put_u32(h + 20, w->count);
@@ -592,8 +602,7 @@ append_locked(struct plan *w)
     put_u64(h + 36, (uint64_t)w->max_ts);
     put_u64(h + 44, (uint64_t)-1LL);
     put_u32(h + 52, 0);
-    uLong crc = crc_of(crc32(0L, Z_NULL, 0), h + CRC_START, HEADER_SIZE - CRC_START);
-    crc = crc_of(crc, (const unsigned char *)w->body, w->body_len);
+    uLong crc = crc_of(header_crc(h), (const unsigned char *)w->body, w->body_len);
     put_u32(h + 12, (uint32_t)crc);
     struct iovec iov[2] = {{h, HEADER_SIZE}, {(void *)w->body, (size_t)w->body_len}};
     /* An index entry when due: (offset relative to the segment's base, position), u32 each. */

@@ -6,8 +6,8 @@ Record batch (a 56-byte header, then the records)::
 
     0   u64  base_offset        offset of the batch's first record slot
     8   u32  size               whole batch in bytes, header included
-    12  u32  crc                zlib CRC-32 of bytes 16..size (everything after this field)
-    16  u8   magic              1
+    12  u32  crc                zlib CRC-32 of bytes 0..8, then of bytes 16..size
+    16  u8   magic              2 (1: a batch whose CRC covers bytes 16..size only)
     17  u8   attributes         bit 0: written by a transactional writer
     18  u16  reserved
     20  u32  record_count
@@ -18,11 +18,13 @@ Record batch (a 56-byte header, then the records)::
     52  u32  producer           transactional writers: hash of the transactional id; else 0
     56  ...  records            msgpack array of [offset_delta, timestamp_delta, key, value, headers]
 
-``base_offset`` and ``size`` lead so that a scan can skip a batch without decoding it; the CRC
-covers everything after itself, so a torn or bit-flipped batch is detected. It does not cover
-``base_offset`` (nor ``size``, which framing checks): readers validate every batch's offsets
-against the index entry or batch before it and the segment's range instead (see partition.py).
-After compaction a batch keeps its base offset and offset span but may hold fewer records.
+``base_offset`` and ``size`` lead so that a scan can skip a batch without decoding it. The CRC
+covers the base offset and everything after itself, so a torn or bit-flipped batch is
+detected, a flipped offset included; ``size`` is checked by framing. Batches of magic 1,
+written by kafkakv before 0.1.0's format change, have a CRC that leaves the base offset out;
+they are still read, their offsets checked only against the batches around them (see
+partition.py), which a flip that stays inside a gap left by compaction passes. After
+compaction a batch keeps its base offset and offset span but may hold fewer records.
 
 Offset index entry: ``u32 relative_offset, u32 position`` (8 bytes), sparse, ascending.
 """
@@ -42,6 +44,7 @@ from kafkakv.log.base import Record
 from kafkakv.log.embedded.frame import (
     BATCH_HEADER,
     BATCH_MAGIC,
+    BATCH_MAGIC_V1,
     CRC_START,
     frame,
     latest_into,
@@ -58,6 +61,7 @@ __all__ = [
     "INDEX_ENTRY",
     "BatchHeader",
     "Row",
+    "crc_seed",
     "decode_rows",
     "encode_batch",
     "encode_records",
@@ -184,17 +188,30 @@ def parse_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
         raise CorruptLogError("truncated batch header", position=pos)
     fields = BATCH_HEADER.unpack_from(buf, pos)
     (base, size, crc, magic, attrs, _r, count, last_delta, bts, mts, horizon, producer) = fields
-    if magic != BATCH_MAGIC or size < HEADER_SIZE or last_delta < 0 or count > last_delta + 1:
+    if (
+        (magic != BATCH_MAGIC and magic != BATCH_MAGIC_V1)
+        or size < HEADER_SIZE
+        or last_delta < 0
+        or count > last_delta + 1
+    ):
         raise CorruptLogError("bad batch header (magic, size or counts)", position=pos)
     return _tuple_new(
         BatchHeader, (base, size, crc, attrs, count, last_delta, bts, mts, horizon, producer)
     )
 
 
+def crc_seed(buf: bytes | memoryview, pos: int) -> int:
+    """What the CRC of the batch whose header is at ``pos`` starts from, before its bytes from
+    CRC_START on: the CRC of its base offset, or 0 for a batch of magic 1 (see the layout)."""
+    if buf[pos + CRC_START] == BATCH_MAGIC_V1:
+        return 0
+    return crc32(memoryview(buf)[pos : pos + 8])
+
+
 def verify_crc(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
     """True when the batch at ``pos`` (entirely inside ``buf``) matches its CRC."""
     view = memoryview(buf)[pos + CRC_START : pos + header.size]
-    return crc32(view) == header.crc
+    return crc32(view, crc_seed(buf, pos)) == header.crc
 
 
 def records_from_rows(

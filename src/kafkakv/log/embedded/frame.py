@@ -44,6 +44,7 @@ from kafkakv.log.records import plain_batch
 __all__ = [
     "BATCH_HEADER",
     "BATCH_MAGIC",
+    "BATCH_MAGIC_V1",
     "COMPILED",
     "CRC_START",
     "HEAD_MAGIC",
@@ -64,8 +65,9 @@ __all__ = [
 ]
 
 BATCH_HEADER = struct.Struct("<QIIBBHIIqqqI")  # the layout is in format.py
-BATCH_MAGIC = 1  # the format's version, in every batch header (the C module writes it too)
-CRC_START = 16  # the batch CRC covers the bytes from here on
+BATCH_MAGIC = 2  # the format's version, in every batch header (the C module writes it too)
+BATCH_MAGIC_V1 = 1  # batches written before the CRC covered the base offset: still read
+CRC_START = 16  # the batch CRC covers the base offset (bytes 0..8), then the bytes from here on
 HEAD_MAGIC = b"KKVH"  # the layout is in head.py
 _HEAD_PREFIX = struct.Struct("<4sI")  # magic, CRC
 _HEAD_BODY = struct.Struct("<QQQQQQQ16s")
@@ -133,7 +135,7 @@ def py_frame_header(
             producer,
         )
     )
-    crc = zlib.crc32(body, zlib.crc32(memoryview(header)[CRC_START:]))
+    crc = zlib.crc32(body, zlib.crc32(header[CRC_START:], zlib.crc32(header[:8])))
     struct.pack_into("<I", header, 12, crc)
     return bytes(header)
 

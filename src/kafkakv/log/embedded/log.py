@@ -62,7 +62,8 @@ __all__ = ["EmbeddedLog"]
 
 _log = logging.getLogger("kafkakv.log.embedded")
 _MARKER = "kafkakv-log.json"
-_FORMAT = 1
+_FORMAT = 2  # 2: batches of magic 2 (their CRC covers the base offset; see format.py)
+_UPGRADED = (1,)  # formats this kafkakv reads too, and upgrades the marker of on opening
 
 
 def _parse_topic(raw: bytes, path: str) -> tuple[int, TopicConfig]:
@@ -163,9 +164,19 @@ class EmbeddedLog(Log):
                     doc = json.load(f)
                 except ValueError as exc:
                     raise NotALogError(f"{marker} is not a kafkakv log marker") from exc
-            if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+            if isinstance(doc, dict) and doc.get("format") in _UPGRADED:
+                # This kafkakv writes batches the earlier one refuses: from now on, an earlier
+                # kafkakv that opens the log says so, rather than find the batches corrupt.
+                fs.replace_file(
+                    marker,
+                    json.dumps({"format": _FORMAT}).encode(),
+                    self.settings.file_mode,
+                    tmp=f"{marker}.tmp.{os.getpid()}.{threading.get_ident()}",
+                )
+            elif not isinstance(doc, dict) or doc.get("format") != _FORMAT:
                 raise NotALogError(
-                    f"{self.path} has log format {doc!r}; this kafkakv reads {_FORMAT}"
+                    f"{self.path} has log format {doc!r}; this kafkakv reads {_FORMAT} and "
+                    f"{', '.join(map(str, _UPGRADED))}"
                 )
             if not os.path.isdir(self._topics_dir):
                 fs.makedirs(self._topics_dir, self.settings.dir_mode, exist_ok=True)

@@ -556,8 +556,15 @@ class Partition:
         cover the base offset): the first must have the base offset ``start`` names, each
         next one must begin above the last, and all must end below ``limit`` (the next
         segment's base, or the published end). Raises :class:`CorruptLogError` otherwise.
+
+        A batch stepped over on the way to ``offset`` whose CRC fails (so its offsets may be
+        wrong) is passed only when the first batch taken after it begins at or before
+        ``offset``: then the records asked for cannot be inside it. Otherwise they might be,
+        and the read raises rather than return what follows as if they were not there. So a
+        damaged batch never hides records, and never stops reads that begin past it.
         """
         pos, low, exact = start
+        suspect = -1  # where a batch stepped over failed its CRC (-1: none)
         with self._cache_lock:
             fd = self._read_fd(seg.name)  # stays open while this read runs (see _readers)
         part = self.number
@@ -576,12 +583,22 @@ class Partition:
                     h.last_offset >= limit
                 ):
                     raise self._corrupt(seg, pos + p, self._offsets_problem(h, low, exact, limit))
-                if h.last_offset < offset:  # before the offset asked for: its bytes are not read
+                if h.last_offset < offset:  # before the offset asked for: its rows are not read
                     if pos + p + h.size > end:
                         raise self._corrupt(seg, pos + p, "batch runs past the published end")
+                    # Stepping over it trusts its offsets, which its CRC covers: checked where
+                    # its bytes are in buf already (a batch larger than the chunk is stepped
+                    # over unread). A damaged one is suspect (see above) until a batch from
+                    # offset or before shows that the offset asked for is not inside it.
+                    if suspect < 0 and p + h.size <= n and not verify_crc(buf, p, h):
+                        suspect = pos + p
                     low, exact = h.last_offset + 1, False
                     p += h.size
                     continue
+                if suspect >= 0:
+                    if h.base_offset > offset:
+                        raise self._corrupt(seg, suspect, "batch checksum mismatch")
+                    suspect = -1
                 where = (seg.name, pos + p, h.crc)
                 partial = self._partial
                 # A batch this reader stopped inside of is decoded already: its bytes need not
@@ -627,6 +644,8 @@ class Partition:
                 raise self._corrupt(seg, pos, "segment shorter than published")
             pos += p
             self._read_cursor = (seg.name, low, _Start(pos, low, False))  # a batch boundary
+        if suspect >= 0:
+            raise self._corrupt(seg, suspect, "batch checksum mismatch")
         return budget, room, after
 
     @staticmethod

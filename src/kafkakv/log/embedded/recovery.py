@@ -19,14 +19,19 @@ from dataclasses import dataclass
 from isal.isal_zlib import crc32  # zlib's CRC-32, with carry-less multiplies: ~5x as fast
 
 from kafkakv.errors import CorruptLogError
-from kafkakv.log.embedded.format import HEADER_SIZE, INDEX_ENTRY, BatchHeader, parse_header
+from kafkakv.log.embedded.format import (
+    HEADER_SIZE,
+    INDEX_ENTRY,
+    BatchHeader,
+    crc_seed,
+    parse_header,
+)
+from kafkakv.log.embedded.frame import CRC_START
 
 __all__ = ["WINDOW", "SegmentScan", "ValidPrefix", "index_entries", "valid_prefix"]
 
 WINDOW = 1 << 18
 """Bytes of the segment read at once (and the most kept)."""
-
-_CRC_START = 16  # the CRC covers bytes 16..size of a batch (see format.py)
 
 Reader = Callable[[int, int], bytes]
 """``read(length, position)``: the file's bytes there, short only at its end (``os.pread``)."""
@@ -66,9 +71,9 @@ class SegmentScan:
         h = self.header_at(pos)
         if h is None or pos + h.size > self.size:
             return None
-        start = pos + _CRC_START - self._at
+        start = pos + CRC_START - self._at
         end = pos + h.size - self._at
-        crc = crc32(memoryview(self._buf)[start:end])
+        crc = crc32(memoryview(self._buf)[start:end], crc_seed(self._buf, pos - self._at))
         done = self._at + min(end, len(self._buf))  # file position checked up to
         stop = pos + h.size
         while done < stop:
