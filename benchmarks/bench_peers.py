@@ -47,8 +47,10 @@ Workload: str keys of 16 characters, bytes values of 100 bytes (``_common.key``,
 6. ``visibility``: a writer process (spawned) puts one key every 2 ms, its value carrying
    ``time.monotonic_ns()``; the parent reports how long each value took to reach it. kafkakv:
    a listener (``m.add_listener``); SQLite: a reader polling with a 0.1 ms sleep; Redis:
-   keyspace notifications (``notify-keyspace-events KA``, ``psubscribe``), then a GET. Before
-   the writer starts, the reader's CPU over 2 s with nothing written (``time.process_time``
+   keyspace notifications (``notify-keyspace-events KA``, ``psubscribe``), then a GET. The
+   floor column is the wake-up alone, in Python at both ends as kafkakv is: the writer
+   ``pwrite``s the stamp into a file, the reader sleeps in ``poll`` on an inotify watch of it
+   and ``pread``s the stamp when woken; no log, no map. Before the writer starts, the reader's CPU over 2 s with nothing written (``time.process_time``
    of the whole process, as % of one core), for kafkakv's open map and for SQLite's poller.
    [p50 <= 100 us, p99 <= 300 us, idle CPU ~ 0 (<= 1 %)]
 7. ``bootstrap``: a new replica ready with 1,000,000 keys. The kafkakv map is flushed and
@@ -69,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import ctypes
 import dataclasses
 import gc
 import http.client
@@ -77,6 +80,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import select
 import shutil
 import socket
 import sqlite3
@@ -759,6 +763,7 @@ class Bench:
             "kafkakv": "listener of the map, writer m.put in another process",
             "sqlite": "reader polling SELECT with a 0.1 ms sleep, writer autocommit",
             "redis": "keyspace notification (psubscribe) then GET, writer SET",
+            "floor": "pwrite of the stamp to a file, woken by inotify (poll), then pread",
         }
         p50 = self.metric(
             "visibility p50", "us", False, "<= 100 us", labels, lambda m: m["kafkakv"] <= 100
@@ -841,7 +846,34 @@ class Bench:
             con.close()
             record("sqlite", seen)
 
-        systems: list[tuple[str, Callable[[int], None]]] = [("kafkakv", kv), ("sqlite", lite)]
+        def wake(r: int) -> None:
+            folder = self.fresh()
+            os.makedirs(folder, exist_ok=True)
+            stamp = os.path.join(folder, "stamp")
+            with open(stamp, "wb") as f:
+                f.write(b"0" * 20)
+            watch = _InotifyWatch(stamp)
+            fd = os.open(stamp, os.O_RDONLY)
+            seen: list[int] = []
+            last = b"0" * 20
+            proc = writer(_floor_writer, stamp)
+            deadline = time.monotonic() + 120
+            while len(seen) < n and time.monotonic() < deadline:
+                if watch.wait(1.0):
+                    value = os.pread(fd, 20, 0)
+                    if value != last and len(value) == 20:
+                        seen.append(time.monotonic_ns() - int(value))
+                        last = value
+            finish(proc)
+            os.close(fd)
+            watch.close()
+            record("floor", seen)
+
+        systems: list[tuple[str, Callable[[int], None]]] = [
+            ("kafkakv", kv),
+            ("sqlite", lite),
+            ("floor", wake),
+        ]
         if self.redis_port:
             client = self.redis_client()
             client.config_set("notify-keyspace-events", "KA")
@@ -977,6 +1009,36 @@ def _kafkakv_writer(path: str, n: int) -> None:
         m.put("ping", str(time.monotonic_ns()).encode())
         time.sleep(0.002)
     db.close()
+
+
+def _floor_writer(path: str, n: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    for _ in range(n):
+        os.pwrite(fd, b"%020d" % time.monotonic_ns(), 0)
+        time.sleep(0.002)
+    os.close(fd)
+
+
+class _InotifyWatch:
+    """An inotify watch of one file's writes, for the visibility floor (Linux)."""
+
+    def __init__(self, path: str) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+        if self.fd < 0 or libc.inotify_add_watch(self.fd, os.fsencode(path), 0x2) < 0:
+            raise OSError(ctypes.get_errno(), "inotify is not available here")
+        self.poller = select.poll()
+        self.poller.register(self.fd, select.POLLIN)
+
+    def wait(self, timeout: float) -> bool:
+        """True when writes came (their events read), False after ``timeout`` seconds."""
+        if not self.poller.poll(int(timeout * 1000)):
+            return False
+        os.read(self.fd, 4096)
+        return True
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def _sqlite_writer(path: str, n: int) -> None:
