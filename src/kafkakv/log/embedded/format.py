@@ -21,7 +21,7 @@ Record batch (a 56-byte header, then the records)::
 ``base_offset`` and ``size`` lead so that a scan can skip a batch without decoding it. The CRC
 covers the base offset and everything after itself, so a torn or bit-flipped batch is
 detected, a flipped offset included; ``size`` is checked by framing. Batches of magic 1,
-written by kafkakv before 0.1.0's format change, have a CRC that leaves the base offset out;
+which kafkakv wrote until 27 November 2026, have a CRC that leaves the base offset out;
 they are still read, their offsets checked only against the batches around them (see
 partition.py), which a flip that stays inside a gap left by compaction passes. After
 compaction a batch keeps its base offset and offset span but may hold fewer records.

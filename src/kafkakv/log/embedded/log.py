@@ -63,7 +63,7 @@ __all__ = ["EmbeddedLog"]
 _log = logging.getLogger("kafkakv.log.embedded")
 _MARKER = "kafkakv-log.json"
 _FORMAT = 2  # 2: batches of magic 2 (their CRC covers the base offset; see format.py)
-_UPGRADED = (1,)  # formats this kafkakv reads too, and upgrades the marker of on opening
+_UPGRADED = (1,)  # earlier formats this kafkakv reads; opening one rewrites its marker
 
 
 def _parse_topic(raw: bytes, path: str) -> tuple[int, TopicConfig]:

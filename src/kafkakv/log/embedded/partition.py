@@ -552,8 +552,8 @@ class Partition:
         ``room`` records; return the byte budget and the room left, and one past the offset of
         the last record read (``after`` when none was).
 
-        Every batch's offsets are checked before anything of it is used (the CRC does not
-        cover the base offset): the first must have the base offset ``start`` names, each
+        Every batch's offsets are checked before anything of it is used (the CRC of a batch
+        of magic 1 does not cover its base offset; see format.py): the first must have the base offset ``start`` names, each
         next one must begin above the last, and all must end below ``limit`` (the next
         segment's base, or the published end). Raises :class:`CorruptLogError` otherwise.
 

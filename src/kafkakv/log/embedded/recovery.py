@@ -139,7 +139,7 @@ def valid_prefix(
         h = scan.valid_at(pos)
         if h is None or not accept(pos, h):
             break
-        if h.base_offset != next_offset:  # the CRC does not cover it: nothing else does
+        if h.base_offset != next_offset:  # a writer's bug, or a batch of magic 1 (format.py)
             raise CorruptLogError(
                 f"batch at offset {h.base_offset} where the active segment is at "
                 f"{next_offset}; refusing to rebuild the head",
