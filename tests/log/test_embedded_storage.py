@@ -924,3 +924,34 @@ def test_batches_of_magic_1_read_check_and_compact_as_before(tmp_path: Path) -> 
         for pos in _batch_positions_in(data)
     }
     assert magics == {frame.BATCH_MAGIC_V1, frame.BATCH_MAGIC}  # old kept, re-encoded new
+
+
+def test_a_damaged_batch_larger_than_a_read_chunk_is_not_stepped_over_unchecked(
+    tmp_path: Path,
+) -> None:
+    """A read steps over the batches before its offset. One larger than the chunk it read is
+    read whole for its CRC: otherwise a flip of its offset into a gap would hide its record."""
+    big = 3 * partition._READ_CHUNK // 2  # past the first chunk a read takes
+    config = {
+        "cleanup.policy": "compact",
+        "min.cleanable.dirty.ratio": 0.01,
+        "segment.bytes": 4 * big,
+        "index.interval.bytes": 64 * big,  # no index entry: reads start at the segment's start
+        "max.message.bytes": 2 * big,
+    }
+    with open_log(tmp_path) as log:
+        log.create_topic("t", 1, config)
+        log.append("t", 0, [Record(b"a", b"1" * big)])  # 0: superseded by 2, compacted away
+        log.append("t", 0, [Record(b"b", b"2" * big)])  # 1: the batch to damage
+        log.append("t", 0, [Record(b"a", b"3")])  # 2
+        for i in range(4):  # roll: the first segment is sealed and can be compacted
+            log.append("t", 0, [Record(b"c%d" % i, b"4" * big)])
+        log.compact("t")
+        assert [r.offset for r in log.read("t", 0, 0, max_records=2)] == [1, 2]
+    seg = segment_files(tmp_path, "t")[0]
+    data = bytearray(Path(seg).read_bytes())
+    (first,) = [pos for pos, h in fmt.scan_batches(bytes(data)) if h.base_offset == 1]
+    data[first] ^= 0x01  # offset 1 -> 0, inside the gap compaction left
+    Path(seg).write_bytes(bytes(data))
+    with open_log(tmp_path) as log, pytest.raises(CorruptLogError, match="checksum"):
+        log.read("t", 0, 1, max_records=5)  # not [offset 2] as if offset 1 were not there

@@ -218,6 +218,13 @@ def _io(what: str, path: str, exc: OSError) -> LogIOError:
     return err
 
 
+def _crc_holds_at(fd: int, at: int, h: BatchHeader) -> bool:
+    """Whether the batch of header ``h`` at byte ``at`` of file ``fd`` is whole and matches
+    its CRC (for a batch a read steps over that is larger than the chunk it read)."""
+    whole = os.pread(fd, h.size, at)
+    return len(whole) == h.size and verify_crc(whole, 0, h)
+
+
 class Partition:
     """A partition as one open log sees it. Thread-safe."""
 
@@ -586,11 +593,14 @@ class Partition:
                 if h.last_offset < offset:  # before the offset asked for: its rows are not read
                     if pos + p + h.size > end:
                         raise self._corrupt(seg, pos + p, "batch runs past the published end")
-                    # Stepping over it trusts its offsets, which its CRC covers: checked where
-                    # its bytes are in buf already (a batch larger than the chunk is stepped
-                    # over unread). A damaged one is suspect (see above) until a batch from
-                    # offset or before shows that the offset asked for is not inside it.
-                    if suspect < 0 and p + h.size <= n and not verify_crc(buf, p, h):
+                    # Stepping over it trusts its offsets, which its CRC covers. A damaged
+                    # one is suspect (see above) until a batch from offset or before shows
+                    # that the offset asked for is not inside it. (One larger than buf is
+                    # read for the check: rare, as the sparse index has an entry just after
+                    # every batch larger than its interval.)
+                    if suspect < 0 and not (
+                        verify_crc(buf, p, h) if p + h.size <= n else _crc_holds_at(fd, pos + p, h)
+                    ):
                         suspect = pos + p
                     low, exact = h.last_offset + 1, False
                     p += h.size
