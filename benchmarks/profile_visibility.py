@@ -1,0 +1,280 @@
+"""Where the time of an update seen in another process goes, stage by stage: the profile behind
+``bench_peers.py``'s visibility row, and what the same code costs when it runs cold.
+
+Command (from the project root)::
+
+    .venv/bin/python benchmarks/profile_visibility.py [--updates N] [--dir DIR]
+
+1. **Stages.** As in ``bench_peers.py --only visibility``: a writer process (spawned) puts one
+   key every 2 ms, its value carrying ``time.monotonic_ns()``; this process has the map open
+   with a listener. Both ends also note the time at these points, on the one monotonic clock
+   every process shares:
+
+   - writer: *stamp*, before ``m.put``; *append*, when the put enters the partition's append
+     (``Partition.append``: the lock, the batch, the head); *published*, when that returns;
+   - reader: *woken*, when ``poll`` on the inotify descriptor returns; *read*, when the
+     follower's ``read_batch`` returns the record; *seen*, when the listener is called.
+
+   Each stage is printed as p50 / p90 / p99 over the updates after the first 50. *Bare wake*
+   is the same writer and reader with nothing in between: a ``pwrite`` of the stamp to a file,
+   then the time at which the reader's ``poll`` on an inotify watch of that file returns.
+   The wrappers that note the times cost well under a microsecond each.
+2. **Cold and warm.** ``m.put`` in this process, split as above (before the append, the append,
+   after it), back to back, then after each put 2 ms asleep, then 2 ms spinning in a loop.
+   The updates come 2 ms apart in part 1 too: this shows what that gap costs the same code.
+
+The last line printed is one JSON object with every number (microseconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import multiprocessing as mp
+import os
+import select
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from _common import lat, machine
+
+import kafkakv
+from kafkakv.log.embedded import partition as partition_module
+
+GAP_S = 0.002  # between two updates of the writer, as in bench_peers
+WARM = 50  # updates left out of the figures
+
+
+def _note_appends(marks: list[int]) -> None:
+    """Make every append to a partition note when it starts and when it returns."""
+    append = partition_module.Partition.append
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        marks.append(time.monotonic_ns())
+        try:
+            return append(self, *args, **kwargs)
+        finally:
+            marks.append(time.monotonic_ns())
+
+    partition_module.Partition.append = timed  # type: ignore[method-assign]
+
+
+def _writer(path: str, n: int, out: str) -> None:
+    appends: list[int] = []
+    _note_appends(appends)
+    db = kafkakv.connect(path, background_cleaner=False)
+    m = db.map("profile", value_codec="bytes", flush_period=5000)
+    rows = []
+    for _ in range(n):
+        appends.clear()
+        stamp = time.monotonic_ns()
+        m.put("ping", str(stamp).encode())
+        rows.append((stamp, *appends[:2]) if len(appends) >= 2 else (stamp, 0, 0))
+        time.sleep(GAP_S)
+    db.close()
+    with open(out, "w") as f:
+        json.dump(rows, f)
+
+
+def _bare_writer(path: str, n: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    for _ in range(n):
+        os.pwrite(fd, b"%020d" % time.monotonic_ns(), 0)
+        time.sleep(GAP_S)
+    os.close(fd)
+
+
+class _NotedPoll:
+    """A ``select.poll`` that notes when a poll returns with events."""
+
+    def __init__(self, real: Any, marks: list[int]) -> None:
+        self.real, self.marks = real, marks
+
+    def poll(self, *args: Any) -> Any:
+        events = self.real.poll(*args)
+        if events:
+            self.marks.append(time.monotonic_ns())
+        return events
+
+    def register(self, *args: Any) -> None:
+        self.real.register(*args)
+
+
+def _first_after(marks: list[int], t: int) -> int | None:
+    """The first mark at or after ``t`` (marks ascend)."""
+    lo, hi = 0, len(marks)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if marks[mid] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return marks[lo] if lo < len(marks) else None
+
+
+def stages(root: str, n: int) -> dict[str, dict[str, float]]:
+    path = os.path.join(root, "stages")
+    db = kafkakv.connect(path, background_cleaner=False)
+    m = db.map("profile", value_codec="bytes", flush_period=5000)
+    woken: list[int] = []
+    read: list[int] = []
+    seen: dict[int, int] = {}
+    notifier = db.log._notifier  # type: ignore[attr-defined]
+    notifier._poller = _NotedPoll(notifier._poller, woken)
+    read_batch = db.log.read_batch
+
+    def noted_read(*args: Any, **kwargs: Any) -> Any:
+        batch = read_batch(*args, **kwargs)
+        if batch[0]:
+            read.append(time.monotonic_ns())
+        return batch
+
+    db.log.read_batch = noted_read  # type: ignore[method-assign]
+    done = threading.Event()
+
+    def listener(k: Any, old: Any, new: Any, mine: bool) -> None:
+        if new is not None and not mine:
+            seen[int(new)] = time.monotonic_ns()
+            if len(seen) >= n:
+                done.set()
+
+    m.add_listener(listener)
+    time.sleep(0.2)
+    out = os.path.join(root, "writer.json")
+    proc = mp.get_context("spawn").Process(target=_writer, args=(path, n, out))
+    proc.start()
+    done.wait(60 + n * 0.01)
+    proc.join(60)
+    db.close()
+    with open(out) as f:
+        rows = json.load(f)[WARM:]
+    spans: dict[str, list[int]] = {
+        k: [] for k in ("before append", "append", "wake", "read", "apply + listener", "total")
+    }
+    for stamp, entered, published in rows:
+        at = seen.get(stamp)
+        if at is None or not published:
+            continue
+        w, r = _first_after(woken, published), _first_after(read, published)
+        if w is None or r is None or not published <= w <= r <= at:
+            continue
+        for name, span in zip(
+            spans,
+            (entered - stamp, published - entered, w - published, r - w, at - r, at - stamp),
+            strict=True,
+        ):
+            spans[name].append(span)
+    spans["bare wake"] = bare_wake(root, n)
+    return {name: lat(values) for name, values in spans.items() if values}
+
+
+def bare_wake(root: str, n: int) -> list[int]:
+    path = os.path.join(root, "stamp")
+    with open(path, "wb") as f:
+        f.write(b"0" * 20)
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+    if fd < 0 or libc.inotify_add_watch(fd, os.fsencode(path), 0x2) < 0:  # IN_MODIFY
+        raise OSError(ctypes.get_errno(), "inotify is not available here")
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    stamp_fd = os.open(path, os.O_RDONLY)
+    proc = mp.get_context("spawn").Process(target=_bare_writer, args=(path, n))
+    proc.start()
+    spans = []
+    try:
+        while len(spans) < n and poller.poll(5000):
+            woke = time.monotonic_ns()
+            os.read(fd, 4096)
+            spans.append(woke - int(os.pread(stamp_fd, 20, 0)))
+    finally:
+        proc.join(60)
+        os.close(stamp_fd)
+        os.close(fd)
+    return spans[WARM:]
+
+
+def cold(root: str, n: int) -> dict[str, dict[str, float]]:
+    appends: list[int] = []
+    _note_appends(appends)
+    db = kafkakv.connect(os.path.join(root, "cold"), background_cleaner=False)
+    m = db.map("profile", value_codec="bytes", flush_period=5000)
+
+    def spin() -> None:
+        end = time.perf_counter() + GAP_S
+        while time.perf_counter() < end:
+            pass
+
+    modes: dict[str, Callable[[], None] | None] = {
+        "back to back": None,
+        "2 ms asleep": lambda: time.sleep(GAP_S),
+        "2 ms spinning": spin,
+    }
+    out: dict[str, dict[str, float]] = {}
+    try:
+        for mode, pause in modes.items():
+            parts: dict[str, list[int]] = {"before": [], "append": [], "after": [], "put": []}
+            for i in range(n + WARM):
+                appends.clear()
+                start = time.monotonic_ns()
+                m.put("ping", b"v" * 20)
+                end = time.monotonic_ns()
+                if i >= WARM and len(appends) >= 2:
+                    parts["before"].append(appends[0] - start)
+                    parts["append"].append(appends[1] - appends[0])
+                    parts["after"].append(end - appends[1])
+                    parts["put"].append(end - start)
+                if pause is not None:
+                    pause()
+            out[mode] = {part: lat(values)["p50_us"] for part, values in parts.items()}
+    finally:
+        db.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--updates", type=int, default=1000)
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args()
+    n = max(args.updates, 2 * WARM)
+    root = tempfile.mkdtemp(prefix="kafkakv-profile-", dir=args.dir)
+    try:
+        print(f"machine: {machine()}; load average (1 min) {os.getloadavg()[0]:.2f}")
+        print(f"1. stages of {n - WARM} updates, one every {GAP_S * 1e3:g} ms (us)")
+        found = stages(root, n)
+        print(f"   {'stage':18s} {'p50':>8s} {'p90':>8s} {'p99':>8s}")
+        for name, figures in found.items():
+            print(
+                f"   {name:18s} {figures['p50_us']:8.1f} {figures['p90_us']:8.1f} "
+                f"{figures['p99_us']:8.1f}"
+            )
+        print("2. m.put in one process, p50 of each part (us)")
+        warmth = cold(root, n)
+        print(f"   {'':14s} {'before':>8s} {'append':>8s} {'after':>8s} {'put':>8s}")
+        for mode, parts in warmth.items():
+            print(
+                f"   {mode:14s} {parts['before']:8.1f} {parts['append']:8.1f} "
+                f"{parts['after']:8.1f} {parts['put']:8.1f}"
+            )
+        print(
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "load_1m_end": os.getloadavg()[0],
+                    "stages": found,
+                    "cold": warmth,
+                }
+            )
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
