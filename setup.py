@@ -3,9 +3,10 @@
 - ``kafkakv.map._reads``: the local read path of a replica map (see
   ``src/kafkakv/map/reads.py``);
 - ``kafkakv.log.embedded._frame``: the embedded log's append-side encoding (see
-  ``src/kafkakv/log/embedded/frame.py``), linked with zlib for its CRC-32.
+  ``src/kafkakv/log/embedded/frame.py``), linked with zlib for its CRC-32;
+- ``kafkakv.log._murmur2``: the partition of a key (see ``src/kafkakv/log/partitioner.py``).
 
-Both are optional: where no C compiler (or no zlib header) is, the install goes on and kafkakv
+All are optional: where no C compiler (or no zlib header) is, the install goes on and kafkakv
 runs the same code in Python.
 """
 
@@ -20,5 +21,6 @@ setup(
             libraries=["z"],
             optional=True,
         ),
+        Extension("kafkakv.log._murmur2", ["src/kafkakv/log/_murmur2.c"], optional=True),
     ]
 )

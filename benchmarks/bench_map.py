@@ -5,7 +5,8 @@ Command (from the project root)::
 
     .venv/bin/python benchmarks/bench_map.py [--quick] [--only NAMES] [--dir DIR]
 
-NAMES is a comma-separated subset of ``sync,async,visibility,bootstrap,restart,linearizable``.
+NAMES is a comma-separated subset of ``sync,async,visibility,bootstrap,restart,linearizable,
+sharded``.
 ``--quick`` shrinks every workload. The script prints the machine, one line per measurement and,
 last, one JSON object with every number.
 
@@ -31,6 +32,10 @@ partition unless said otherwise.
    default barriers (the embedded log's authoritative end offset, no record appended) and with
    shared barrier records (what a Kafka-backed map uses). Baseline: one barrier record appended
    per read (``barriers="per-read"``).
+7. ``sharded``: the same map over 8 partitions against 1 (the baseline), alternated, 3 runs
+   each: sync ``m.put`` latency (p50 over 5,000 new keys), ``put_all`` of 100,000 pairs, and
+   32 threads of linearizable ``m[k]`` as in step 6. Each key is placed by murmur2, as
+   Kafka's producer places it (``kafkakv.log.partition_for``), on every read and write.
 
 Latencies are reported as p50/p90/p99 over every call after a warm-up; rates as the median of
 several runs. No means. Results and method for one machine are in ``docs/benchmarks.md``.
@@ -298,6 +303,51 @@ class Bench:
             f"{out['per-read']:9.0f} | ratio {ratio:.1f}x"
         )
 
+    # 7 -------------------------------------------------------------------------------
+    def sharded(self) -> None:
+        puts, pairs, seconds = (1000, 20_000, 1.0) if self.quick else (5000, 100_000, 3.0)
+        batch = [(key(i), VALUE) for i in range(pairs)]
+        figures: dict[int, dict[str, list[float]]] = {
+            n: {"put_p50_us": [], "put_all": [], "linearizable": []} for n in (8, 1)
+        }
+        for _ in range(3):
+            for n, out in figures.items():
+                db, m = self.open(self.fresh(), partitions=n)
+                samples = []
+                for i in range(puts):
+                    t = time.perf_counter_ns()
+                    m.put(key(i), VALUE)
+                    samples.append(time.perf_counter_ns() - t)
+                out["put_p50_us"].append(lat(samples[puts // 10 :])["p50_us"])
+                db.close()
+                db, m = self.open(self.fresh(), partitions=n)
+                gc.collect()
+                t = time.perf_counter()
+                m.put_all(batch)
+                out["put_all"].append(pairs / (time.perf_counter() - t))
+                db.close()
+                path = self.fresh()
+                db, m = self.open(path, partitions=n)
+                m.put_all(batch[:1000])
+                db.close()
+                db, m = self.open(path, consistency="linearizable")
+                out["linearizable"].append(read_rate(lambda i, get=m.__getitem__: get, 32, seconds))
+                db.close()
+        medians = {
+            n: {name: statistics.median(values) for name, values in out.items()}
+            for n, out in figures.items()
+        }
+        sharded, single = medians[8], medians[1]
+        ratios = {name: sharded[name] / single[name] for name in sharded}
+        self.results["sharded"] = {"8": sharded, "1": single, "ratio": ratios}
+        print(
+            f"sharded       8 partitions: put p50 {sharded['put_p50_us']:.1f} us, put_all "
+            f"{sharded['put_all']:9.0f}/s, linearizable {sharded['linearizable']:9.0f} reads/s "
+            f"| 1 partition: {single['put_p50_us']:.1f} us, {single['put_all']:9.0f}/s, "
+            f"{single['linearizable']:9.0f} reads/s | ratios {ratios['put_p50_us']:.2f}, "
+            f"{ratios['put_all']:.2f}, {ratios['linearizable']:.2f}"
+        )
+
 
 def _map_writer(path: str, n: int) -> None:
     db = kafkakv.connect(path, background_cleaner=False)
@@ -319,7 +369,7 @@ def _log_writer(path: str, n: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", default="sync,async,visibility,bootstrap,linearizable")
+    parser.add_argument("--only", default="sync,async,visibility,bootstrap,linearizable,sharded")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="kafkakv-bench-map-", dir=args.dir)
@@ -331,6 +381,7 @@ def main() -> None:
         "bootstrap": bench.bootstrap,  # includes restart
         "restart": bench.bootstrap,
         "linearizable": bench.linearizable,
+        "sharded": bench.sharded,
     }
     print(machine())
     try:

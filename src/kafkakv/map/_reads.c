@@ -6,8 +6,8 @@
  * codec is str's (fast_encode is str.encode) and the values are kept as they are: one dict
  * lookup, with the key's bytes in a reused probe when it is ASCII (see filled_probe), else
  * with its UTF-8 encoding. The direct path calls the store's lookup, and for a
- * linearizable map engine.catch_up first, unless its EndWatch finds the replica at the log's
- * end (a compare of the head's bytes and of one int, no Python call). Every other read goes
+ * linearizable map engine.catch_up first, unless its EndWatches (one per partition) find the
+ * replica at the log's end (a compare of each head's bytes and of one int, no Python call). Every other read goes
  * to the map's _checked_getitem, _checked_get or _checked_contains.
  *
  * A Python class that puts LocalReads first among its bases gets these as its
@@ -224,7 +224,7 @@ typedef struct {
     PyObject *table;     /* the local path: the store's dict (or any mapping); NULL/None: none */
     PyObject *lookup;    /* the direct path: the store's lookup; NULL/None: none */
     PyObject *catch_up;  /* the direct path of a linearizable map: engine.catch_up */
-    PyObject *end_watch; /* an EndWatch: catch_up is skipped while it is at the end */
+    PyObject *end_watches; /* a tuple of EndWatch: catch_up is skipped while all are at the end */
     PyObject *prefix;    /* the map's record-key prefix (bytes) */
     PyObject *gate;      /* a ReadGate; anything else closes both paths */
     PyObject *key_bytes; /* the key codec's encode */
@@ -330,15 +330,31 @@ encode_key(LocalReads *self, PyObject *key, PyObject **out)
 typedef enum { OP_ITEM, OP_GET, OP_CONTAINS } Op;
 enum { ERROR = -1, ABSENT = 0, FOUND = 1, CHECKED = 2 };
 
-/* The direct path's lookup: catch up first for a linearizable map (unless its end watch says
+/* 1 when watches is a non-empty tuple of EndWatch and every one is at the end (then no
+ * partition of the map has had anything appended since the replica caught up with it); 0
+ * otherwise. Runs no Python code. */
+static int
+all_at_end(PyObject *watches)
+{
+    if (watches == NULL || !PyTuple_CheckExact(watches) || PyTuple_GET_SIZE(watches) == 0) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(watches); i++) {
+        PyObject *watch = PyTuple_GET_ITEM(watches, i);
+        if (!Py_IS_TYPE(watch, &EndWatchType) || !watch_at_end((EndWatch *)watch)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The direct path's lookup: catch up first for a linearizable map (unless its end watches say
  * the replica is at the log's end), then lookup(encoded). */
 static PyObject *
-direct_lookup(PyObject *lookup, PyObject *catch_up, PyObject *end_watch, PyObject *prefix,
+direct_lookup(PyObject *lookup, PyObject *catch_up, PyObject *end_watches, PyObject *prefix,
               PyObject *encoded)
 {
-    if (catch_up != NULL
-        && !(end_watch != NULL && Py_IS_TYPE(end_watch, &EndWatchType)
-             && watch_at_end((EndWatch *)end_watch))) {
+    if (catch_up != NULL && !all_at_end(end_watches)) {
         PyObject *record_key;
         if (PyBytes_CheckExact(encoded)
             && (prefix == NULL || (PyBytes_CheckExact(prefix) && PyBytes_GET_SIZE(prefix) == 0))) {
@@ -373,14 +389,14 @@ find(LocalReads *self, PyObject *key, Op op, PyObject **data)
     }
     /* Strong references: the key codec may run Python code, which may change the fields. */
     PyObject *table = IS_SET(self->table) ? Py_NewRef(self->table) : NULL;
-    PyObject *lookup = NULL, *catch_up = NULL, *end_watch = NULL, *prefix = NULL;
+    PyObject *lookup = NULL, *catch_up = NULL, *end_watches = NULL, *prefix = NULL;
     if (table == NULL) {
         if (!IS_SET(self->lookup)) {
             return CHECKED;
         }
         lookup = Py_NewRef(self->lookup);
         catch_up = IS_SET(self->catch_up) ? Py_NewRef(self->catch_up) : NULL;
-        end_watch = IS_SET(self->end_watch) ? Py_NewRef(self->end_watch) : NULL;
+        end_watches = IS_SET(self->end_watches) ? Py_NewRef(self->end_watches) : NULL;
         prefix = self->prefix != NULL ? Py_NewRef(self->prefix) : NULL; /* NULL: b"" */
     }
     PyObject *encoded = NULL, *probe = NULL;
@@ -443,7 +459,7 @@ find(LocalReads *self, PyObject *key, Op op, PyObject **data)
         }
     }
     else {
-        PyObject *found = direct_lookup(lookup, catch_up, end_watch, prefix, encoded);
+        PyObject *found = direct_lookup(lookup, catch_up, end_watches, prefix, encoded);
         if (found == NULL) {
             result = ERROR;
         }
@@ -469,7 +485,7 @@ done:
     Py_XDECREF(table);
     Py_XDECREF(lookup);
     Py_XDECREF(catch_up);
-    Py_XDECREF(end_watch);
+    Py_XDECREF(end_watches);
     Py_XDECREF(prefix);
     return result;
 }
@@ -609,7 +625,7 @@ reads_traverse(LocalReads *self, visitproc visit, void *arg)
     Py_VISIT(self->table);
     Py_VISIT(self->lookup);
     Py_VISIT(self->catch_up);
-    Py_VISIT(self->end_watch);
+    Py_VISIT(self->end_watches);
     Py_VISIT(self->prefix);
     Py_VISIT(self->gate);
     Py_VISIT(self->key_bytes);
@@ -623,7 +639,7 @@ reads_clear(LocalReads *self)
     Py_CLEAR(self->table);
     Py_CLEAR(self->lookup);
     Py_CLEAR(self->catch_up);
-    Py_CLEAR(self->end_watch);
+    Py_CLEAR(self->end_watches);
     Py_CLEAR(self->prefix);
     Py_CLEAR(self->gate);
     Py_CLEAR(self->key_bytes);
@@ -644,7 +660,8 @@ static PyMemberDef reads_members[] = {
     {"_table", T_OBJECT, offsetof(LocalReads, table), 0, "The store's dict, or None."},
     {"_lookup", T_OBJECT, offsetof(LocalReads, lookup), 0, "The store's lookup, or None."},
     {"_catch_up", T_OBJECT, offsetof(LocalReads, catch_up), 0, "engine.catch_up, or None."},
-    {"_end_watch", T_OBJECT, offsetof(LocalReads, end_watch), 0, "An EndWatch, or None."},
+    {"_end_watches", T_OBJECT, offsetof(LocalReads, end_watches), 0,
+     "A tuple of EndWatch (one per partition), or None."},
     {"_prefix", T_OBJECT, offsetof(LocalReads, prefix), 0, "The record-key prefix."},
     {"_gate", T_OBJECT, offsetof(LocalReads, gate), 0, "The engine's ReadGate."},
     {"_key_bytes", T_OBJECT, offsetof(LocalReads, key_bytes), 0, "The key codec's encode."},

@@ -215,11 +215,12 @@ class ReplicaEngine:
         #: see _checks_changed. Every map of this engine reads it (kafkakv.map.reads).
         self.read_gate = ReadGate()
         #: Where a linearizable read finds the replica at the log's end without asking the log
-        #: (see kafkakv.map.reads.PyEndWatch): one partition, held, end-offset barriers. Noted
-        #: by _apply_to_end; None otherwise (each read then catches up).
-        self.end_watch = (
-            EndWatch(self.machines[0])
-            if self._offset_barriers and self.partition_count == 1 and 0 in self.machines
+        #: (see kafkakv.map.reads.PyEndWatch): one watch per partition, by number, when the
+        #: replica holds them all and barriers are end offsets. Each is noted by _apply_to_end
+        #: of its partition; None otherwise (each read then catches up).
+        self.end_watches: tuple[EndWatch, ...] | None = (
+            tuple(EndWatch(self.machines[p]) for p in range(self.partition_count))
+            if self._offset_barriers and len(self.machines) == self.partition_count
             else None
         )
         self._threads: list[threading.Thread] = []
@@ -1022,7 +1023,7 @@ class ReplicaEngine:
     def _apply_to_end(self, p: int, deadline: float | None) -> None:
         """An end-offset barrier: apply ``p`` up to the log's end offset now (None: within the
         map's timeout from when there is something to apply)."""
-        watch = self.end_watch
+        watch = None if self.end_watches is None else self.end_watches[p]
         mark = None if watch is None else self.log.end_mark(self.topics.ops, p)
         end = self.log.end_offset(self.topics.ops, p) if mark is None else mark.end
         if end > self.machines[p].applied:

@@ -7,9 +7,11 @@ nothing and has no stalled partition (its read gate is open), takes one of two s
   (:meth:`kafkakv.store.base.Store.table`): one key encoding and one dict lookup;
 - the direct path otherwise (a linearizable map, a store without a dict): encode the key,
   catch up with the log's end for a linearizable map, call the store's lookup. Catching up
-  is skipped while the engine's end watch (:class:`PyEndWatch`) finds the replica at the
-  log's end: the head bytes it noted with the end offset are still what the log's shared
-  mapping holds, and the replica has applied up to that offset.
+  is skipped while the engine's end watches (:class:`PyEndWatch`, one per partition) all find
+  the replica at the log's end: the head bytes each noted with its partition's end offset are
+  still what the log's shared mapping holds, and the replica has applied up to that offset.
+  (All of them, not the key's partition's alone: which partition a key is in is the keyspace's
+  to say, in Python; a read that finds any partition moved catches up its own.)
 
 :class:`LocalReads` takes them and hands every other read to the map's checked path
 (``_checked_getitem``, ``_checked_get``, ``_checked_contains``): a sharded replica, a closed,
@@ -27,7 +29,7 @@ Two implementations with one behaviour:
 :data:`COMPILED` says which one this process uses. ``tests/map/test_local_reads.py`` runs the
 same reads through both and compares every result and error.
 
-The fields (``_table``, ``_lookup``, ``_catch_up``, ``_end_watch``, ``_prefix``, ``_gate``,
+The fields (``_table``, ``_lookup``, ``_catch_up``, ``_end_watches``, ``_prefix``, ``_gate``,
 ``_key_bytes``, ``_decode``) are set by the map's ``__init__``; until then every read takes the
 checked path.
 """
@@ -107,7 +109,7 @@ class PyLocalReads:
     __slots__ = (
         "_catch_up",
         "_decode",
-        "_end_watch",
+        "_end_watches",
         "_gate",
         "_key_bytes",
         "_lookup",
@@ -123,7 +125,8 @@ class PyLocalReads:
     # end for a record key first (the engine's catch_up; None: local consistency).
     _lookup: Callable[[bytes], Any] | None
     _catch_up: Callable[[bytes], None] | None
-    _end_watch: PyEndWatch | None  # catching up is skipped while it is at the end
+    # Catching up is skipped while every one (one per partition) is at the end.
+    _end_watches: tuple[PyEndWatch, ...] | None
     _prefix: bytes  # the map's record-key prefix (several maps per topic set)
     _gate: PyReadGate
     _key_bytes: Callable[[Any], bytes]  # the key codec's encode (may raise anything)
@@ -132,7 +135,7 @@ class PyLocalReads:
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # As the C type's fields start out: no path until the map's __init__ sets one.
         self = super().__new__(cls)
-        self._table = self._lookup = self._catch_up = self._end_watch = self._decode = None
+        self._table = self._lookup = self._catch_up = self._end_watches = self._decode = None
         self._gate = _SHUT
         self._prefix = b""
         return self
@@ -157,8 +160,8 @@ class PyLocalReads:
             return _CHECKED
         catch_up = self._catch_up
         if catch_up is not None:
-            watch = self._end_watch
-            if watch is None or not watch.at_end():
+            watches = self._end_watches
+            if not watches or not all([watch.at_end() for watch in watches]):
                 catch_up(self._prefix + encoded)
         return lookup(encoded)  # type: ignore[misc]
 

@@ -99,7 +99,7 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         self._table = self._store.table() if local else None
         self._lookup = self._store.lookup() if self._direct else None
         self._catch_up = engine.catch_up if self._linearizable else None
-        self._end_watch = engine.end_watch if self._linearizable else None
+        self._end_watches = engine.end_watches if self._linearizable else None
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -558,8 +558,7 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         engine, prefix = self._engine, self._prefix
         partitions = None
         if engine.partition_count > 1:
-            partition_of = engine.partition_of
-            partitions = [partition_of(prefix + k) for k in encoded]
+            partitions = engine.keyspace.partitions_of(encoded, prefix)
             holds = engine.holds
             outside = sorted({p for p in partitions if not holds(p)})
             if outside:
