@@ -18,7 +18,7 @@ partition unless said otherwise.
 2. ``async``: ``put_async`` of N updates, then waiting for all futures; updates/s. Baseline:
    ``Log.append`` of the same records in batches of 1,000, then reading them all back. Each
    run also times ``m.update()`` of the same N pairs on a second fresh map (the dict way of
-   writing many keys, built on ``put_async``); reported next to it, without a target.
+   writing many keys, built on ``put_all``); reported next to it, without a target.
 3. ``visibility``: a writer process puts a key every 2 ms whose value carries
    ``time.monotonic_ns()``; a listener in the parent takes the difference. Baseline: the same
    ping through ``Log.append`` / ``Log.wait`` + ``Log.read`` of a plain topic.
