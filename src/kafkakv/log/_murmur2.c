@@ -210,5 +210,15 @@ static struct PyModuleDef murmur2_module = {
 PyMODINIT_FUNC
 PyInit__murmur2(void)
 {
-    return PyModule_Create(&murmur2_module);
+    PyObject *module = PyModule_Create(&murmur2_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    PyObject *all = Py_BuildValue("[sss]", "murmur2", "partition_each", "partition_for");
+    if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
+        Py_XDECREF(all);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }
