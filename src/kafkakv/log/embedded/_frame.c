@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 static PyObject *record_type;  /* kafkakv.log.base.Record, set by frame.py through bind() */
+static PyObject *empty_tuple;  /* a record's headers when it has none */
 static PyObject *struct_error; /* struct.error: what the twin's Struct.pack raises */
 static PyObject *head_type;    /* kafkakv.log.embedded.head.HeadState, set through bind() */
 
@@ -1090,6 +1091,240 @@ out:
     return result;
 }
 
+/* -- read_plain ------------------------------------------------------------------------- */
+
+#define MAX_READ (1LL << 22) /* bytes read at once: partition.py's _MAX_READ_CHUNK */
+
+/* One record of a row: Record(key, value, (), timestamp, partition, offset), a new reference. */
+static PyObject *
+new_record(const unsigned char *key, Py_ssize_t key_size, const unsigned char *value,
+           Py_ssize_t value_size, long long timestamp, PyObject *partition, long long offset)
+{
+    PyTypeObject *type = (PyTypeObject *)record_type;
+    PyObject *r = type->tp_alloc(type, 6);
+    if (r == NULL) {
+        return NULL;
+    }
+    PyObject *k = bytes_or_none(key, key_size);
+    PyObject *v = k == NULL ? NULL : bytes_or_none(value, value_size);
+    PyObject *ts = v == NULL ? NULL : PyLong_FromLongLong(timestamp);
+    PyObject *at = ts == NULL ? NULL : PyLong_FromLongLong(offset);
+    if (at == NULL) {
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        Py_XDECREF(ts);
+        Py_DECREF(r);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(r, 0, k);
+    PyTuple_SET_ITEM(r, 1, v);
+    PyTuple_SET_ITEM(r, 2, Py_NewRef(empty_tuple));
+    PyTuple_SET_ITEM(r, 3, ts);
+    PyTuple_SET_ITEM(r, 4, Py_NewRef(partition));
+    PyTuple_SET_ITEM(r, 5, at);
+    return r;
+}
+
+/* The rows of one batch body (count rows exactly) appended to out as records, when every row
+ * is plain and in order: offset deltas rising from 0 to at most last_delta, no headers (nil
+ * or empty), timestamps that fit. 1 when taken (*last_delta_taken set), 0 when the batch is
+ * not such (out unchanged, no error), -1 on an error (out may hold some of it: the caller
+ * drops out). */
+static int
+take_plain_rows(const unsigned char *body, Py_ssize_t size, Py_ssize_t count, long long base,
+                long long base_ts, long long last_delta, PyObject *partition, PyObject *out,
+                long long *last_delta_taken)
+{
+    reader r = {body, body + size};
+    Py_ssize_t rows, fields, key_size, value_size;
+    int64_t delta, stamp;
+    uint64_t huge, stamp_huge;
+    const unsigned char *key, *value;
+    /* Pass 1: is every row plain? (A malformed body is not: the caller's Python path says
+     * what is wrong.) */
+    if (read_array(&r, &rows) < 0 || rows != count) {
+        PyErr_Clear();
+        return 0;
+    }
+    long long previous = -1;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        if (read_array(&r, &fields) < 0 || fields != 5 || read_int(&r, &delta, &huge) < 0 ||
+            read_int(&r, &stamp, &stamp_huge) < 0 || read_bin(&r, 1, &key, &key_size) < 0 ||
+            read_bin(&r, 1, &value, &value_size) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (r.at < r.end && *r.at == 0xc0) { /* headers: nil */
+            r.at++;
+        }
+        else if (r.at < r.end && *r.at == 0x90) { /* headers: an empty array */
+            r.at++;
+        }
+        else {
+            return 0;
+        }
+        if (huge || stamp_huge || delta <= previous || delta > last_delta ||
+            (stamp > 0 && base_ts > LLONG_MAX - stamp) ||
+            (stamp < 0 && base_ts < LLONG_MIN - stamp)) {
+            return 0;
+        }
+        previous = delta;
+    }
+    if (r.at != r.end) {
+        return 0;
+    }
+    /* Pass 2: the records. */
+    r.at = body;
+    (void)read_array(&r, &rows);
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        (void)read_array(&r, &fields);
+        (void)read_int(&r, &delta, &huge);
+        (void)read_int(&r, &stamp, &stamp_huge);
+        (void)read_bin(&r, 1, &key, &key_size);
+        (void)read_bin(&r, 1, &value, &value_size);
+        r.at++; /* the headers, nil or empty */
+        PyObject *record =
+            new_record(key, key_size, value, value_size, base_ts + stamp, partition, base + delta);
+        if (record == NULL) {
+            return -1;
+        }
+        int failed = PyList_Append(out, record);
+        Py_DECREF(record);
+        if (failed < 0) {
+            return -1;
+        }
+    }
+    *last_delta_taken = previous;
+    return 1;
+}
+
+/* read_plain(fd, pos, end, low, limit, partition, room, budget) -> (records, after, pos, low,
+ * room, budget) or None: Partition._read_segment's common case in one call. Reads the
+ * segment's bytes from pos (one pread, without the GIL, up to end and about budget) and takes
+ * whole batches from there while each one is as an append leaves it: a valid header, base
+ * offset exactly low (then one past the batch before), offsets below limit, the CRC right,
+ * every row plain (see take_plain_rows), and no more rows than room left. It stops before the
+ * first batch that is not, or that does not fit in what was read, or once room or budget
+ * (bytes of batches taken) runs out; it returns None when it took no batch, so that the
+ * Python path reads from pos and says what is wrong, if anything is. After the batches taken:
+ * after, one past the offset of their last record; pos and low, where the next batch begins
+ * and the offset it must have; room and budget, what is left of them. */
+static PyObject *
+read_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "read_plain(fd, pos, end, low, limit, partition, room, "
+                                         "budget) takes 8 arguments");
+        return NULL;
+    }
+    if (record_type == NULL) {
+        Py_RETURN_NONE; /* not bound: the Python path */
+    }
+    int ok = 1;
+    long long fd = ll_arg(args[0], &ok), pos = ll_arg(args[1], &ok), end = ll_arg(args[2], &ok),
+              low = ll_arg(args[3], &ok), limit = ll_arg(args[4], &ok),
+              room = ll_arg(args[6], &ok), budget = ll_arg(args[7], &ok);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!ok || fd < 0 || fd > INT_MAX || pos < 0 || end - pos < HEADER_SIZE || low < 0 ||
+        room <= 0 || budget <= 0 || !PyLong_CheckExact(args[5])) {
+        Py_RETURN_NONE;
+    }
+    /* As the Python path: up to the end, not far past what the caller wants. */
+    long long want = end - pos, most = budget < HEADER_SIZE ? HEADER_SIZE : budget;
+    if (want > most) {
+        want = most;
+    }
+    if (want > MAX_READ) {
+        want = MAX_READ;
+    }
+    PyObject *buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)want);
+    if (buf == NULL) {
+        return NULL;
+    }
+    unsigned char *data = (unsigned char *)PyBytes_AS_STRING(buf);
+    ssize_t got;
+    Py_BEGIN_ALLOW_THREADS
+    got = pread((int)fd, data, (size_t)want, (off_t)pos);
+    Py_END_ALLOW_THREADS
+    PyObject *out = NULL, *result = NULL;
+    if (got < HEADER_SIZE) {
+        Py_DECREF(buf);
+        Py_RETURN_NONE; /* an error or a short file: the Python path reports it */
+    }
+    uint32_t first = get_u32(data + 8);
+    if (first > got && first <= end - pos && first <= MAX_READ) {
+        /* One batch larger than the budget: as the Python path, read exactly it (a read
+         * always takes at least one batch). */
+        if (_PyBytes_Resize(&buf, (Py_ssize_t)first) < 0) {
+            return NULL;
+        }
+        data = (unsigned char *)PyBytes_AS_STRING(buf);
+        Py_BEGIN_ALLOW_THREADS
+        got = pread((int)fd, data, (size_t)first, (off_t)pos);
+        Py_END_ALLOW_THREADS
+        if (got < (ssize_t)first) {
+            Py_DECREF(buf);
+            Py_RETURN_NONE;
+        }
+    }
+    out = PyList_New(0);
+    if (out == NULL) {
+        goto fail;
+    }
+    Py_ssize_t p = 0;
+    int batches = 0;
+    long long after = -1;
+    while (room > 0 && budget > 0 && got - p >= HEADER_SIZE) {
+        const unsigned char *h = data + p;
+        long long base = (long long)get_u64(h);
+        uint32_t size = get_u32(h + 8), crc = get_u32(h + 12), count = get_u32(h + 20),
+                 last_delta = get_u32(h + 24);
+        unsigned char magic = h[16];
+        long long base_ts = (long long)get_u64(h + 28);
+        if ((magic != BATCH_MAGIC && magic != 1) || size < HEADER_SIZE ||
+            (long long)count > (long long)last_delta + 1 || base != low ||
+            base > LLONG_MAX - (long long)last_delta || base + (long long)last_delta >= limit ||
+            (Py_ssize_t)size > got - p || (long long)count > room) {
+            break;
+        }
+        uLong sum = magic == BATCH_MAGIC ? crc32(crc32(0L, Z_NULL, 0), h, 8)
+                                         : crc32(0L, Z_NULL, 0);
+        if ((uint32_t)crc_of(sum, h + CRC_START, (Py_ssize_t)size - CRC_START) != crc) {
+            break;
+        }
+        long long taken_delta = -1;
+        int took = take_plain_rows(h + HEADER_SIZE, (Py_ssize_t)size - HEADER_SIZE,
+                                   (Py_ssize_t)count, base, base_ts, (long long)last_delta,
+                                   args[5], out, &taken_delta);
+        if (took < 0) {
+            goto fail;
+        }
+        if (took == 0) {
+            break;
+        }
+        if (count > 0) {
+            after = base + taken_delta + 1;
+        }
+        room -= count;
+        budget -= size;
+        low = base + (long long)last_delta + 1;
+        p += size;
+        batches++;
+    }
+    if (batches == 0) {
+        Py_DECREF(out);
+        Py_DECREF(buf);
+        Py_RETURN_NONE;
+    }
+    result = Py_BuildValue("(OLLLLL)", out, after, pos + (long long)p, low, room, budget);
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(buf);
+    return result;
+}
+
 /* -- module ----------------------------------------------------------------------------- */
 
 static PyObject *
@@ -1131,6 +1366,10 @@ static PyMethodDef frame_methods[] = {
     {"latest_into", (PyCFunction)(void (*)(void))latest_into, METH_FASTCALL,
      PyDoc_STR("latest_into(target, body, first, limit): a batch body's rows into a dict of "
                "the last value per key; (taken, last, done).")},
+    {"read_plain", (PyCFunction)(void (*)(void))read_plain, METH_FASTCALL,
+     PyDoc_STR("read_plain(fd, pos, end, low, limit, partition, room, budget): whole plain "
+               "batches from pos as records, (records, after, pos, low, room, budget), or "
+               "None.")},
     {"bind", bind, METH_O, PyDoc_STR("bind(Record): the record class plain_body accepts.")},
     {"bind_head", bind_head, METH_O,
      PyDoc_STR("bind_head(HeadState): the head state class append_plain returns.")},
@@ -1158,12 +1397,17 @@ PyInit__frame(void)
     if (struct_error == NULL) {
         return NULL;
     }
+    empty_tuple = PyTuple_New(0);
+    if (empty_tuple == NULL) {
+        return NULL;
+    }
     PyObject *module = PyModule_Create(&frame_module);
     if (module == NULL) {
         return NULL;
     }
-    PyObject *all = Py_BuildValue("[ssssssss]", "append_plain", "bind", "bind_head", "frame",
-                                  "frame_header", "latest_into", "pack_head", "plain_body");
+    PyObject *all = Py_BuildValue("[sssssssss]", "append_plain", "bind", "bind_head", "frame",
+                                  "frame_header", "latest_into", "pack_head", "plain_body",
+                                  "read_plain");
     if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
         Py_XDECREF(all);
         Py_DECREF(module);

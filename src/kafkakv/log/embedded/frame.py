@@ -16,8 +16,11 @@ key, with no tuple or int made per row.
 
 The compiled module also has :data:`append_plain`, the steady-state append of
 :meth:`Partition.append <kafkakv.log.embedded.partition.Partition.append>` in one call, its
-system calls made without the GIL; it has no twin: where it is None (not built, or pure Python)
-the partition's own Python path does the same writes. ``_frame.c`` says when it declines.
+system calls made without the GIL, and :data:`read_plain`, the common case of a sequential
+read (a follower's, a replay's): whole batches as an append leaves them, checked and decoded
+into records in one call. Neither has a twin: where one is None (not built, or pure Python)
+the partition's own Python path does the same; it also takes over wherever the compiled one
+declines (``_frame.c`` says when), and says what is wrong with a batch that is.
 
 The formats are in ``format.py`` and ``head.py``. Two implementations with one behaviour, as for
 the map's reads (:mod:`kafkakv.map.reads`): ``kafkakv.log.embedded._frame``, built from
@@ -61,6 +64,7 @@ __all__ = [
     "py_latest_into",
     "py_pack_head",
     "py_plain_body",
+    "read_plain",
     "unpack_rows",
 ]
 
@@ -179,6 +183,8 @@ plain_body, frame, frame_header, pack_head = py_plain_body, py_frame, py_frame_h
 latest_into = py_latest_into
 #: The compiled steady-state append (see the module docstring), or None.
 append_plain: Callable[..., Any] | None = None
+#: The compiled common case of a sequential read (see the module docstring), or None.
+read_plain: Callable[..., Any] | None = None
 #: Gives the C module the HeadState class that :data:`append_plain` returns (head.py calls it).
 bind_head: Callable[[type], None] = _bind_nothing
 if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
@@ -192,4 +198,5 @@ if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
         frame_header = _frame.frame_header
         latest_into = _frame.latest_into
         append_plain, bind_head = _frame.append_plain, _frame.bind_head
+        read_plain = _frame.read_plain
         COMPILED = True

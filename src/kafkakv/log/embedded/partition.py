@@ -51,7 +51,7 @@ from kafkakv.log.embedded.format import (
     scan_batches,
     verify_crc,
 )
-from kafkakv.log.embedded.frame import append_plain, frame_header
+from kafkakv.log.embedded.frame import append_plain, frame_header, read_plain
 from kafkakv.log.embedded.head import BOOT_ID, HeadFile, HeadState
 from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
 from kafkakv.log.embedded.recovery import index_entries, valid_prefix
@@ -135,6 +135,7 @@ _SHAPES: dict[str, tuple[Callable[[], Any], _Take]] = {
     "latest": (dict, _take_latest),
 }
 
+_TAKE_RECORDS = _SHAPES["records"][1]  # what read_plain does, for the batches it takes
 _READ_CHUNK = 1 << 17
 _MAX_READ_CHUNK = 1 << 22
 _MAX_SEGMENT_SPAN = 2**31 - 1  # relative offsets in the index are u32; stay well inside
@@ -288,6 +289,8 @@ class Partition:
         # the time it rolls for age, in ms), or None until then. The C code declines when the
         # head names another layout or segment, so a stale entry costs one Python-path append.
         self._append_plain = append_plain
+        # The compiled common case of a sequential read of records (frame.read_plain), or None.
+        self._read_plain = read_plain
         self._steady: tuple[int, int, int] | None = None
         # The fsync policy, decided once for both append paths (see sync_locked): sync on
         # every append, or mark the partition for the log's flusher thread.
@@ -526,6 +529,23 @@ class Partition:
             cursor = self._read_cursor
             if cursor is not None and cursor[0] == seg.name and cursor[1] == offset:
                 start = cursor[2]  # a sequential reader: on from where the last read stopped
+                fast = self._read_plain
+                if fast is not None and take is _TAKE_RECORDS and self._partial is None:
+                    # Whole batches as appends leave them, in C; from the first that is not
+                    # (or the read's end) on, the Python path below.
+                    with self._cache_lock:
+                        fd = self._read_fd(seg.name)  # open while the read runs (_readers)
+                    got = fast(fd, start.position, end, start.low, limit, self.number, room, budget)
+                    if got is not None:
+                        records, last, position, low, room, budget = got
+                        if records:
+                            out.extend(records)
+                            after = last
+                        start = _Start(position, low, False)
+                        self._read_cursor = (seg.name, low, start)
+                        if room <= 0 or budget <= 0 or position >= end:
+                            i += 1
+                            continue
             else:
                 with self._cache_lock:
                     start = self._position_for(seg, offset, end)
