@@ -57,6 +57,37 @@ key_view(PyObject *key, const char *caller, Py_buffer *view)
     return PyObject_GetBuffer(key, view, PyBUF_C_CONTIGUOUS);
 }
 
+/* A partition count: 0 with *count set (-1: more partitions than any hash can reach, so a
+ * key's partition is its hash), or -1 with what py_partition_for raises set. */
+static int
+count_arg(PyObject *arg, long long *count)
+{
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow < 0 || (overflow == 0 && n < 1)) {
+        PyObject *shown = PyObject_Str(arg);
+        if (shown != NULL) {
+            PyErr_Format(PyExc_ValueError, "partitions must be >= 1, not %U", shown);
+            Py_DECREF(shown);
+        }
+        return -1;
+    }
+    *count = overflow > 0 ? -1 : n;
+    return 0;
+}
+
+/* The partition of a key of hash h among count partitions (see count_arg): Java's
+ * toPositive, then the remainder. */
+static PyObject *
+place(uint32_t h, long long count)
+{
+    h &= 0x7fffffffu;
+    return count < 0 ? PyLong_FromUnsignedLong(h) : PyLong_FromLongLong((long long)h % count);
+}
+
 static PyObject *
 murmur2(PyObject *module, PyObject *data)
 {
@@ -81,27 +112,14 @@ partition_for(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (key_view(args[0], "partition_for", &view) < 0) {
         return NULL;
     }
-    int overflow = 0;
-    long long partitions = PyLong_AsLongLongAndOverflow(args[1], &overflow);
-    if (partitions == -1 && PyErr_Occurred()) {
+    long long count;
+    if (count_arg(args[1], &count) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
-    if (overflow < 0 || (overflow == 0 && partitions < 1)) {
-        PyBuffer_Release(&view);
-        PyObject *shown = PyObject_Str(args[1]);
-        if (shown != NULL) {
-            PyErr_Format(PyExc_ValueError, "partitions must be >= 1, not %U", shown);
-            Py_DECREF(shown);
-        }
-        return NULL;
-    }
-    uint32_t h = hash_bytes(view.buf, view.len) & 0x7fffffffu;
+    uint32_t h = hash_bytes(view.buf, view.len);
     PyBuffer_Release(&view);
-    if (overflow > 0) { /* more partitions than any hash: the hash itself */
-        return PyLong_FromUnsignedLong(h);
-    }
-    return PyLong_FromLongLong((long long)h % partitions);
+    return place(h, count);
 }
 
 /* partition_each(keys, partitions, prefix): [partition_for(prefix + key, partitions) for key
@@ -114,17 +132,8 @@ partition_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                       "prefix), %zd given", nargs);
         return NULL;
     }
-    int overflow = 0;
-    long long partitions = PyLong_AsLongLongAndOverflow(args[1], &overflow);
-    if (partitions == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (overflow < 0 || (overflow == 0 && partitions < 1)) {
-        PyObject *shown = PyObject_Str(args[1]);
-        if (shown != NULL) {
-            PyErr_Format(PyExc_ValueError, "partitions must be >= 1, not %U", shown);
-            Py_DECREF(shown);
-        }
+    long long count;
+    if (count_arg(args[1], &count) < 0) {
         return NULL;
     }
     Py_buffer head;
@@ -168,10 +177,9 @@ partition_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             memcpy(joined + head.len, key.buf, (size_t)key.len);
             data = joined;
         }
-        uint32_t h = hash_bytes(data, size) & 0x7fffffffu;
+        uint32_t h = hash_bytes(data, size);
         PyBuffer_Release(&key);
-        PyObject *p = overflow > 0 ? PyLong_FromUnsignedLong(h)
-                                   : PyLong_FromLongLong((long long)h % partitions);
+        PyObject *p = place(h, count);
         if (p == NULL) {
             Py_CLEAR(result);
             goto out;
