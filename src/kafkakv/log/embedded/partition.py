@@ -580,9 +580,10 @@ class Partition:
         the last record read (``after`` when none was).
 
         Every batch's offsets are checked before anything of it is used (the CRC of a batch
-        of magic 1 does not cover its base offset; see format.py): the first must have the base offset ``start`` names, each
-        next one must begin above the last, and all must end below ``limit`` (the next
-        segment's base, or the published end). Raises :class:`CorruptLogError` otherwise.
+        of magic 1 does not cover its base offset; see format.py): the first must have the
+        base offset ``start`` names, each next one must begin above the last, and all must end
+        below ``limit`` (the next segment's base, or the published end). Raises
+        :class:`CorruptLogError` otherwise.
 
         A batch stepped over on the way to ``offset`` whose CRC fails (so its offsets may be
         wrong) is passed only when the first batch taken after it begins at or before
