@@ -7,8 +7,8 @@
  * lookup, with the key's bytes in a reused probe when it is ASCII (see filled_probe), else
  * with its UTF-8 encoding. The direct path calls the store's lookup, and for a
  * linearizable map engine.catch_up first, unless its EndWatches (one per partition) find the
- * replica at the log's end (a compare of each head's bytes and of one int, no Python call). Every other read goes
- * to the map's _checked_getitem, _checked_get or _checked_contains.
+ * replica at the log's end (a compare of each head's bytes and of one int, no Python call).
+ * Every other read goes to the map's _checked_getitem, _checked_get or _checked_contains.
  *
  * A Python class that puts LocalReads first among its bases gets these as its
  * mp_subscript, sq_contains and get: no Python frame of its own per read.
@@ -224,7 +224,7 @@ typedef struct {
     PyObject *table;     /* the local path: the store's dict (or any mapping); NULL/None: none */
     PyObject *lookup;    /* the direct path: the store's lookup; NULL/None: none */
     PyObject *catch_up;  /* the direct path of a linearizable map: engine.catch_up */
-    PyObject *end_watches; /* a tuple of EndWatch: catch_up is skipped while all are at the end */
+    PyObject *end_watches; /* EndWatches (a tuple): no catch_up while all are at the end */
     PyObject *prefix;    /* the map's record-key prefix (bytes) */
     PyObject *gate;      /* a ReadGate; anything else closes both paths */
     PyObject *key_bytes; /* the key codec's encode */
