@@ -37,6 +37,7 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log.base import (
+    Batch,
     EndMark,
     EntryBatch,
     FailureCallback,
@@ -423,6 +424,20 @@ class EmbeddedLog(Log):
         records: list[Record] = part.read(offset, max_records, max_bytes)[0]
         return records
 
+    def read_batch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> Batch:
+        """See :meth:`Log.read_batch`: the records, and the next offset the partition's read
+        found (one past the last record)."""
+        part = self._reading(topic, partition, offset, max_records)
+        return Batch(*part.read(offset, max_records, max_bytes))
+
     def _reading(self, topic: str, partition: int, offset: int, max_records: int) -> Partition:
         """The partition a read asks for, once its arguments are checked."""
         part = self._partition(topic, partition)
@@ -487,13 +502,18 @@ class EmbeddedLog(Log):
     ) -> set[TopicPartition]:
         """See :meth:`Log.wait_any`. Sleeps on inotify events of every named head file."""
         watched = [(tp, self._partition(*tp), offset) for tp, offset in positions.items()]
+        found: set[TopicPartition] = set()  # what the last look found (one look per wake-up)
 
         def ready() -> bool:
-            return self._closed or any(part.end_offset() > offset for _, part, offset in watched)
+            found.clear()
+            for tp, part, offset in watched:
+                if part.end_offset() > offset:
+                    found.add(tp)
+            return bool(found) or self._closed
 
         self._notifier.wait_for_any([part._head.path for _, part, _ in watched], ready, timeout)
         self._check_open()
-        return {tp for tp, part, offset in watched if part.end_offset() > offset}
+        return found
 
     def writer(self, transactional_id: str, *, timeout: float | None = None) -> EmbeddedLogWriter:
         """See :meth:`Log.writer`. Rolls forward the id's last transaction if it was cut off.

@@ -13,7 +13,6 @@ back to polling every millisecond.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import math
@@ -50,9 +49,12 @@ class ChangeNotifier:
     """Per-log watcher of head files."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        # Held as the plain lock (a C-level ``with``) and waited on through the condition.
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._total = 0  # moves on every batch of events; what waiters compare
-        self._reading = False  # a waiter is reading the descriptor (guarded by _cond)
+        self._reading = False  # a waiter is reading the descriptor (guarded by _mutex)
+        self._sleepers = 0  # waiters asleep on _cond, whom a reader must wake (guarded too)
         self._last_event = 0.0  # monotonic time of the last batch of events
         self._watched: dict[str, int] = {}
         self._fd = -1
@@ -94,11 +96,10 @@ class ChangeNotifier:
     ) -> bool:
         """Like :meth:`wait_for`, woken by a publish to any of ``head_paths``."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
+        with self._mutex:
             watching = all([self._watch(path) for path in head_paths])
         while True:
-            with self._cond:
-                seen = self._total
+            seen = self._total  # an int read whole under the GIL; compared under _mutex below
             if ready():
                 return True
             remaining = _SLICE_S if deadline is None else deadline - time.monotonic()
@@ -107,11 +108,15 @@ class ChangeNotifier:
             if not watching or self._closed:
                 time.sleep(min(_POLL_S, remaining))
                 continue
-            with self._cond:
+            with self._mutex:
                 if self._total != seen:
                     continue  # events came while ready() ran: look again
                 if self._reading or self._closed:
-                    self._cond.wait(min(remaining, _SLICE_S if self._reading else _POLL_S))
+                    self._sleepers += 1
+                    try:
+                        self._cond.wait(min(remaining, _SLICE_S if self._reading else _POLL_S))
+                    finally:
+                        self._sleepers -= 1
                     continue
                 self._reading = True
             self._read_events(min(remaining, _SLICE_S))
@@ -129,19 +134,24 @@ class ChangeNotifier:
                 time.sleep(min(pause, timeout))
             assert self._poller is not None
             if self._poller.poll(math.ceil(timeout * 1000)) and not self._closed:
-                with contextlib.suppress(BlockingIOError):  # another reader took them
+                try:
                     arrived = len(os.read(self._fd, 65536)) >= _EVENT.size
+                except BlockingIOError:  # another reader took them (no contextlib: 3 calls)
+                    arrived = False
         finally:
-            with self._cond:
+            # The path of every wake-up: kept to the fewest calls (a lone waiter, such as a
+            # replica's follower, wakes no one).
+            with self._mutex:
                 self._reading = False
                 if arrived:
                     self._total += 1
                     self._last_event = time.monotonic()
-                self._cond.notify_all()
+                if self._sleepers:
+                    self._cond.notify_all()
 
     def close(self) -> None:
         """Wake every waiter and release the descriptors (once the reading waiter left)."""
-        with self._cond:
+        with self._mutex:
             if self._closed:
                 return
             self._closed = True
@@ -149,8 +159,10 @@ class ChangeNotifier:
                 os.write(self._wake_w, b"x")  # interrupts the reading waiter's poll
             self._cond.notify_all()
             deadline = time.monotonic() + 2
+            self._sleepers += 1  # the reading waiter wakes this one as it leaves
             while self._reading and time.monotonic() < deadline:
                 self._cond.wait(0.1)
+            self._sleepers -= 1
         for fd in (self._fd, self._wake_r, self._wake_w):
             if fd >= 0:
                 os.close(fd)
