@@ -118,8 +118,9 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
     def _locate(self, key: K) -> tuple[bytes, bytes, int]:
         encoded = self._keys.encode(key)
         record_key = self._prefix + encoded
-        p = self._engine.partition_of(record_key)
-        if not self._engine.holds(p):
+        engine = self._engine
+        p = 0 if engine.partition_count == 1 else engine.partition_of(record_key)
+        if not engine.holds(p):
             raise WrongPartitionError(
                 f"key {key!r} is in partition {p}; this replica holds {list(self.partitions)}"
             )

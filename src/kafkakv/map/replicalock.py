@@ -78,8 +78,7 @@ class ReplicaLock:
         """Whether the calling thread holds the lock."""
         return bool(self._lock._is_owned())  # type: ignore[attr-defined]
 
-    def __enter__(self) -> bool:
-        return self.acquire()
+    __enter__ = acquire  # ``with lock:``, one Python call fewer than a method calling it
 
     def __exit__(
         self,

@@ -131,7 +131,8 @@ class _MemoryStore(Store):
         """Apply ``changes`` and ``positions`` under the lock. O(len(changes)) for a dict,
         O(len(changes) · log n) sorted. Raises ClosedError after close()."""
         with self._lock:
-            self._live()
+            if self._closed:  # the path of every applied batch: no call while open
+                self._live()
             self._apply(changes)
             for p, pos in positions.items():
                 self._positions[p] = Positions(pos.applied, pos.flushed)

@@ -37,6 +37,7 @@ __all__ = ["BOOT_ID", "HEAD_SIZE", "HeadFile", "HeadState"]
 
 _HEAD = struct.Struct("<4sIQQQQQQQ16s")
 HEAD_SIZE = _HEAD.size
+_new_tuple = tuple.__new__  # builds a NamedTuple from a tuple of its fields in one C call
 
 
 def _boot_id() -> bytes:
@@ -78,7 +79,7 @@ def unpack_head(raw: bytes) -> HeadState | None:
     fields = _HEAD.unpack_from(raw)
     if zlib.crc32(memoryview(raw)[8:HEAD_SIZE]) != fields[1]:
         return None
-    return HeadState(*fields[2:])
+    return _new_tuple(HeadState, fields[2:])  # as HeadState(*...), minus a Python call
 
 
 class HeadFile:

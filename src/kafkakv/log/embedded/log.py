@@ -65,6 +65,7 @@ _log = logging.getLogger("kafkakv.log.embedded")
 _MARKER = "kafkakv-log.json"
 _FORMAT = 2  # 2: batches of magic 2 (their CRC covers the base offset; see format.py)
 _UPGRADED = (1,)  # earlier formats this kafkakv reads; opening one rewrites its marker
+_new_tuple = tuple.__new__  # a NamedTuple from a tuple of its fields, with no Python call
 
 
 def _parse_topic(raw: bytes, path: str) -> tuple[int, TopicConfig]:
@@ -263,7 +264,8 @@ class EmbeddedLog(Log):
         return meta
 
     def _partition(self, topic: str, partition: int) -> Partition:
-        self._check_open()
+        if self._closed:  # every operation passes here: no call while open
+            self._check_open()
         part = self._parts.get((topic, partition))
         if part is not None:
             return part
@@ -288,7 +290,12 @@ class EmbeddedLog(Log):
         return part
 
     def _encode(self, part: Partition, records: Sequence[Record]) -> tuple[bytes, int, int, int]:
-        if isinstance(records, Record) or not isinstance(records, Sequence):
+        kind = type(records)  # a list or tuple passes without the Sequence ABC's Python check
+        if (
+            kind is not list
+            and kind is not tuple
+            and (isinstance(records, Record) or not isinstance(records, Sequence))
+        ):
             raise InvalidRecordError(
                 f"append takes a sequence of Record, not {type(records).__name__}"
             )
@@ -296,7 +303,7 @@ class EmbeddedLog(Log):
             records,
             now_ms(),
             max_message_bytes=part.config.max_message_bytes,
-            null_keys=not part.config.compact,
+            null_keys=part.null_keys,
         )
         return body, len(records), base_ts, max_ts
 
@@ -436,7 +443,7 @@ class EmbeddedLog(Log):
         """See :meth:`Log.read_batch`: the records, and the next offset the partition's read
         found (one past the last record)."""
         part = self._reading(topic, partition, offset, max_records)
-        return Batch(*part.read(offset, max_records, max_bytes))
+        return _new_tuple(Batch, part.read(offset, max_records, max_bytes))
 
     def _reading(self, topic: str, partition: int, offset: int, max_records: int) -> Partition:
         """The partition a read asks for, once its arguments are checked."""
@@ -512,7 +519,8 @@ class EmbeddedLog(Log):
             return bool(found) or self._closed
 
         self._notifier.wait_for_any([part._head.path for _, part, _ in watched], ready, timeout)
-        self._check_open()
+        if self._closed:  # closed while waiting: say so rather than answer
+            self._check_open()
         return found
 
     def writer(self, transactional_id: str, *, timeout: float | None = None) -> EmbeddedLogWriter:

@@ -140,6 +140,7 @@ _READ_CHUNK = 1 << 17
 _MAX_READ_CHUNK = 1 << 22
 _MAX_SEGMENT_SPAN = 2**31 - 1  # relative offsets in the index are u32; stay well inside
 _LOCK_NOW = fcntl.LOCK_EX | fcntl.LOCK_NB
+_new_tuple = tuple.__new__  # a NamedTuple from a tuple of its fields, with no Python call
 _MAX_MS = 2**63 - 1  # a roll time past any clock: the C append takes a signed 64-bit time
 # fs's, unless a test recorder took them
 _OS_PWRITE, _OS_PWRITEV, _OS_FDATASYNC = os.pwrite, os.pwritev, os.fdatasync
@@ -243,6 +244,7 @@ class Partition:
         self.number = number
         self.dir = directory
         self.config = config
+        self.null_keys = not config.compact  # records without a key are taken
         self.settings = settings
         self._committed = committed
         self._resolve_pending = resolve_pending
@@ -491,7 +493,7 @@ class Partition:
                     finally:
                         with self._cache_lock:
                             self._readers -= 1
-                            if not self._readers:
+                            if not self._readers and self._retired:
                                 self._close_retired_locked()
             except FileNotFoundError:
                 head = self.published()  # a cleaner swapped segments: reload and retry
@@ -541,7 +543,7 @@ class Partition:
                         if records:
                             out.extend(records)
                             after = last
-                        start = _Start(position, low, False)
+                        start = _new_tuple(_Start, (position, low, False))  # no Python call
                         self._read_cursor = (seg.name, low, start)
                         if room <= 0 or budget <= 0 or position >= end:
                             i += 1
