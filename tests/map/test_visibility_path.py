@@ -1,0 +1,109 @@
+"""How much Python runs between a ``put`` in one process and the listener in another.
+
+With updates a few milliseconds apart, that code runs with cold caches, and each Python
+function called on the way costs microseconds (docs/benchmarks.md, "Where a cross-process
+update's time goes"): the number of calls is most of the latency. These tests count the Python
+functions called on each side and fail when a change makes either path longer than its
+budget. A change that must add calls there should show in ``benchmarks/profile_visibility.py``
+first, and then raise the budget here.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+import kafkakv
+from kafkakv.log.embedded import frame
+
+pytestmark = pytest.mark.skipif(
+    not frame.COMPILED, reason="the C module is not built (or KAFKAKV_PURE_PYTHON=1)"
+)
+
+# Python functions called, counted on the build that set them, plus a little room.
+WRITER_BUDGET = 22  # m.put up to the compiled append: 20 (25 before 2026-11-28)
+READER_BUDGET = 40  # the follower, from its wake-up in poll to the listener: 36 (61 before)
+
+
+def _name(frame_: FrameType) -> str:
+    code = frame_.f_code
+    return f"{Path(code.co_filename).name}:{code.co_name}"
+
+
+def test_a_put_calls_few_python_functions_before_its_append(tmp_path: Path) -> None:
+    db = kafkakv.connect(str(tmp_path / "db"), background_cleaner=False)
+    try:
+        m = db.map("m", value_codec="bytes")
+        for _ in range(20):
+            m.put("k", b"warm")
+        calls: list[str] = []
+        appended: list[bool] = []
+
+        def profile(frame_: FrameType, event: str, arg: Any) -> None:
+            if appended:
+                return
+            if event == "call":
+                calls.append(_name(frame_))
+            elif event == "c_call" and getattr(arg, "__name__", "") == "append_plain":
+                appended.append(True)
+
+        sys.setprofile(profile)
+        try:
+            m.put("k", b"v")
+        finally:
+            sys.setprofile(None)
+        assert appended, "the put did not reach the compiled append"
+        assert len(calls) <= WRITER_BUDGET, calls
+    finally:
+        db.close()
+
+
+def test_an_update_reaches_a_listener_in_another_replica_through_few_python_functions(
+    tmp_path: Path,
+) -> None:
+    """The reading replica has a log of its own, as another process would: only the log's
+    notification wakes it."""
+    path = str(tmp_path / "db")
+    writer_db = kafkakv.connect(path, background_cleaner=False)
+    reader_db = kafkakv.connect(path, background_cleaner=False)
+    woken = threading.local()  # each thread's calls since its last poll that returned
+    runs: list[list[str]] = []
+    seen = threading.Event()
+
+    def profile(frame_: FrameType, event: str, arg: Any) -> None:
+        if event == "c_return" and getattr(arg, "__name__", "") == "poll":
+            woken.calls = []
+        elif event == "call" and getattr(woken, "calls", None) is not None:
+            woken.calls.append(_name(frame_))
+
+    def listener(key: Any, old: Any, new: Any, mine: bool) -> None:
+        if not mine and getattr(woken, "calls", None) is not None:
+            runs.append(woken.calls[:-1])  # this function's own call last
+            woken.calls = None
+            seen.set()
+
+    try:
+        writer = writer_db.map("m", value_codec="bytes")
+        threading.setprofile(profile)  # before the reader's follower thread starts
+        try:
+            reader = reader_db.map("m", value_codec="bytes")
+        finally:
+            threading.setprofile(None)
+        reader.add_listener(listener)
+        for i in range(5):
+            seen.clear()
+            time.sleep(0.05)  # the reader idle, waiting in poll
+            writer.put("k", b"%d" % i)
+            assert seen.wait(10), f"update {i} never reached the listener"
+        assert len(runs) == 5
+        shortest = min(runs, key=len)
+        assert len(shortest) <= READER_BUDGET, shortest
+    finally:
+        reader_db.close()
+        writer_db.close()
