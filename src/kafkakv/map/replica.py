@@ -251,7 +251,7 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         ``ttl`` clears an expiry."""
         if ttl is not None:
             return cast("V | None", self._call(OpCode.PUT_TTL, key, *self._with_ttl(value, ttl)))
-        return cast("V | None", self._call(OpCode.PUT, key, self._value(value)))
+        return self._call(OpCode.PUT, key, self._value(value))  # type: ignore[no-any-return]
 
     def _with_ttl(self, value: V, ttl: float) -> tuple[bytes, int]:
         """The args of a ``PUT_TTL``: the value, and the deadline ``ttl`` seconds from now."""

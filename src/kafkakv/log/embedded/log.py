@@ -442,7 +442,9 @@ class EmbeddedLog(Log):
     ) -> Batch:
         """See :meth:`Log.read_batch`: the records, and the next offset the partition's read
         found (one past the last record)."""
-        part = self._reading(topic, partition, offset, max_records)
+        part = self._parts.get((topic, partition))  # a follower's every read: no call to look
+        if part is None or self._closed or type(offset) is not int or offset < 0 or max_records < 1:
+            part = self._reading(topic, partition, offset, max_records)  # or to refuse
         return _new_tuple(Batch, part.read(offset, max_records, max_bytes))
 
     def _reading(self, topic: str, partition: int, offset: int, max_records: int) -> Partition:
