@@ -8,6 +8,8 @@ process's would: only inotify can wake the waiters.
 from __future__ import annotations
 
 import contextlib
+import os
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -126,3 +128,57 @@ def test_closing_wakes_the_waiter_that_reads_events_at_once(tmp_path: Path) -> N
 def _wait_closed(log: EmbeddedLog) -> None:
     with contextlib.suppress(ClosedError):
         log.wait("t", 0, 0, timeout=30)
+
+
+def test_no_waiter_misses_a_wake_up_while_the_reading_role_passes_around(
+    logs: tuple[EmbeddedLog, EmbeddedLog],
+) -> None:
+    """Eight threads wait in turns on three partitions, with timeouts from 1 ms to 2 s that hand
+    the reading role on at random moments, while another log appends to random partitions at
+    random intervals. An append ends, well within its 1 s re-check, the wait of every thread
+    waiting for it: the one reading the descriptor and those asleep on the condition. (A
+    waiter that missed its wake-up would find the record only at its next look, up to 1 s on.)
+    ``KAFKAKV_SEED=<n>`` replays a run's choices."""
+    waiting, writing = logs
+    seed = int(os.environ.get("KAFKAKV_SEED") or random.randrange(1 << 32))
+    print(f"seed: {seed} (replay with KAFKAKV_SEED={seed})")
+    rng = random.Random(seed)
+    stop = time.monotonic() + 3
+    lock = threading.Lock()
+    ends = [0, 0, 0]  # each partition's end offset, as appended so far
+    appended: dict[tuple[int, int], float] = {}  # (partition, offset) -> when appended
+    late: list[str] = []
+    woken = [0]
+
+    def waiter(i: int) -> None:
+        local = random.Random(seed + i)
+        while time.monotonic() < stop:
+            p = local.randrange(3)
+            with lock:
+                offset = ends[p]
+            timeout = local.choice((0.001, 0.01, 0.05, 2.0))
+            start = time.monotonic()
+            if not waiting.wait("t", p, offset, timeout=timeout):
+                continue
+            done = time.monotonic()
+            with lock:
+                at = appended.get((p, offset))
+                woken[0] += 1
+            if at is not None and at > start and done - at > 0.4:
+                late.append(f"thread {i}: {p}/{offset} woke {done - at:.3f} s after its append")
+
+    threads = [threading.Thread(target=waiter, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    while time.monotonic() < stop - 0.5:
+        p = rng.randrange(3)
+        writing.append("t", p, [Record(b"k", b"v")])
+        with lock:
+            appended[(p, ends[p])] = time.monotonic()
+            ends[p] += 1
+        time.sleep(rng.choice((0, 0.0002, 0.002, 0.02)))
+    for thread in threads:
+        thread.join(10)
+    assert not any(t.is_alive() for t in threads)
+    assert not late, late[:5]
+    assert sum(ends) > 50 and woken[0] > 50, (ends, woken)
