@@ -1,13 +1,14 @@
 /* kafkakv.log.embedded._frame: the embedded log's batch encoding in C, and one decoding.
  *
- * Four functions over bytes, each the same as its Python twin in frame.py (which
- * tests/log/test_frame.py checks input by input, results and errors alike):
+ * Five functions over bytes, each the same as its Python twin in frame.py (read_head's is in
+ * head.py; tests/log/test_frame.py checks each pair input by input, results and errors alike):
  *
  *   plain_body(records, limit)  the msgpack body of a batch of plain records, or None
  *   frame(base_offset, body, record_count, last_offset_delta, base_timestamp,
  *         max_timestamp, attributes, delete_horizon_ms, producer)
  *                               a whole batch: the 56-byte header, its CRC, the body
  *   pack_head(state)            the 80-byte head record of a HeadState
+ *   read_head(mapped, last)     the head record in a mapping, checked and unpacked
  *   latest_into(target, body, first, limit)
  *                               a batch body's rows put into a dict, the last value per key
  *
@@ -788,6 +789,82 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* -- read_head -------------------------------------------------------------------------- */
+
+/* head.py's HeadFile.read, one look: read_head(mapped, last) copies the head record's 80 bytes
+ * out of ``mapped`` (the head file's mmap) and returns ``last`` itself, a (raw, state) pair,
+ * when they are ``raw``; else a new (raw, HeadState) pair when they are a whole head record
+ * (magic and CRC), or None when they are not (torn by a publish under way, or no head). Its
+ * twin is head.py's py_read_head. */
+static PyObject *
+read_head(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 2) {
+        PyErr_SetString(PyExc_TypeError, "read_head() takes a buffer and a (raw, state) pair");
+        return NULL;
+    }
+    if (head_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "read_head() before bind_head()");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    unsigned char raw[HEAD_SIZE];
+    Py_ssize_t have = view.len;
+    if (have >= HEAD_SIZE) {
+        memcpy(raw, view.buf, HEAD_SIZE); /* one copy: what is checked is what is returned */
+    }
+    PyBuffer_Release(&view);
+    if (have < HEAD_SIZE) {
+        Py_RETURN_NONE;
+    }
+    PyObject *last = args[1];
+    PyObject *last_raw = PyTuple_GET_ITEM(last, 0);
+    if (PyBytes_Check(last_raw) && PyBytes_GET_SIZE(last_raw) == HEAD_SIZE &&
+        memcmp(PyBytes_AS_STRING(last_raw), raw, HEAD_SIZE) == 0) {
+        return Py_NewRef(last);
+    }
+    if (memcmp(raw, "KKVH", 4) != 0 ||
+        get_u32(raw + 4) != (uint32_t)crc32(crc32(0L, Z_NULL, 0), raw + 8, HEAD_SIZE - 8)) {
+        Py_RETURN_NONE;
+    }
+    PyTypeObject *type = (PyTypeObject *)head_type;
+    PyObject *state = type->tp_alloc(type, 8);
+    if (state == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < 7; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(get_u64(raw + 8 + 8 * i));
+        if (v == NULL) {
+            Py_DECREF(state);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(state, i, v);
+    }
+    PyObject *boot = PyBytes_FromStringAndSize((const char *)raw + 64, 16);
+    if (boot == NULL) {
+        Py_DECREF(state);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(state, 7, boot);
+    PyObject *bytes = PyBytes_FromStringAndSize((const char *)raw, HEAD_SIZE);
+    if (bytes == NULL) {
+        Py_DECREF(state);
+        return NULL;
+    }
+    PyObject *out = PyTuple_New(2);
+    if (out == NULL) {
+        Py_DECREF(bytes);
+        Py_DECREF(state);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, bytes);
+    PyTuple_SET_ITEM(out, 1, state);
+    return out;
+}
+
 /* -- latest_into ------------------------------------------------------------------------ */
 
 /* The read side's one function: a stored batch body (format.py's rows, ``[[offset_delta,
@@ -1370,6 +1447,9 @@ static PyMethodDef frame_methods[] = {
      PyDoc_STR("read_plain(fd, pos, end, low, limit, partition, room, budget): whole plain "
                "batches from pos as records, (records, after, pos, low, room, budget), or "
                "None.")},
+    {"read_head", (PyCFunction)(void (*)(void))read_head, METH_FASTCALL,
+     PyDoc_STR("read_head(mapped, last): ``last`` when the head record in ``mapped`` is its raw "
+               "bytes, else a new (raw, HeadState) pair, or None when torn.")},
     {"bind", bind, METH_O, PyDoc_STR("bind(Record): the record class plain_body accepts.")},
     {"bind_head", bind_head, METH_O,
      PyDoc_STR("bind_head(HeadState): the head state class append_plain returns.")},
@@ -1405,9 +1485,9 @@ PyInit__frame(void)
     if (module == NULL) {
         return NULL;
     }
-    PyObject *all = Py_BuildValue("[sssssssss]", "append_plain", "bind", "bind_head", "frame",
+    PyObject *all = Py_BuildValue("[ssssssssss]", "append_plain", "bind", "bind_head", "frame",
                                   "frame_header", "latest_into", "pack_head", "plain_body",
-                                  "read_plain");
+                                  "read_head", "read_plain");
     if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
         Py_XDECREF(all);
         Py_DECREF(module);

@@ -20,7 +20,9 @@ system calls made without the GIL, and :data:`read_plain`, the common case of a 
 read (a follower's, a replay's): whole batches as an append leaves them, checked and decoded
 into records in one call. Neither has a twin: where one is None (not built, or pure Python)
 the partition's own Python path does the same; it also takes over wherever the compiled one
-declines (``_frame.c`` says when), and says what is wrong with a batch that is.
+declines (``_frame.c`` says when), and says what is wrong with a batch that is. The third,
+:data:`read_head`, one look at a head file's mapping (every wait's check and every read
+begins with one), has its twin in ``head.py``.
 
 The formats are in ``format.py`` and ``head.py``. Two implementations with one behaviour, as for
 the map's reads (:mod:`kafkakv.map.reads`): ``kafkakv.log.embedded._frame``, built from
@@ -64,6 +66,7 @@ __all__ = [
     "py_latest_into",
     "py_pack_head",
     "py_plain_body",
+    "read_head",
     "read_plain",
     "unpack_rows",
 ]
@@ -185,6 +188,8 @@ latest_into = py_latest_into
 append_plain: Callable[..., Any] | None = None
 #: The compiled common case of a sequential read (see the module docstring), or None.
 read_plain: Callable[..., Any] | None = None
+#: The compiled look at a head file's mapping (head.py's ``py_read_head``), or None.
+read_head: Callable[..., Any] | None = None
 #: Gives the C module the HeadState class that :data:`append_plain` returns (head.py calls it).
 bind_head: Callable[[type], None] = _bind_nothing
 if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
@@ -198,5 +203,5 @@ if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
         frame_header = _frame.frame_header
         latest_into = _frame.latest_into
         append_plain, bind_head = _frame.append_plain, _frame.bind_head
-        read_plain = _frame.read_plain
+        read_plain, read_head = _frame.read_plain, _frame.read_head
         COMPILED = True

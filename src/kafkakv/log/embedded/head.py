@@ -31,9 +31,9 @@ import zlib
 from typing import NamedTuple
 
 from kafkakv.log.embedded import fs
-from kafkakv.log.embedded.frame import HEAD_MAGIC, bind_head, pack_head
+from kafkakv.log.embedded.frame import HEAD_MAGIC, bind_head, pack_head, read_head
 
-__all__ = ["BOOT_ID", "HEAD_SIZE", "HeadFile", "HeadState"]
+__all__ = ["BOOT_ID", "HEAD_SIZE", "HeadFile", "HeadState", "py_read_head"]
 
 _HEAD = struct.Struct("<4sIQQQQQQQ16s")
 HEAD_SIZE = _HEAD.size
@@ -82,6 +82,23 @@ def unpack_head(raw: bytes) -> HeadState | None:
     return _new_tuple(HeadState, fields[2:])  # as HeadState(*...), minus a Python call
 
 
+_Last = tuple[bytes, "HeadState | None"]  # a head record's bytes and what they say
+
+
+def py_read_head(mapped: mmap.mmap, last: _Last) -> _Last | None:
+    """One look at the head record in ``mapped``: ``last`` itself when its bytes are there
+    still, a new (bytes, state) pair for another whole record, None for a torn or missing one.
+    The twin of the compiled ``frame.read_head``, which makes no bytes object when unchanged."""
+    raw = mapped[:HEAD_SIZE]
+    if raw == last[0] and len(raw) == HEAD_SIZE:
+        return last
+    state = unpack_head(raw)
+    return None if state is None else (raw, state)
+
+
+_read_head = read_head or py_read_head
+
+
 class HeadFile:
     """One open head file: lock-free reads through mmap, publishes through pwrite."""
 
@@ -90,7 +107,7 @@ class HeadFile:
         self._fd = fs.open(path, os.O_RDWR | os.O_CLOEXEC)
         self._mm: mmap.mmap | None = None
         # The bytes of the last valid record read, and what they said.
-        self._last: tuple[bytes, HeadState | None] = (b"", None)
+        self._last: _Last = (b"", None)
         if os.fstat(self._fd).st_size >= HEAD_SIZE:
             self._mm = mmap.mmap(self._fd, HEAD_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
 
@@ -113,14 +130,12 @@ class HeadFile:
                 return None
             self._mm = mmap.mmap(self._fd, HEAD_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
         for attempt in range(200):
-            raw = self._mm[:HEAD_SIZE]
-            last_raw, last_state = self._last  # one attribute: threads never see a mix
-            if raw == last_raw:  # unchanged since the last read: skip CRC and unpack
-                return last_state
-            state = unpack_head(raw)
-            if state is not None:
-                self._last = (raw, state)
-                return state
+            last = self._last  # one attribute: threads never see a mix
+            got = _read_head(self._mm, last)  # ``last`` itself when unchanged: no CRC, no unpack
+            if got is not None:
+                if got is not last:
+                    self._last = got
+                return got[1]
             time.sleep(0 if attempt < 100 else 0.0001)
         return None
 
