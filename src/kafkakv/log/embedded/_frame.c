@@ -668,6 +668,28 @@ append_locked(struct plan *w)
     return APPENDED;
 }
 
+/* A HeadState (the class bind_head gave) of the seven u64 fields, in head.py's order, and the
+ * boot id ``boot`` (borrowed); NULL with an error set. */
+static PyObject *
+new_head_state(const uint64_t *f, PyObject *boot)
+{
+    PyTypeObject *type = (PyTypeObject *)head_type;
+    PyObject *state = type->tp_alloc(type, 8);
+    if (state == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < 7; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(f[i]);
+        if (v == NULL) {
+            Py_DECREF(state);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(state, i, v);
+    }
+    PyTuple_SET_ITEM(state, 7, Py_NewRef(boot));
+    return state;
+}
+
 /* An int argument as a long long; 0 with *ok cleared (and no error set) when it is not one. */
 static long long
 ll_arg(PyObject *obj, int *ok)
@@ -754,20 +776,10 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         errno = w.error;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    PyTypeObject *type = (PyTypeObject *)head_type;
-    PyObject *state = type->tp_alloc(type, 8);
+    PyObject *state = new_head_state(w.fields, args[5]);
     if (state == NULL) {
         return NULL;
     }
-    for (int i = 0; i < 7; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(w.fields[i]);
-        if (v == NULL) {
-            Py_DECREF(state);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(state, i, v);
-    }
-    PyTuple_SET_ITEM(state, 7, Py_NewRef(args[5]));
     PyObject *raw = PyBytes_FromStringAndSize((const char *)w.head, HEAD_SIZE);
     PyObject *first = PyLong_FromUnsignedLongLong(w.first);
     if (raw == NULL || first == NULL) {
@@ -830,25 +842,19 @@ read_head(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         get_u32(raw + 4) != (uint32_t)crc32(crc32(0L, Z_NULL, 0), raw + 8, HEAD_SIZE - 8)) {
         Py_RETURN_NONE;
     }
-    PyTypeObject *type = (PyTypeObject *)head_type;
-    PyObject *state = type->tp_alloc(type, 8);
-    if (state == NULL) {
-        return NULL;
-    }
+    uint64_t f[7];
     for (int i = 0; i < 7; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(get_u64(raw + 8 + 8 * i));
-        if (v == NULL) {
-            Py_DECREF(state);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(state, i, v);
+        f[i] = get_u64(raw + 8 + 8 * i);
     }
     PyObject *boot = PyBytes_FromStringAndSize((const char *)raw + 64, 16);
     if (boot == NULL) {
-        Py_DECREF(state);
         return NULL;
     }
-    PyTuple_SET_ITEM(state, 7, boot);
+    PyObject *state = new_head_state(f, boot);
+    Py_DECREF(boot);
+    if (state == NULL) {
+        return NULL;
+    }
     PyObject *bytes = PyBytes_FromStringAndSize((const char *)raw, HEAD_SIZE);
     if (bytes == NULL) {
         Py_DECREF(state);
