@@ -182,3 +182,35 @@ def test_no_waiter_misses_a_wake_up_while_the_reading_role_passes_around(
     assert not any(t.is_alive() for t in threads)
     assert not late, late[:5]
     assert sum(ends) > 50 and woken[0] > 50, (ends, woken)
+
+
+def test_closing_the_log_ends_every_wait_any_with_closed_error(tmp_path: Path) -> None:
+    """Waiters of ``wait_any`` asleep when the log closes raise ClosedError: none of them looks
+    at a head file that close() is releasing meanwhile (an OSError or ValueError then)."""
+    positions = {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
+    for i in range(20):  # a close race: about one close in twenty lost it before the fix
+        log = EmbeddedLog(str(tmp_path / f"log{i}"), background_cleaner=False)
+        log.create_topic("t", 3)
+        errors: list[BaseException] = []
+        threads = [
+            threading.Thread(target=_wait_any_into, args=(log, positions, errors))
+            for _ in range(24)
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.1)
+        log.close()
+        for thread in threads:
+            thread.join(5)
+        assert not any(t.is_alive() for t in threads)
+        others = [e for e in errors if type(e) is not ClosedError]
+        assert len(errors) == 24 and not others, (len(errors), others[:3])
+
+
+def _wait_any_into(
+    log: EmbeddedLog, positions: dict[tuple[str, int], int], errors: list[BaseException]
+) -> None:
+    try:
+        log.wait_any(positions, 30)
+    except Exception as exc:
+        errors.append(exc)

@@ -514,11 +514,13 @@ class EmbeddedLog(Log):
         found: set[TopicPartition] = set()  # what the last look found (one look per wake-up)
 
         def ready() -> bool:
+            if self._closed:  # first: close() releases the head files after waking waiters
+                return True
             found.clear()
             for tp, part, offset in watched:
                 if part.end_offset() > offset:
                     found.add(tp)
-            return bool(found) or self._closed
+            return bool(found)
 
         self._notifier.wait_for_any([part._head.path for _, part, _ in watched], ready, timeout)
         if self._closed:  # closed while waiting: say so rather than answer
