@@ -11,7 +11,16 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "profile_visibility.py"
-STAGES = ("before append", "append", "wake", "read", "apply + listener", "total", "bare wake")
+STAGES = (
+    "before append",
+    "append",
+    "wake",
+    "read",
+    "apply + listener",
+    "total",
+    "bare wake",
+    "bare protocol",
+)
 
 
 def test_the_visibility_profile_times_every_stage_of_every_update(tmp_path: Path) -> None:
