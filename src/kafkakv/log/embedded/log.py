@@ -442,14 +442,14 @@ class EmbeddedLog(Log):
     ) -> Batch:
         """See :meth:`Log.read_batch`: the records, and the next offset the partition's read
         found (one past the last record)."""
-        part = self._parts.get((topic, partition))  # a follower's every read: no call to look
-        if part is None or self._closed or type(offset) is not int or offset < 0 or max_records < 1:
-            part = self._reading(topic, partition, offset, max_records)  # or to refuse
+        part = self._reading(topic, partition, offset, max_records)
         return _new_tuple(Batch, part.read(offset, max_records, max_bytes))
 
     def _reading(self, topic: str, partition: int, offset: int, max_records: int) -> Partition:
         """The partition a read asks for, once its arguments are checked."""
-        part = self._partition(topic, partition)
+        part = self._parts.get((topic, partition))  # every read passes here: no call to look
+        if part is None or self._closed:
+            part = self._partition(topic, partition)  # opens it, or refuses
         if type(offset) is not int or offset < 0:
             raise ConfigError(f"offset must be an int >= 0, not {offset!r}")
         if max_records < 1:
