@@ -225,8 +225,9 @@ class Fibonacci:
         return i is not None and i >= 2 and a == self[i - 1] and c == self[i + 1]
 
 
-def advance(target: str, name: str, worker: int, phase: Any, reports: Any) -> None:
-    """Advance the triple with one CAS at a time until the parent stops the run."""
+def advance(target: str, name: str, worker: int, phase: Any, progress: Any, reports: Any) -> None:
+    """Advance the triple with one CAS at a time until the parent stops the run, counting
+    this worker's advances in ``progress`` as they land."""
 
     def body() -> None:
         with kafkakv.connect(target) as db:
@@ -240,6 +241,7 @@ def advance(target: str, name: str, worker: int, phase: Any, reports: Any) -> No
                 new = sum(view) - view[i]
                 if m.compare_and_set(FIB_KEYS[i], str(view[i]), str(new)):
                     advances += 1
+                    progress.value = advances
                 else:
                     failures += 1
                     m.sync()
