@@ -98,6 +98,7 @@ HOT_KEYS = 8
 KEYS = 300
 PARTITIONS = 3
 RUN_SECONDS = 4.0
+RESULTS = 200
 
 
 def _ident(op: Op, values: Codec[Any]) -> Any:
@@ -239,6 +240,16 @@ def test_random_updates_with_kill_9_converge_to_a_replay_of_the_ops_log(
 
         wait_for(replacements_ready, 60, "the replacement workers to open the map")
         time.sleep(0.5)  # the replacements work too
+        # Enough work for the checks below, however slowly a loaded machine runs it: the
+        # clock above bounds the kills, not the work (at least 100 ops decided are asserted).
+        wait_for(
+            lambda: (
+                sum(f.read_bytes().count(b"\n") for f in tmp_path.glob("results-*.jsonl"))
+                >= RESULTS
+            ),
+            120,
+            f"{RESULTS} results written by the workers",
+        )
         # The check below starts from the data topic: let the workers run until a flush has
         # landed there. A flush on Kafka is a transaction, and on a busy machine none may have
         # committed in the few seconds of kills (seen once in a full test run).
