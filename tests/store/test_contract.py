@@ -103,14 +103,16 @@ def test_write_sets_overwrites_and_deletes(store: Store) -> None:
 def test_positions_roundtrip_and_partial_update(store: Store) -> None:
     given_positions = {0: Positions(5, 2), 3: Positions(1)}
     store.write({b"k": b"v"}, given_positions)
-    given_positions[0].applied = 99  # the store kept a copy
+    given_positions[0] = Positions(99)  # the store kept its own mapping
     assert store.positions() == {0: Positions(5, 2), 3: Positions(1, -1)}
     store.write({}, {3: Positions(7, 4)})  # partition 0 is left as it is
     got = store.positions()
     assert got == {0: Positions(5, 2), 3: Positions(7, 4)}
-    got[0].applied = 99  # positions() returns a copy
+    got[0] = Positions(99)  # positions() returns a mapping of its own
     assert store.positions()[0] == Positions(5, 2)
     assert store.get(b"k") == b"v"
+    with pytest.raises(AttributeError):  # a value: what a store holds cannot change under it
+        got[3].applied = 99  # type: ignore[misc]
 
 
 def test_drop_partition(store: Store) -> None:

@@ -886,7 +886,7 @@ class ReplicaEngine:
             self.errors.extend(step.errors)
         if step.stall is not None:
             self._stall(p, *step.stall)
-        position = {p: step.positions}
+        position = {p: _new_tuple(Positions, (step.applied, step.flushed))}  # step.positions
         changes = step.changes
         for state in self.maps:
             state.store.write(changes.get(id(state), _NO_CHANGES), position)

@@ -52,6 +52,8 @@ from kafkakv.map.ops import (
 )
 from kafkakv.store.base import Positions, Store
 
+_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor
+
 __all__ = [
     "CHANGE",
     "EXPIRES_HEADER",
@@ -207,7 +209,7 @@ class Step:
 
     @property
     def positions(self) -> Positions:
-        return Positions(self.applied, self.flushed)
+        return _new_tuple(Positions, (self.applied, self.flushed))
 
 
 #: Batches at least this long try the bulk path of :meth:`PartitionMachine.apply_batch`.

@@ -19,31 +19,22 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 from kafkakv.lifecycle import Closeable
 
 __all__ = ["OrderedStore", "Positions", "Store"]
 
 
-class Positions:
+class Positions(NamedTuple):
     """Per-partition progress of a store: ``applied`` is the next ops offset to apply (0 when
-    nothing was applied), ``flushed`` the last ops offset covered by a flush (-1: none)."""
+    nothing was applied), ``flushed`` the last ops offset covered by a flush (-1: none).
 
-    __slots__ = ("applied", "flushed")
+    A value: stores keep the very object they are given and hand it out again, with no copy
+    (every applied batch writes one)."""
 
-    def __init__(self, applied: int = 0, flushed: int = -1) -> None:
-        self.applied = applied
-        self.flushed = flushed
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Positions)
-            and other.applied == self.applied
-            and other.flushed == self.flushed
-        )
-
-    def __repr__(self) -> str:
-        return f"Positions(applied={self.applied}, flushed={self.flushed})"
+    applied: int = 0
+    flushed: int = -1
 
 
 class Store(Closeable):

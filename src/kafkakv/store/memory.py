@@ -123,7 +123,7 @@ class _MemoryStore(Store):
         """A copy of every partition's positions. O(partitions)."""
         with self._lock:
             self._live()
-            return {p: Positions(x.applied, x.flushed) for p, x in self._positions.items()}
+            return dict(self._positions)
 
     def write(
         self, changes: Mapping[bytes, bytes | None], positions: Mapping[int, Positions]
@@ -134,8 +134,7 @@ class _MemoryStore(Store):
             if self._closed:  # the path of every applied batch: no call while open
                 self._live()
             self._apply(changes)
-            for p, pos in positions.items():
-                self._positions[p] = Positions(pos.applied, pos.flushed)
+            self._positions.update(positions)
 
     def _apply(self, changes: Mapping[bytes, bytes | None]) -> None:
         # Bulk dict operations, not a Python loop per key (a bootstrap writes 25,000 at once).
