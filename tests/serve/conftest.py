@@ -30,6 +30,10 @@ from tests.conftest import KAFKA_TIMEOUT, SHARED_LOG_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The browser fixtures are a plugin of the modules that use them (pytest_plugins): left out of
+# the doctest collection, which would import them first, before pytest can rewrite them.
+collect_ignore = ["_browser.py"]
+
 
 @dataclass
 class Served:
