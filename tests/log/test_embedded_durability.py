@@ -184,3 +184,161 @@ def test_a_failed_background_flush_is_reported(
         wait_for(lambda: log.background_errors, 5, "a background error", interval=0.005)
         assert [e.errno for e in log.background_errors if isinstance(e, OSError)] == [5]
         monkeypatch.undo()
+
+
+def _read_until_closed(
+    log: EmbeddedLog, kind: int, end: int, start: threading.Barrier, wrong: list[BaseException]
+) -> None:
+    """Read in a loop (sequentially, from the start, or entries) until ClosedError; note any
+    other error or a wrong batch in ``wrong``."""
+    start.wait()
+    position = 0
+    try:
+        while True:
+            if kind == 0:
+                records = log.read("t", 0, position, max_records=100)
+                assert [r.offset for r in records] == list(range(position, position + len(records)))
+                position = (position + len(records)) % end
+            elif kind == 1:
+                assert len(log.read("t", 0, 0, max_records=2000)) == 2000
+            else:
+                assert len(log.read_entries("t", 0, position % end, max_records=50))
+                position += 37
+            os.close(os.open(os.devnull, os.O_RDONLY))  # takes the numbers a close frees
+    except ClosedError:
+        return
+    except BaseException as exc:  # the test reports it
+        wrong.append(exc)
+
+
+def test_reads_in_flight_when_the_log_closes_end_in_their_records_or_closed_error(
+    tmp_path: Path,
+) -> None:
+    """Threads read while another closes the log. Each read returns the records it asked for
+    or raises ClosedError: a descriptor closed under a read gave OSError(EBADF), and one reused
+    meanwhile by a file opened elsewhere could feed the read another file's bytes."""
+    path = tmp_path / "log"
+    with EmbeddedLog(path, background_cleaner=False) as log:
+        log.create_topic("t", 1, {"segment.bytes": 64 * 1024})
+        for _ in range(50):
+            log.append("t", 0, [Record(b"k%d" % j, b"v" * 100) for j in range(40)])
+    wrong: list[BaseException] = []
+    for _ in range(40):
+        log = EmbeddedLog(path, background_cleaner=False)
+        start = threading.Barrier(5)
+        end = log.end_offset("t", 0)
+        threads = [
+            threading.Thread(target=_read_until_closed, args=(log, k % 3, end, start, wrong))
+            for k in range(4)
+        ]
+        for t in threads:
+            t.start()
+        start.wait()
+        time.sleep(0.002)
+        log.close()
+        for t in threads:
+            t.join(10)
+        assert not any(t.is_alive() for t in threads)
+        assert wrong == [], [repr(e) for e in wrong[:5]]
+        assert _descriptors_under(path) == []
+
+
+def _append_until_closed(
+    log: EmbeddedLog,
+    name: bytes,
+    start: threading.Barrier,
+    landed: list[tuple[int, bytes]],
+    wrong: list[BaseException],
+) -> None:
+    start.wait()
+    try:
+        for i in range(1_000_000):
+            value = b"%s-%d" % (name, i)
+            landed.append((log.append("t", 0, [Record(b"k", value)]), value))
+    except ClosedError:
+        return
+    except BaseException as exc:  # the test reports it
+        wrong.append(exc)
+
+
+def test_appends_racing_the_close_land_or_raise_closed_error(tmp_path: Path) -> None:
+    """Threads append while another closes the log. Each append returns its offset, and then
+    its record is in the log when it is opened again, or raises ClosedError."""
+    path = tmp_path / "log"
+    with EmbeddedLog(path, background_cleaner=False) as log:
+        log.create_topic("t", 1)
+    wrong: list[BaseException] = []
+    for round_ in range(30):
+        log = EmbeddedLog(path, background_cleaner=False)
+        landed: list[tuple[int, bytes]] = []
+        start = threading.Barrier(4)
+        threads = [
+            threading.Thread(
+                target=_append_until_closed,
+                args=(log, b"%d-%d" % (round_, k), start, landed, wrong),
+            )
+            for k in range(3)
+        ]
+        for t in threads:
+            t.start()
+        start.wait()
+        time.sleep(0.002)
+        log.close()
+        for t in threads:
+            t.join(10)
+        assert not any(t.is_alive() for t in threads)
+        assert wrong == [], [repr(e) for e in wrong[:5]]
+        assert _descriptors_under(path) == []
+        with EmbeddedLog(path, background_cleaner=False) as again:
+            for offset, value in landed:
+                assert again.read("t", 0, offset, max_records=1)[0].value == value
+
+
+def _descriptors_under(path: Path) -> list[str]:
+    """The files under ``path`` this process holds open."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith(str(path)):
+            found.append(target)
+    return found
+
+
+def test_partitions_first_used_while_the_log_closes_are_not_left_open(tmp_path: Path) -> None:
+    """Threads touch partitions for the first time (each opens its files then) while another
+    closes the log: each call answers or raises ClosedError, and once close() returned and the
+    threads ended, no file of the log is open. A partition opened just after close() released
+    the others stayed open, and usable, on the closed log."""
+    path = tmp_path / "log"
+    with EmbeddedLog(path, background_cleaner=False) as log:
+        log.create_topic("t", 64)
+    wrong: list[BaseException] = []
+
+    def touch(log: EmbeddedLog, partitions: range, start: threading.Barrier) -> None:
+        start.wait()
+        try:
+            for p in partitions:
+                log.end_offset("t", p)
+        except ClosedError:
+            return
+        except BaseException as exc:  # the test reports it
+            wrong.append(exc)
+
+    for _ in range(20):
+        log = EmbeddedLog(path, background_cleaner=False)
+        start = threading.Barrier(4)
+        threads = [
+            threading.Thread(target=touch, args=(log, range(k, 64, 3), start)) for k in range(3)
+        ]
+        for t in threads:
+            t.start()
+        start.wait()
+        time.sleep(0.0005)
+        log.close()
+        for t in threads:
+            t.join(10)
+        assert wrong == [], [repr(e) for e in wrong[:5]]
+        assert _descriptors_under(path) == []

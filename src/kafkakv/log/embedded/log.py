@@ -275,6 +275,8 @@ class EmbeddedLog(Log):
                 f"topic {topic!r} has partitions 0..{count - 1}; there is no partition {partition!r}"
             )
         with self._lock:
+            if self._closed:  # closed meanwhile: close() releases the partitions under this lock
+                self._check_open()
             part = self._parts.get((topic, partition))
             if part is None:
                 part = Partition(

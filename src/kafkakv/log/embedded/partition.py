@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any, Literal, NamedTuple, cast
 
-from kafkakv.errors import CorruptLogError, LogIOError, OffsetOutOfRangeError
+from kafkakv.errors import ClosedError, CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import EndMark, Entry
 from kafkakv.log.config import TopicConfig
@@ -262,9 +262,12 @@ class Partition:
         self._bases: list[int] = []
         # Readers run without the cache lock: a reload retires the descriptors of segments
         # gone from the manifest, closed once no read is running (one may still use them).
+        # close() likewise leaves the head and the read descriptors to the last reader out
+        # (see _release_locked); _readers counts the reads and head reads under way.
         self._read_fds: dict[str, int] = {}
         self._retired: list[int] = []
         self._readers = 0
+        self._closed = False
         self._index: dict[str, _IndexCache] = {}
         # (segment, next offset, byte position) where the last read stopped: a tailing reader
         # starts there instead of scanning forward from the last sparse-index entry.
@@ -311,11 +314,21 @@ class Partition:
         done needs no repair to read: readers never look past the head's segment, and the next
         writer finishes the roll.
         """
-        head = self._head.read()
-        if head is None or head.boot_id != BOOT_ID:
-            with self.locked():
-                head = self.settled_locked()
-        return head
+        with self._cache_lock:
+            if self._closed:
+                raise self._closed_error()
+            self._readers += 1  # the head stays open meanwhile
+        try:
+            head = self._head.read()
+            if head is None or head.boot_id != BOOT_ID:
+                with self.locked():
+                    head = self.settled_locked()
+            return head
+        finally:
+            with self._cache_lock:
+                self._readers -= 1
+                if not self._readers and (self._retired or self._closed):
+                    self._release_locked()
 
     def settle(self, deadline: float | None = None) -> HeadState:
         """Take the lock and make the head agree with the segments (see settled_locked)."""
@@ -362,15 +375,24 @@ class Partition:
         for name in [n for n in self._read_fds if n not in live]:
             self._retired.append(self._read_fds.pop(name))
         if not self._readers:
-            self._close_retired_locked()
+            self._release_locked()
         for name in [n for n in self._index if n not in live]:
             del self._index[name]
         return m
 
-    def _close_retired_locked(self) -> None:
+    def _release_locked(self) -> None:
+        """Close the retired read descriptors, and once the partition is closed, every read
+        descriptor and the head too. With the cache lock held and no read under way."""
+        if self._closed:
+            self._retired.extend(self._read_fds.values())  # a read may have opened more
+            self._read_fds.clear()
+            self._head.close()
         for fd in self._retired:
             os.close(fd)
         self._retired.clear()
+
+    def _closed_error(self) -> ClosedError:
+        return ClosedError(f"partition {self.topic}-{self.number} was closed (the log closed)")
 
     def start_offset(self) -> int:
         return self.published().start_offset
@@ -466,40 +488,46 @@ class Partition:
         """Records at or after ``offset`` in the ``shape`` asked for, and the offset to read
         from next (one past the last of them; ``offset`` when there is none); see
         :meth:`kafkakv.log.base.Log.read`."""
-        head = self.published()
-        new, take = _SHAPES[shape]
-        if offset >= head.next_offset:
-            return new(), offset
-        if offset < head.start_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} of {self.topic}-{self.number} is below the log start offset "
-                f"{head.start_offset}"
-            )
-        for attempt in range(5):
+        with self._cache_lock:
+            if self._closed:
+                raise self._closed_error()
+            self._readers += 1  # what this read uses stays open (see _release_locked)
+        with gc_paused():  # over the release too: gc on there made reads 20% slower
             try:
-                with self._cache_lock:  # only the cache: threads read and decode in parallel
-                    m = self._manifest
-                    if m is None or m.version < head.layout_version or attempt:
-                        m = self._reload_manifest_locked()
-                    bases = self._bases
-                    self._readers += 1
-                with gc_paused():  # over the release too: gc on there made reads 20% slower
+                head = self._head.read()  # as published(), this read counted already
+                if head is None or head.boot_id != BOOT_ID:
+                    head = self.published()  # rebuilds it
+                new, take = _SHAPES[shape]
+                if offset >= head.next_offset:
+                    return new(), offset
+                if offset < head.start_offset:
+                    raise OffsetOutOfRangeError(
+                        f"offset {offset} of {self.topic}-{self.number} is below the log start "
+                        f"offset {head.start_offset}"
+                    )
+                for attempt in range(5):
                     try:
+                        with self._cache_lock:  # only the cache: threads read in parallel
+                            m = self._manifest
+                            if m is None or m.version < head.layout_version or attempt:
+                                m = self._reload_manifest_locked()
+                            bases = self._bases
                         out = new()
                         after = self._read_from(
                             m, bases, head, offset, max_records, max_bytes, take, out
                         )
                         return out, after
-                    finally:
-                        with self._cache_lock:
-                            self._readers -= 1
-                            if not self._readers and self._retired:
-                                self._close_retired_locked()
-            except FileNotFoundError:
-                head = self.published()  # a cleaner swapped segments: reload and retry
-        raise CorruptLogError(
-            f"segments of {self.topic}-{self.number} keep disappearing while reading", path=self.dir
-        )
+                    except FileNotFoundError:
+                        head = self.published()  # a cleaner swapped segments: reload, retry
+                raise CorruptLogError(
+                    f"segments of {self.topic}-{self.number} keep disappearing while reading",
+                    path=self.dir,
+                )
+            finally:
+                with self._cache_lock:
+                    self._readers -= 1
+                    if not self._readers and (self._retired or self._closed):
+                        self._release_locked()
 
     def _read_from(
         self,
@@ -725,6 +753,8 @@ class Partition:
                 )
         try:
             self._locked_depth += 1
+            if self._closed:  # set under this lock by close(): the lock file is gone
+                raise self._closed_error()
             if self._locked_depth > 1:
                 return -1
             held = self._lock_fd
@@ -952,7 +982,8 @@ class Partition:
             and self._tlock.acquire(blocking=False)
         ):
             try:
-                if self._locked_depth == 0:  # not inside this thread's own locked()
+                # Not inside this thread's own locked(), nor closed (the path below says so).
+                if self._locked_depth == 0 and not self._closed:
                     first = self._append_steady(body, count, base_ts, max_ts)
                     if first is not None:
                         return first
@@ -1202,14 +1233,14 @@ class Partition:
         return removed
 
     def close(self) -> None:
+        """Release the partition's files; any use afterwards raises ClosedError. Reads under
+        way finish first: the last of them releases the head and the read descriptors."""
         with self._tlock:
             self._close_writer()
             with self._cache_lock:
-                for fd in self._read_fds.values():
-                    os.close(fd)
-                self._read_fds.clear()
-                self._close_retired_locked()
-            self._head.close()
+                self._closed = True
+                if not self._readers:
+                    self._release_locked()
             if self._lock_fd >= 0:
                 fs.close(self._lock_fd)
                 self._lock_fd = -1
