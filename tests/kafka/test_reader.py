@@ -4,6 +4,8 @@ records."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -43,3 +45,70 @@ def test_a_partition_not_read_lately_stops_being_buffered(
             again += batch
             at = (batch[-1].offset or 0) + 1
         assert [r.value for r in again] == [b"%d" % i for i in range(10, 510)]
+
+
+_READ_WHILE_CLOSING = """
+import sys, threading, time
+from kafkakv.errors import ClosedError
+from kafkakv.log import Record
+from kafkakv.log.kafka import KafkaLog
+
+bootstrap, topic, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+wrong = []
+
+def read(log, kind, start):
+    start.wait()
+    try:
+        while True:
+            if kind == 0:
+                assert len(log.read(topic, 0, 0, max_records=10)) == 10
+            else:
+                log.wait_any({(topic, 0): 10**6}, 0.05)  # nothing there: waits a slice
+                log._check_open()
+    except ClosedError:
+        return
+    except BaseException as exc:
+        wrong.append(repr(exc))
+
+with KafkaLog(bootstrap, timeout=timeout) as log:
+    log.create_topic(topic, 1)
+    log.send(topic, 0, [Record(b"k", b"%d" % i) for i in range(100)])
+for round_ in range(8):
+    log = KafkaLog(bootstrap, timeout=timeout)
+    start = threading.Barrier(4)
+    threads = [threading.Thread(target=read, args=(log, k % 2, start)) for k in range(3)]
+    for t in threads:
+        t.start()
+    start.wait()
+    time.sleep(0.3 + 0.05 * round_)  # every reader has its consumer by now, most are polling
+    log.close()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "a reader did not end"
+print("wrong:", wrong)
+sys.exit(1 if wrong else 0)
+"""
+
+
+def test_closing_the_log_under_threads_that_read_ends_their_reads_and_never_crashes(
+    kafka_cluster: Cluster,
+) -> None:
+    """Threads read and wait on a Kafka log while another thread closes it. Each call answers
+    or raises ClosedError, and the process lives: librdkafka frees a consumer in close(), and
+    one closed under another thread's poll() crashed the process (confluent-kafka-python
+    issue 1797). Run in a child process, so that a crash fails this test alone."""
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _READ_WHILE_CLOSING,
+            kafka_cluster.bootstrap,
+            topic,
+            str(KAFKA_TIMEOUT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])

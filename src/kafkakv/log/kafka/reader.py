@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from kafkakv.errors import KafkaKVError, OffsetOutOfRangeError, OperationTimeoutError
+from kafkakv.errors import ClosedError, KafkaKVError, OffsetOutOfRangeError, OperationTimeoutError
 from kafkakv.log.base import Batch, Record
 from kafkakv.log.kafka.errors import error_class, translate
 from kafkakv.log.kafka.refusals import Refusals
@@ -100,13 +101,32 @@ class Reader:
         self._parts: dict[tuple[str | None, int | None], _Part] = {}
         self._calls = 0  # read and wait_any calls so far
         self.closed = False
+        # Held by the thread in read() or wait_any() while it uses the consumer. librdkafka
+        # frees the consumer in close(): closed under a poll() of another thread, the poll
+        # ran on freed memory (confluent-kafka-python issue 1797: a segfault).
+        self._using = threading.RLock()
+        self._consumer_closed = False
 
     def close(self) -> None:
-        if not self.closed:
-            self.closed = True
+        """Close the consumer: at once when no thread uses it; otherwise the thread that does
+        closes it when its call ends, within one wait slice (``_SLICE``), and its call raises
+        ClosedError (wait_any returns nothing)."""
+        self.closed = True
+        if self._using.acquire(timeout=3 * _SLICE):  # the slice, plus what follows it
+            try:
+                self._close_consumer()
+            finally:
+                self._using.release()
+
+    def _close_consumer(self) -> None:
+        if not self._consumer_closed:
+            self._consumer_closed = True
             # KafkaException or RuntimeError: already closed, or the cluster is gone.
             with contextlib.suppress(KafkaException, RuntimeError):
                 self.consumer.close()
+
+    def _closed_error(self) -> ClosedError:
+        return ClosedError("the Kafka log was closed while this thread read from it")
 
     # -- positioning ----------------------------------------------------------------------
     def _position(self, topic: str, partition: int, offset: int) -> _Part:
@@ -223,6 +243,18 @@ class Reader:
     def read(
         self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> Batch:
+        with self._using:
+            try:
+                if self.closed:
+                    raise self._closed_error()
+                return self._read(topic, partition, offset, max_records, max_bytes)
+            finally:
+                if self.closed:  # close() ran meanwhile and left the consumer to this thread
+                    self._close_consumer()
+
+    def _read(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> Batch:
         self._calls += 1
         mark = self._refusals.mark()
         part = self._position(topic, partition, offset)
@@ -249,6 +281,8 @@ class Reader:
                     f"reading {topic}[{partition}] at offset {offset}: no answer from Kafka "
                     f"within {self.timeout} s"
                 )
+            if self.closed:
+                raise self._closed_error()
             self._pump(min(remaining, _SLICE))
 
     def _at_high_watermark(self, topic: str, partition: int, part: _Part) -> bool:
@@ -292,6 +326,18 @@ class Reader:
         return Batch(out, after)
 
     def wait_any(
+        self, positions: dict[tuple[str, int], int], timeout: float | None
+    ) -> set[tuple[str, int]]:
+        with self._using:
+            try:
+                if self.closed:
+                    return set()
+                return self._wait_any(positions, timeout)
+            finally:
+                if self.closed:  # as in read()
+                    self._close_consumer()
+
+    def _wait_any(
         self, positions: dict[tuple[str, int], int], timeout: float | None
     ) -> set[tuple[str, int]]:
         self._calls += 1
