@@ -231,16 +231,7 @@ def test_reads_in_flight_when_the_log_closes_end_in_their_records_or_closed_erro
             threading.Thread(target=_read_until_closed, args=(log, k % 3, end, start, wrong))
             for k in range(4)
         ]
-        for t in threads:
-            t.start()
-        start.wait()
-        time.sleep(0.002)
-        log.close()
-        for t in threads:
-            t.join(10)
-        assert not any(t.is_alive() for t in threads)
-        assert wrong == [], [repr(e) for e in wrong[:5]]
-        assert _descriptors_under(path) == []
+        _close_under(log, threads, start, 0.002, wrong)
 
 
 def _append_until_closed(
@@ -279,22 +270,34 @@ def test_appends_racing_the_close_land_or_raise_closed_error(tmp_path: Path) -> 
             )
             for k in range(3)
         ]
-        for t in threads:
-            t.start()
-        start.wait()
-        time.sleep(0.002)
-        log.close()
-        for t in threads:
-            t.join(10)
-        assert not any(t.is_alive() for t in threads)
-        assert wrong == [], [repr(e) for e in wrong[:5]]
-        assert _descriptors_under(path) == []
+        _close_under(log, threads, start, 0.002, wrong)
         with EmbeddedLog(path, background_cleaner=False) as again:
             for offset, value in landed:
                 assert again.read("t", 0, offset, max_records=1)[0].value == value
 
 
-def _descriptors_under(path: Path) -> list[str]:
+def _close_under(
+    log: EmbeddedLog,
+    threads: list[threading.Thread],
+    start: threading.Barrier,
+    after: float,
+    wrong: list[BaseException],
+) -> None:
+    """Start ``threads``, close ``log`` ``after`` seconds into their work, and check that
+    every thread ended with nothing wrong and no file of the log left open."""
+    for t in threads:
+        t.start()
+    start.wait()
+    time.sleep(after)
+    log.close()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+    assert wrong == [], [repr(e) for e in wrong[:5]]
+    assert _descriptors_under(log.path) == []
+
+
+def _descriptors_under(path: str | Path) -> list[str]:
     """The files under ``path`` this process holds open."""
     found = []
     for fd in os.listdir("/proc/self/fd"):
@@ -333,12 +336,4 @@ def test_partitions_first_used_while_the_log_closes_are_not_left_open(tmp_path: 
         threads = [
             threading.Thread(target=touch, args=(log, range(k, 64, 3), start)) for k in range(3)
         ]
-        for t in threads:
-            t.start()
-        start.wait()
-        time.sleep(0.0005)
-        log.close()
-        for t in threads:
-            t.join(10)
-        assert wrong == [], [repr(e) for e in wrong[:5]]
-        assert _descriptors_under(path) == []
+        _close_under(log, threads, start, 0.0005, wrong)

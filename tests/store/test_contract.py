@@ -9,6 +9,7 @@ from __future__ import annotations
 import doctest
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -405,6 +406,59 @@ def test_lmdb_killed_writer_leaves_each_batch_with_its_offset(tmp_path: Path) ->
         assert store.get(b"k%08d" % applied) == b"next"
         assert store.get(b"k%08d" % (applied - 1)) == b"v" * 100
         assert store.check() == []
+
+
+CLOSE_UNDER_CALLS = """
+import sys, threading, time
+from kafkakv.errors import ClosedError
+from kafkakv.store import OrderedStore, Positions, open_store
+kind, path = sys.argv[1], sys.argv[2]
+store = open_store(kind, path=path, sync=False) if kind == "lmdb" else open_store(kind)
+store.write({b"k%05d" % i: b"v" * 100 for i in range(2000)}, {0: Positions(1)})
+calls = [lambda: store.get(b"k00007"), lambda: len(store), lambda: list(store.items())]
+calls.append(lambda: store.write({b"w": b"x"}, {0: Positions(2)}))
+if isinstance(store, OrderedStore):
+    calls.append(lambda: list(store.range(b"k00100", b"k00900")))
+started, wrong = threading.Barrier(len(calls) + 1), []
+def loop(call):
+    started.wait()
+    try:
+        while True:
+            call()
+    except ClosedError:
+        pass
+    except BaseException as exc:
+        wrong.append(repr(exc))
+threads = [threading.Thread(target=loop, args=(c,)) for c in calls]
+for t in threads:
+    t.start()
+started.wait()
+time.sleep(0.05)
+store.close()
+for t in threads:
+    t.join(10)
+print("alive", sum(t.is_alive() for t in threads), "wrong", wrong, flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_close_under_calls_in_flight(kind: str, tmp_path: Path) -> None:
+    """close() while other threads read and write: each call answers or raises ClosedError,
+    and none runs on a closed environment (py-lmdb 2.0 made its close wait for the calls that
+    released the GIL; 1.8 passes this test too). In a child process, so that a crash is a
+    failure with its output, not the end of the test run."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONFAULTHANDLER": "1"}
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", CLOSE_UNDER_CALLS, kind, str(tmp_path / "s")],
+            capture_output=True,
+            env=env,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout == "alive 0 wrong []\n", done.stdout + done.stderr[-3000:]
+        shutil.rmtree(tmp_path / "s", ignore_errors=True)
 
 
 def test_lmdb_garbage_directory_raises_store_error(tmp_path: Path) -> None:
