@@ -115,6 +115,53 @@ def test_partition_each_places_every_key_as_partition_for_does(
     assert c.partition_each(tuple(items), partitions, prefix) == expected
 
 
+_KEYS_GROW_IN_A_FINALIZER = """
+import gc
+from kafkakv.log._murmur2 import partition_each
+
+keys = [b"k%d" % i for i in range(8)]
+
+class Grows:  # in a reference cycle: only the collector frees it
+    def __init__(self):
+        self.me = self
+    def __del__(self):
+        keys.extend([b"x"] * 100_000)  # moves the list's items elsewhere
+
+outcomes = []
+gc.collect()
+gc.disable()
+for _ in range(5):
+    Grows()
+    gc.enable()
+    gc.set_threshold(1)  # the result list partition_each allocates sets a collection off
+    try:
+        result = partition_each(keys, 7, b"p")
+    except RuntimeError as exc:
+        result = exc
+    gc.disable()
+    del keys[8:]
+    outcomes.append(str(result) if isinstance(result, RuntimeError) else len(result))
+print(outcomes)
+"""
+
+
+def test_partition_each_over_keys_a_finalizer_changes_raises() -> None:
+    """A collection run while partition_each allocates its result may run finalizers that
+    change the key list; the call then raises RuntimeError. Before, it read the list's old,
+    freed item array (a use after free: under PYTHONMALLOC=debug, a crash)."""
+    _compiled()
+    env = {**os.environ, "PYTHONMALLOC": "debug", "PYTHONFAULTHANDLER": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _KEYS_GROW_IN_A_FINALIZER],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "partition_each: the keys changed during the call" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -293,6 +293,38 @@ def test_an_end_watch_notes_a_whole_mark_and_refuses_a_bad_one() -> None:
             watch.note(12, second, bytearray(second))  # type: ignore[arg-type]
 
 
+_NO_PREFIX_LINEARIZABLE = """
+from kafkakv.map._reads import LocalReads, ReadGate
+
+class Half(LocalReads):
+    pass
+
+m = Half()
+m._gate, m._lookup, m._catch_up = ReadGate(), {}.get, lambda key: None
+m._key_bytes = lambda key: bytearray(key.encode())  # not bytes; no _prefix set
+try:
+    m.get("a")
+except TypeError as exc:
+    print("TypeError", exc)
+"""
+
+
+def test_a_linearizable_read_without_a_prefix_raises_instead_of_crashing() -> None:
+    """A map half set up (no ``_prefix``) whose key codec gives something other than bytes:
+    the catch-up key is the encoded key alone. Before, it was ``NULL + encoded``: a crash.
+    In a child process, so that a crash is a failure with its output."""
+    _compiled()
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_PREFIX_LINEARIZABLE],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("TypeError"), done.stdout
+
+
 def test_get_refuses_bad_arguments_as_a_python_method_would() -> None:
     _reads = _compiled()
     for base, gate in (

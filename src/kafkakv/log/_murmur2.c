@@ -147,11 +147,18 @@ partition_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto out;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
     result = PyList_New(n);
     if (result == NULL) {
         goto out;
     }
+    /* Only now: PyList_New may collect garbage, whose finalizers may resize a list ``seq``
+     * is (PySequence_Fast returns a list itself). Nothing below runs Python code. */
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        PyErr_SetString(PyExc_RuntimeError, "partition_each: the keys changed during the call");
+        Py_CLEAR(result);
+        goto out;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_buffer key;
         if (key_view(items[i], "partition_for", &key) < 0) {

@@ -91,7 +91,7 @@ static int
 watch_at_end(EndWatch *self)
 {
     PyObject *raw = self->raw;
-    if (self->mapping == NULL || raw == NULL || !PyBytes_CheckExact(raw)) {
+    if (self->mapping == NULL || self->machine == NULL || raw == NULL || !PyBytes_CheckExact(raw)) {
         return 0;
     }
     Py_buffer view;
@@ -356,9 +356,10 @@ direct_lookup(PyObject *lookup, PyObject *catch_up, PyObject *end_watches, PyObj
 {
     if (catch_up != NULL && !all_at_end(end_watches)) {
         PyObject *record_key;
-        if (PyBytes_CheckExact(encoded)
-            && (prefix == NULL || (PyBytes_CheckExact(prefix) && PyBytes_GET_SIZE(prefix) == 0))) {
-            Py_INCREF(encoded);
+        if (prefix == NULL
+            || (PyBytes_CheckExact(encoded) && PyBytes_CheckExact(prefix)
+                && PyBytes_GET_SIZE(prefix) == 0)) {
+            Py_INCREF(encoded); /* no prefix (not set): the key alone */
             record_key = encoded;
         }
         else {
