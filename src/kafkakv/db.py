@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import atexit
 import dataclasses
 import inspect
 import logging
@@ -27,7 +26,7 @@ from prometheus_client import CollectorRegistry
 from kafkakv.codecs import Codec, codec_for
 from kafkakv.directory import Directory, Transform
 from kafkakv.errors import ClosedError, ConfigError
-from kafkakv.lifecycle import Closeable
+from kafkakv.lifecycle import Closeable, ExitStage, at_exit
 from kafkakv.log.base import Log
 from kafkakv.log.embedded import EmbeddedLog
 from kafkakv.log.memory import MemoryLog
@@ -744,7 +743,7 @@ def _close_at_exit() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_close_at_exit)
+at_exit(ExitStage.DRAIN, _close_at_exit)
 
 
 def _held_partitions(shard: Iterable[int] | None, count: int) -> list[int]:

@@ -28,7 +28,9 @@ there was an exception, has it as ``__cause__``.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
+import os
 import threading
 import time
 import uuid
@@ -63,6 +65,7 @@ from kafkakv.errors import (
     UnknownTopicError,
     UnsupportedOperationError,
 )
+from kafkakv.lifecycle import ExitStage, at_exit
 from kafkakv.log.base import Batch, CleanResult, FailureCallback, Log, LogWriter, Problem, Record
 from kafkakv.log.base import TopicPartition as TP
 from kafkakv.log.config import parse_topic_config, validate_topic_name
@@ -343,8 +346,10 @@ class KafkaLog(Log):
         self.timeout = self.settings.timeout
         self._replication = replication_factor
         self.transaction_timeout_ms = transaction_timeout_ms
-        self._admin = open_client(AdminClient, self.settings.admin())
-        self._producer = open_client(Producer, self.settings.producer())
+        # None once closed. close() drops these references rather than closing the clients
+        # under calls of other threads (see _close_clients).
+        self._admin: AdminClient | None = open_client(AdminClient, self.settings.admin())
+        self._producer: Producer | None = open_client(Producer, self.settings.producer())
         self._meta = open_client(
             Consumer, self.settings.consumer(f"kafkakv-meta-{uuid.uuid4().hex}")
         )
@@ -365,6 +370,8 @@ class KafkaLog(Log):
             target=self._poll_loop, name="kafkakv-kafka-deliveries", daemon=True
         )
         self._poller.start()
+        self._pid = os.getpid()
+        _open_logs.add(self)
 
     def __repr__(self) -> str:
         return f"KafkaLog({self.settings.bootstrap!r})"
@@ -381,9 +388,11 @@ class KafkaLog(Log):
         probed = protocol not in ("plaintext", "sasl_plaintext")
         address = self.settings.bootstrap.split(",")[0]
 
+        admin = self._admin_client()
+
         def serve() -> None:
             nonlocal probed
-            self._admin.poll(0)  # runs error_cb: nothing else polls this client yet
+            admin.poll(0)  # runs error_cb: nothing else polls this client yet
             if not probed and self._refusals.all_down:
                 probed = True
                 if speaks_tls(address, _TLS_PROBE_S):
@@ -396,12 +405,12 @@ class KafkaLog(Log):
         try:
             self._patiently(
                 f"connecting to {self.settings.bootstrap}",
-                lambda wait: self._admin.list_topics(timeout=wait),
+                lambda wait: admin.list_topics(timeout=wait),
                 serve,
             )
         except KafkaException as exc:
             self._close_clients()
-            self._admin.poll(0)
+            admin.poll(0)
             self._refusals.check(0)
             raise _unreachable(
                 self.settings.bootstrap, self.timeout, exc, self._refusals.last_transport
@@ -468,13 +477,16 @@ class KafkaLog(Log):
         loop (no ``producer``) also serves the error reports of the admin and metadata
         clients, so that a refusal reaches :class:`Refusals` while a call waits in them."""
         main = producer is None
+        admin = self._admin
         if producer is None:  # (not `or`: a Producer with nothing queued is falsy)
             producer = self._producer
+        if producer is None or admin is None:  # closed before this thread started
+            return
         while not self._closed:
             try:
                 producer.poll(0.1)
                 if main:
-                    self._admin.poll(0)
+                    admin.poll(0)
                     if self._meta_lock.acquire(blocking=False):  # never wait behind a call
                         try:
                             self._meta.poll(0)  # nothing assigned: error reports only
@@ -489,6 +501,12 @@ class KafkaLog(Log):
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("this KafkaLog is closed")
+
+    def _admin_client(self) -> AdminClient:
+        admin = self._admin
+        if admin is None:
+            raise ClosedError("this KafkaLog is closed")
+        return admin
 
     # -- topics ---------------------------------------------------------------------------
     def create_topic(
@@ -507,7 +525,7 @@ class KafkaLog(Log):
             replication_factor=self._replication,
             config=wanted,
         )
-        futures = self._admin.create_topics(
+        futures = self._admin_client().create_topics(
             [topic], operation_timeout=self.timeout, request_timeout=self.timeout
         )
         # TopicExistsError, or ConfigError for settings the brokers refuse (see .errors.TABLE)
@@ -546,7 +564,9 @@ class KafkaLog(Log):
             broker = ConfigResource(ResourceType.BROKER, str(next(iter(meta.brokers))))
             entries = self._patiently(
                 what,
-                self._admin.describe_configs([broker], request_timeout=self.timeout)[broker].result,
+                self._admin_client()
+                .describe_configs([broker], request_timeout=self.timeout)[broker]
+                .result,
             )
         entry = entries.get("default.replication.factor")
         self._replication = int(entry.value) if entry is not None and entry.value else 1
@@ -616,9 +636,9 @@ class KafkaLog(Log):
                 with translated(f"describing topic {topic!r}"):
                     entries = self._patiently(
                         f"describing topic {topic!r}",
-                        self._admin.describe_configs([resource], request_timeout=self.timeout)[
-                            resource
-                        ].result,
+                        self._admin_client()
+                        .describe_configs([resource], request_timeout=self.timeout)[resource]
+                        .result,
                     )
                 return {
                     name: "" if e.value is None else str(e.value) for name, e in entries.items()
@@ -631,11 +651,12 @@ class KafkaLog(Log):
     def _metadata(self, topic: str | None = None) -> Any:
         """Fresh cluster metadata, of one topic or all (a ``ClusterMetadata``); raises
         ``KafkaException`` as ``list_topics`` does, or a refusal (:meth:`_patiently`)."""
+        admin = self._admin_client()
         if topic is None:
-            return self._patiently("listing topics", lambda t: self._admin.list_topics(timeout=t))
+            return self._patiently("listing topics", lambda t: admin.list_topics(timeout=t))
         return self._patiently(
             f"looking up topic {topic!r}",
-            lambda t: self._admin.list_topics(topic=topic, timeout=t),
+            lambda t: admin.list_topics(topic=topic, timeout=t),
         )
 
     def _partition(self, topic: str, partition: int) -> _TopicInfo:
@@ -722,8 +743,11 @@ class KafkaLog(Log):
         self, topic: str, partition: int, rows: list[CheckedRecord], timeout: float | None = None
     ) -> int:
         delivery = _Delivery(len(rows))
+        producer = self._producer
+        if producer is None:
+            raise ClosedError("this KafkaLog is closed")
         with translated(f"append to {topic}[{partition}]"):
-            refused = _produce(self._producer, topic, partition, rows, delivery)
+            refused = _produce(producer, topic, partition, rows, delivery)
         if refused:
             raise self._append_failure(topic, partition, refused[0][1])
         # librdkafka gives up at message.timeout.ms (= timeout); the margin is for the report.
@@ -901,24 +925,55 @@ class KafkaLog(Log):
         if self._closed:
             return
         self._closed = True
+        _open_logs.discard(self)
         self._poller.join(timeout=1)
         if self._bulk_poller is not None:
             self._bulk_poller.join(timeout=1)
         self._close_clients()
 
     def _close_clients(self) -> None:
+        """Close the readers and writers, flush the producers, and drop this log's references
+        to its producers and admin client. librdkafka frees a client in its ``close()`` even
+        while another thread's call runs in it (confluent-kafka-python issue 1797: a
+        segfault); dropped, a client is destroyed by whichever thread lets go of it last: here
+        at once, or at the end of a call still in flight, never under one. Kept instead, a
+        closed log's clients went on running (threads, connections retried to a stopped
+        cluster) until the garbage collector, or the interpreter's exit, destroyed them."""
         with self._readers_lock:
             readers = list(self._readers)
         for reader in readers:
             reader.close()
         if self._batch_writer is not None:
             self._batch_writer.close()
-        for producer in (self._producer, self._bulk):
-            remaining = 0 if producer is None else producer.flush(min(self.timeout, 5.0))
+        with self._batch_lock:
+            producers = [p for p in (self._producer, self._bulk) if p is not None]
+            self._producer = self._bulk = None
+        while producers:  # (popped: no name keeps the last one alive)
+            remaining = producers.pop().flush(min(self.timeout, 5.0))
             if remaining:
                 log.warning("closing with %d records not acknowledged", remaining)
+        self._admin = None
         with self._meta_lock:
             self._meta.close()
+
+
+_open_logs: weakref.WeakSet[KafkaLog] = weakref.WeakSet()
+
+
+def _close_at_exit() -> None:
+    """Close the logs the program left open (flushing what they still hold, as
+    :meth:`KafkaLog.close` does) while the interpreter is whole: their clients destroyed
+    during its finalization would run callbacks into a half-torn-down interpreter. A log
+    inherited through fork is left alone: its clients' threads stayed in the parent."""
+    for kafka_log in list(_open_logs):
+        if kafka_log._pid == os.getpid():
+            try:
+                kafka_log.close()
+            except Exception as exc:
+                log.warning("closing %r at exit failed: %s", kafka_log, exc)
+
+
+at_exit(ExitStage.RELEASE, _close_at_exit)
 
 
 class KafkaLogWriter(LogWriter):
@@ -1094,10 +1149,7 @@ class KafkaLogWriter(LogWriter):
             log.warning("could not renew writer %s: %s", self._id, exc)
             return
         old, self._producer = self._producer, fresh
-        try:
-            old.flush(0)
-        except KafkaException as exc:  # fenced by the new one: expected
-            log.debug("closing a replaced producer of %s: %s", self._id, _text(exc))
+        self._discard(old, 0)  # fenced by the new one: its errors are expected
 
     def _abort(self) -> None:
         try:
@@ -1110,10 +1162,21 @@ class KafkaLogWriter(LogWriter):
             if self._closed:
                 return
             self._closed = True
-            try:
-                self._producer.flush(min(self._log.timeout, 5.0))
-            except KafkaException as exc:  # a fenced producer reports its fatal error again
-                log.debug("closing writer %s: %s", self._id, _text(exc))
+            self._discard(self._producer, min(self._log.timeout, 5.0))
+
+    def _discard(self, producer: Producer, wait: float) -> None:
+        """Flush ``producer`` for up to ``wait`` seconds, give up what is left, and destroy
+        it now (every use of it holds this writer's lock): not at the garbage collector's
+        pleasure, which an error kept with its traceback (whose frames hold the producer)
+        could put off until the interpreter's exit. close() flushes with no limit of its
+        own: the purge bounds it."""
+        try:
+            if producer.flush(wait):
+                producer.purge()
+        except KafkaException as exc:  # a fenced producer reports its fatal error again
+            log.debug("closing a producer of writer %s: %s", self._id, _text(exc))
+        with contextlib.suppress(KafkaException, RuntimeError):
+            producer.close()
 
 
 def _text(exc: KafkaException) -> str:
