@@ -28,7 +28,6 @@ there was an exception, has it as ``__cause__``.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import logging
 import os
 import threading
@@ -1163,20 +1162,19 @@ class KafkaLogWriter(LogWriter):
                 return
             self._closed = True
             self._discard(self._producer, min(self._log.timeout, 5.0))
+            # Every use holds this lock and checks _closed first: the last reference goes
+            # (the client is destroyed now, unless a kept error's frames still hold it).
+            del self._producer
 
     def _discard(self, producer: Producer, wait: float) -> None:
-        """Flush ``producer`` for up to ``wait`` seconds, give up what is left, and destroy
-        it now (every use of it holds this writer's lock): not at the garbage collector's
-        pleasure, which an error kept with its traceback (whose frames hold the producer)
-        could put off until the interpreter's exit. close() flushes with no limit of its
-        own: the purge bounds it."""
+        """Flush ``producer`` for up to ``wait`` seconds and give up what is left: the caller
+        then lets go of it. Not ``Producer.close()``: that aborts an open transaction and
+        flushes with no time limit of its own, against a cluster that may be gone."""
         try:
             if producer.flush(wait):
                 producer.purge()
         except KafkaException as exc:  # a fenced producer reports its fatal error again
             log.debug("closing a producer of writer %s: %s", self._id, _text(exc))
-        with contextlib.suppress(KafkaException, RuntimeError):
-            producer.close()
 
 
 def _text(exc: KafkaException) -> str:
