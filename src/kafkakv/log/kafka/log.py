@@ -961,9 +961,10 @@ _open_logs: weakref.WeakSet[KafkaLog] = weakref.WeakSet()
 
 def _close_at_exit() -> None:
     """Close the logs the program left open (flushing what they still hold, as
-    :meth:`KafkaLog.close` does) while the interpreter is whole: their clients destroyed
-    during its finalization would run callbacks into a half-torn-down interpreter. A log
-    inherited through fork is left alone: its clients' threads stayed in the parent."""
+    :meth:`KafkaLog.close` does) while the interpreter is whole: a client destroyed during
+    its finalization could call back into a half-torn-down interpreter (the admin client's
+    results arrive on a librdkafka thread). A log inherited through fork is left alone: its
+    clients' threads stayed in the parent."""
     for kafka_log in list(_open_logs):
         if kafka_log._pid == os.getpid():
             try:
