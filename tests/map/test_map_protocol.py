@@ -367,9 +367,7 @@ def test_flush_storm_from_two_replicas_never_regresses_data(
     def flusher(m: ReplicaMap[Any, Any]) -> None:
         while not stop.is_set():
             try:
-                m.flush()
-            except FencedError:
-                pass  # another replica took over the partition: expected in a storm
+                m.flush()  # fenced by the other replica's flushes: decides again, no error
             except BaseException as exc:
                 failures.append(exc)
                 return

@@ -1075,9 +1075,10 @@ class ReplicaEngine:
         writer fences any other flusher; the replica then catches up with the ops topic, so
         the last flush point is known before deciding; values are collected under the lock;
         data, flush point and ``FLUSHED`` mark go out in one atomic batch. When another
-        replica's flusher fenced this one meanwhile (or its transaction failed otherwise), the
-        writer is reopened and the whole decision made again, once; a second failure raises,
-        e.g. :class:`~kafkakv.errors.FencedError` (nothing was written, nothing is lost).
+        replica's flusher fenced this one meanwhile, the writer is reopened and the whole
+        decision made again, until the map's ``timeout`` (then
+        :class:`~kafkakv.errors.FencedError`); after another failure of the transaction,
+        once. Nothing was written by a failed attempt, nothing is lost.
         """
         started = time.perf_counter()
         covered = self._flush(p)
@@ -1091,22 +1092,33 @@ class ReplicaEngine:
         self.log.append(
             self.topics.flush, p, [Record(None, request)], timeout=self.settings.timeout
         )
+        deadline = time.monotonic() + self.settings.timeout
+        other_failures, pause = 0, 0.001
         with self._flush_locks[p]:
-            try:
-                return self._flush_once(p)
-            except LogUnavailableError:
-                self._drop_writer(p)
-                raise
-            except LogError:
-                # Fenced by another replica's flusher, or the transaction lost a race with
-                # one (Kafka may answer such a commit with an unexpected error): nothing was
-                # written. Drop the writer and decide again with a fresh one, once.
-                self._drop_writer(p)
-            try:
-                return self._flush_once(p)
-            except LogError:
-                self._drop_writer(p)
-                raise
+            while True:
+                try:
+                    return self._flush_once(p)
+                except LogUnavailableError:
+                    self._drop_writer(p)
+                    raise
+                except FencedError:
+                    # Another replica's flusher opened the writer since: nothing was written
+                    # here. Decide again with a fresh writer (the other's mark, once applied,
+                    # may leave nothing to do) until the timeout: two flushers that fence each
+                    # other take turns, and a pause of random length breaks the tie. (Once
+                    # only, a flush lost to a replica flushing on its own schedule raised.)
+                    self._drop_writer(p)
+                    if time.monotonic() + pause >= deadline:
+                        raise
+                except LogError:
+                    # The transaction lost a race with another flusher (Kafka may answer
+                    # such a commit with an unexpected error): decide again, once.
+                    self._drop_writer(p)
+                    other_failures += 1
+                    if other_failures > 1:
+                        raise
+                time.sleep(random.uniform(0, pause))
+                pause = min(2 * pause, 0.05)
 
     def _drop_writer(self, p: int) -> None:
         writer = self._writers.pop(p, None)
