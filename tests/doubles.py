@@ -81,6 +81,9 @@ class ForwardingLog(Log):
     def topic_config(self, topic: str) -> dict[str, str]:
         return self.inner.topic_config(topic)
 
+    def record_room(self, topic: str) -> int:
+        return self.inner.record_room(topic)
+
     # -- records --------------------------------------------------------------------------
     def append(
         self,

@@ -577,7 +577,7 @@ class Database(Closeable):
             expiry=created["expiry"],
         )
         states = [spec.state(shared, private=self.log.private) for spec in specs]
-        max_bytes = int(self.log.topic_config(topics.ops)["max.message.bytes"])
+        max_bytes = self.log.record_room(topics.ops)  # what one ops record may hold
         engine = ReplicaEngine(self.log, topics, count, held, states, settings, max_bytes)
         try:
             engine.start()

@@ -315,6 +315,22 @@ def test_oversized_record_is_refused(log: Log, topic: str) -> None:
     assert log.end_offset(topic, 0) == 1
 
 
+def test_a_record_as_large_as_the_room_the_log_gives_is_stored_a_byte_more_refused(
+    log: Log, topic: str
+) -> None:
+    """``record_room`` is what one record may really hold. Kafka's brokers bound a whole
+    record batch by ``max.message.bytes``, so there the room is smaller by a batch's framing;
+    a record the log's own check passes must not be one the brokers refuse."""
+    log.create_topic(topic, 1, {"max.message.bytes": 2000})
+    room = log.record_room(topic)
+    assert 1800 < room < 2000
+    log.append(topic, 0, [Record(b"k", b"x" * (room - 1))])
+    with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes"):
+        log.append(topic, 0, [Record(b"k", b"x" * room)])
+    assert log.end_offset(topic, 0) == 1
+    assert log.read(topic, 0, 0)[0].value == b"x" * (room - 1)
+
+
 def test_compacted_topic_needs_keys(log: Log, topic: str) -> None:
     log.create_topic(topic, 1, {"cleanup.policy": "compact"})
     with pytest.raises(InvalidRecordError, match="key"):

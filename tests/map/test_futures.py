@@ -125,6 +125,27 @@ def test_a_put_group_resolves_each_future_as_complete_would(
     assert fs[1].result(timeout=0) == "a"
 
 
+@pytest.mark.parametrize("lazy", [True, False])
+def test_a_put_group_of_a_map_of_bytes_gives_each_future_the_bytes_its_pair_found(
+    lazy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Values that decode as they are (the bytes codec) take the group's short path: each
+    future gets its pair's bytes as they were found, with no exception, and a cancelled or
+    awaited future is treated as in the decoding path."""
+    monkeypatch.setattr(futures, "LAZY", lazy)
+    make = OpFuture if lazy else futures._EagerOpFuture
+    state = MapState("m", b"", codec_for("str"), codec_for("bytes"), DictStore())
+    fs = [make(state, 1, 0) for _ in range(4)]
+    called: list[object] = []
+    fs[1].add_done_callback(lambda f: called.append(f.result(timeout=0)))
+    assert fs[2].cancel()
+    futures.PutGroup(fs, 0).resolve([None, b"a", b"b", b""])
+    assert fs[0].result(timeout=0) is None and fs[0].exception(timeout=0) is None
+    assert fs[1].result(timeout=0) == b"a" and called == [b"a"]
+    assert fs[2].cancelled()
+    assert fs[3].result(timeout=0) == b"" and fs[3].done()
+
+
 @pytest.mark.parametrize("outcome", ["exception", "wrong length"])
 def test_a_put_group_that_fails_fails_every_future(outcome: str) -> None:
     fs = [OpFuture(None, 1, 0) for _ in range(3)]

@@ -6,6 +6,7 @@ must end in the state the puts one by one would leave."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -19,10 +20,11 @@ from kafkakv.errors import LogUnavailableError
 from kafkakv.log import Log
 from kafkakv.log.base import FailureCallback, Record
 from kafkakv.map import engine as engine_module
-from kafkakv.map.ops import OpCode, decode_op
+from kafkakv.map.ops import PAIR_SLACK, OpCode, decode_op, pair_fits
 from kafkakv.map.replica import ReplicaMap
 from tests.doubles import ForwardingLog
 from tests.map.conftest import OpenMap, local_logs, log_options
+from tests.waiting import wait_for
 
 
 @contextmanager
@@ -146,6 +148,27 @@ def test_a_put_too_large_to_share_a_record_goes_alone_as_a_put(open_map: OpenMap
         OpCode.WRITE_MANY,
     ]
     assert m["big"] == big and m["a"] == b"2"
+
+
+def test_the_largest_pair_that_shares_a_record_does_and_one_byte_more_goes_alone(
+    open_map: OpenMap,
+) -> None:
+    """The queue's own size check agrees with the records' cutting (ops.pair_fits) at the
+    boundary, so that no pair the sender gathers is too large for its record."""
+    m = open_map(value_codec="bytes")
+    engine = m._engine
+    room = engine.max_record_bytes - len(m._state.prefix)
+    fits = b"v" * (room - PAIR_SLACK - 2 * len(b"kk"))
+    assert pair_fits(b"kk", fits, room) and not pair_fits(b"kk", fits + b"v", room)
+    codes = []
+    for value, found in ((fits, None), (fits + b"v", fits)):
+        start = _end(m)
+        assert m.put_async("kk", value).result(30) == found
+        # One record of about 1 MB: a read from Kafka may come back empty until it is fetched.
+        wait_for(functools.partial(_ops_since, m, start), what="the record read back")
+        codes += [code for code, _ in _ops_since(m, start)]
+    assert codes == [OpCode.WRITE_MANY, OpCode.PUT]
+    assert m["kk"] == fits + b"v"
 
 
 class _Sends(ForwardingLog):

@@ -19,6 +19,7 @@ from typing import NamedTuple
 from kafkakv.lifecycle import Closeable
 
 __all__ = [
+    "RECORD_OVERHEAD",
     "Batch",
     "CleanResult",
     "EndMark",
@@ -36,6 +37,11 @@ __all__ = [
 
 TopicPartition = tuple[str, int]
 """A ``(topic, partition)`` pair."""
+
+RECORD_OVERHEAD = 16
+"""Per-record framing counted against ``max.message.bytes`` on top of key, value and headers,
+as the embedded and memory logs count it (Kafka's framing is larger: see
+:meth:`Log.record_room`)."""
 
 
 class Record(NamedTuple):
@@ -207,6 +213,14 @@ class Log(Closeable):
     @abstractmethod
     def topic_config(self, topic: str) -> dict[str, str]:
         """Every config entry of ``topic`` (defaults filled in), as Kafka's strings."""
+
+    def record_room(self, topic: str) -> int:
+        """The most bytes of key, value and headers that one record of ``topic`` may hold:
+        its ``max.message.bytes`` less this log's framing of a record. An :meth:`append` of a
+        record that size is stored; a byte more is refused with
+        :class:`~kafkakv.errors.RecordTooLargeError`, nothing of its batch stored. What callers
+        that cut data into records (a map's batches, a pipeline's rows) size them by."""
+        return int(self.topic_config(topic)["max.message.bytes"]) - RECORD_OVERHEAD
 
     # -- records --------------------------------------------------------------------------
     @abstractmethod

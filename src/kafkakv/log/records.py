@@ -14,12 +14,9 @@ from operator import is_not, itemgetter
 from typing import cast
 
 from kafkakv.errors import InvalidRecordError, RecordTooLargeError
-from kafkakv.log.base import Record
+from kafkakv.log.base import RECORD_OVERHEAD, Record
 
 __all__ = ["RECORD_OVERHEAD", "CheckedRecord", "check_batch", "check_record", "plain_batch"]
-
-RECORD_OVERHEAD = 16
-"""Per-record framing counted against ``max.message.bytes`` on top of key, value and headers."""
 
 CheckedRecord = tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None, int | None]
 """``(key, value, headers or None, timestamp or None)`` with every field of its exact type."""
@@ -34,16 +31,22 @@ def _as_bytes(what: str, x: object) -> bytes | None:
 
 
 def check_record(
-    index: int, record: object, *, max_message_bytes: int, null_keys: bool
+    index: int,
+    record: object,
+    *,
+    max_message_bytes: int,
+    null_keys: bool,
+    overhead: int = RECORD_OVERHEAD,
 ) -> CheckedRecord:
-    """Validate record number ``index`` of a batch; return its fields normalised."""
+    """Validate record number ``index`` of a batch; return its fields normalised. Its size is
+    its key, value and headers plus ``overhead``, the log's framing of a record."""
     if not isinstance(record, Record):
         raise InvalidRecordError(f"records must be Record, not {type(record).__name__}")
     key = _as_bytes("key", record.key)
     value = _as_bytes("value", record.value)
     if key is None and not null_keys:
         raise InvalidRecordError("a compacted topic needs a key on every record")
-    size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    size = overhead + (len(key) if key else 0) + (len(value) if value else 0)
     headers: list[tuple[str, bytes]] | None = None
     if record.headers:
         headers = []
@@ -55,7 +58,7 @@ def check_record(
             size += len(h[0]) + len(hv)
     if size > max_message_bytes:
         raise RecordTooLargeError(
-            f"record {index} is {size} bytes, over the topic's max.message.bytes "
+            f"record {index} is {size} bytes framed, over the topic's max.message.bytes "
             f"({max_message_bytes})"
         )
     ts = record.timestamp
@@ -64,19 +67,24 @@ def check_record(
     return key, value, headers, ts
 
 
-def check_batch(records: object, *, max_message_bytes: int, null_keys: bool) -> list[CheckedRecord]:
-    """Validate a whole batch (a non-empty sequence of :class:`Record`) before any is written."""
+def check_batch(
+    records: object, *, max_message_bytes: int, null_keys: bool, overhead: int = RECORD_OVERHEAD
+) -> list[CheckedRecord]:
+    """Validate a whole batch (a non-empty sequence of :class:`Record`) before any is written;
+    ``overhead`` as for :func:`check_record`."""
     if isinstance(records, Record) or not isinstance(records, Sequence):
         raise InvalidRecordError(f"append takes a sequence of Record, not {type(records).__name__}")
     if not records:
         raise InvalidRecordError("an append needs at least one record")
-    plain = plain_batch(records, max_message_bytes - RECORD_OVERHEAD)
+    plain = plain_batch(records, max_message_bytes - overhead)
     if plain is not None:
         keys, values = plain
         n = len(keys)
         return list(zip(keys, values, repeat(None, n), repeat(None, n), strict=True))
     return [
-        check_record(i, r, max_message_bytes=max_message_bytes, null_keys=null_keys)
+        check_record(
+            i, r, max_message_bytes=max_message_bytes, null_keys=null_keys, overhead=overhead
+        )
         for i, r in enumerate(records)
     ]
 

@@ -281,21 +281,23 @@ class PutGroup(OpFuture[Any]):
                 future.resolve(exception=exception)
             return
         state = futures[0].map_state  # one map
-        if state is None or not state.values.decodes_as_is:
-            result = [_outcome(state, found) for found in result]
-        else:
-            result = [(found, None) for found in result]
+        as_is = state is not None and state.values.decodes_as_is
+        # As is: each value as found, with no exception (no (value, None) pair per future).
+        outcomes = result if as_is else [_outcome(state, found) for found in result]
         if not LAZY:
-            for future, outcome in zip(futures, result, strict=True):
-                future.resolve(*outcome)
+            for future, outcome in zip(futures, outcomes, strict=True):
+                future.resolve(outcome) if as_is else future.resolve(*outcome)
             return
         observed = []
         with _GUARD:  # once for the lot: as resolve() does for each future nobody waits for
-            for future, outcome in zip(futures, result, strict=True):
+            for future, outcome in zip(futures, outcomes, strict=True):
                 if future._cond is not None:
                     observed.append((future, outcome))
                 elif future._state == "PENDING":
-                    future._result, future._exception = outcome
+                    if as_is:
+                        future._result = outcome  # _exception stays None
+                    else:
+                        future._result, future._exception = outcome
                     future._state = "FINISHED"
         for future, outcome in observed:
-            future.resolve(*outcome)
+            future.resolve(outcome) if as_is else future.resolve(*outcome)

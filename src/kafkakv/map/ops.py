@@ -65,6 +65,7 @@ from kafkakv.errors import (
 
 __all__ = [
     "KEEP",
+    "PAIR_SLACK",
     "Keep",
     "Op",
     "OpCode",
@@ -210,10 +211,15 @@ _MANY_HEAD = 64  # a WRITE_MANY record's bytes besides its pairs (and its record
 _PAIR_HEAD = 10  # msgpack's bytes around one key and value, at most
 
 
+PAIR_SLACK = _MANY_HEAD + _PAIR_HEAD
+"""A ``WRITE_MANY`` record's bytes besides one pair's key (twice: the record key repeats it)
+and value, at most."""
+
+
 def pair_fits(key: bytes, value: bytes | None, room: int) -> bool:
     """Whether the pair fits a ``WRITE_MANY`` record of its own, ``room`` as for
     :func:`write_many_chunks`."""
-    return 2 * len(key) + len(value or b"") + _PAIR_HEAD <= room - _MANY_HEAD
+    return 2 * len(key) + len(value or b"") <= room - PAIR_SLACK
 
 
 def write_many_chunks(
@@ -239,7 +245,8 @@ def write_many_chunks(
                 size = 2 * len(k) + len(v or b"") + _PAIR_HEAD
                 raise RecordTooLargeError(
                     f"an update of about {size} bytes is over the {room + _MANY_HEAD} bytes "
-                    "an ops record may take here (max.message.bytes); nothing of the batch "
+                    "an ops record may hold here (max.message.bytes less the log's framing); "
+                    "nothing of the batch "
                     "was sent"
                 )
     for start in range(0, len(keys), MANY_PAIRS):

@@ -34,26 +34,33 @@ Outgoing = tuple[int, Record] | tuple[int, Any, bytes, bytes, Any]
 class Slots:
     """At most ``limit`` async updates unapplied. Taking and giving are counters (``next`` on
     an itertools.count is atomic under the GIL); only a caller over the limit takes a lock and
-    sleeps, and givers wake it."""
+    sleeps, and givers wake it.
+
+    A hot caller may take its slot inline, as :meth:`take` does: ``ticket = next(s.tickets)``,
+    and if ``ticket - s.given > s.limit``, ``s.wait(ticket, timeout)``.
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._taken = itertools.count(1)
-        self._given = 0  # written by appliers only, under the replica lock or _cond
+        self.tickets = itertools.count(1)
+        self.given = 0  # written by appliers only, under the replica lock or _cond
         self._cond = threading.Condition(threading.Lock())
         self._sleepers = 0
 
     def take(self, timeout: float) -> bool:
         """Take a slot, waiting up to ``timeout`` seconds for one; False when none came."""
-        ticket = next(self._taken)
-        if ticket - self._given <= self.limit:
-            return True
+        ticket = next(self.tickets)
+        return ticket - self.given <= self.limit or self.wait(ticket, timeout)
+
+    def wait(self, ticket: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until ``ticket`` (from :attr:`tickets`) is within
+        the limit; False when it did not come, its slot given back."""
         with self._cond:
             self._sleepers += 1
             try:
-                if self._cond.wait_for(lambda: ticket - self._given <= self.limit, timeout):
+                if self._cond.wait_for(lambda: ticket - self.given <= self.limit, timeout):
                     return True
-                self._given += 1  # give the unused ticket back
+                self.given += 1  # give the unused ticket back
                 return False
             finally:
                 self._sleepers -= 1
@@ -62,7 +69,7 @@ class Slots:
         """Give ``n`` slots back (their updates were applied or failed)."""
         if n:
             with self._cond:
-                self._given += n
+                self.given += n
                 if self._sleepers:
                     self._cond.notify_all()
 

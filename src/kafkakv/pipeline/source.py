@@ -268,7 +268,7 @@ class KafkaKVWriter(DataSourceArrowWriter):
             log = db.log
             topic = _require_topics(log, opts)
             count = log.partitions(topic)
-            limit = int(log.topic_config(topic)["max.message.bytes"])
+            limit = log.record_room(topic)  # what one record may hold
             to_records = _MapRecords(opts) if opts.map is not None else _TopicRecords(opts)
             for batch in iterator:
                 keys = encode_column(batch.column("key"), opts.key_codec, "key")
@@ -330,6 +330,6 @@ class _MapRecords:
 
 def _too_large(size: int, limit: int, opts: SourceOptions) -> NoReturn:
     raise RecordTooLargeError(
-        f"a row of {size} bytes is over {opts.what}'s max.message.bytes={limit}; "
-        "nothing of its batch was appended"
+        f"a row of {size} bytes is over the {limit} bytes a record of {opts.what} may hold "
+        "(its max.message.bytes less the log's framing); nothing of its batch was appended"
     )

@@ -130,6 +130,16 @@ _IN_PASSING = {
 }
 
 
+_FRAMING = 61 + 36
+"""A record's bytes on the wire besides its key, value and headers, when it is alone in a
+record batch (the brokers' ``max.message.bytes`` bounds a whole batch): the batch header (61
+bytes, format v2) and the record's own fields (length, attributes, timestamp and offset
+deltas, key and value lengths, header count) at their longest varints. librdkafka packs a
+batch of several records up to that limit too, so a record that fits alone is never refused."""
+
+_PRODUCER_MAX = 1_000_000  # librdkafka's message.max.bytes unless the config sets it
+
+
 @dataclass(frozen=True)
 class _TopicInfo:
     partitions: int
@@ -348,7 +358,9 @@ class KafkaLog(Log):
         # None once closed. close() drops these references rather than closing the clients
         # under calls of other threads (see _close_clients).
         self._admin: AdminClient | None = open_client(AdminClient, self.settings.admin())
-        self._producer: Producer | None = open_client(Producer, self.settings.producer())
+        producer = self.settings.producer()
+        self._producer: Producer | None = open_client(Producer, producer)
+        self._producer_max = int(producer.get("message.max.bytes", _PRODUCER_MAX))
         self._meta = open_client(
             Consumer, self.settings.consumer(f"kafkakv-meta-{uuid.uuid4().hex}")
         )
@@ -673,8 +685,17 @@ class KafkaLog(Log):
     ) -> list[CheckedRecord]:
         info = self._partition(topic, partition)
         return check_batch(
-            records, max_message_bytes=info.max_message_bytes, null_keys=not info.compact
+            records,
+            max_message_bytes=info.max_message_bytes,
+            null_keys=not info.compact,
+            overhead=_FRAMING,
         )
+
+    def record_room(self, topic: str) -> int:
+        """See :meth:`Log.record_room`: the topic's ``max.message.bytes`` (or the producer's
+        ``message.max.bytes``, if lower: librdkafka refuses larger records as it queues them)
+        less a record batch's framing of one record."""
+        return min(self._load(topic)[0].max_message_bytes, self._producer_max) - _FRAMING
 
     def append(
         self,
