@@ -32,7 +32,7 @@ from kafkakv.log.embedded import EmbeddedLog
 from kafkakv.log.memory import MemoryLog
 from kafkakv.map.engine import ReplicaEngine
 from kafkakv.map.keyspace import map_prefix
-from kafkakv.map.machine import MapState
+from kafkakv.map.machine import FLUSH_HEADERS_MAX, MapState
 from kafkakv.map.replica import ReplicaMap, SortedReplicaMap
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics, check_map_settings, check_topics, create_topics
@@ -577,7 +577,11 @@ class Database(Closeable):
             expiry=created["expiry"],
         )
         states = [spec.state(shared, private=self.log.private) for spec in specs]
-        max_bytes = self.log.record_room(topics.ops)  # what one ops record may hold
+        # What one ops record may hold, so that the value it carries flushes too.
+        max_bytes = min(
+            self.log.record_room(topics.ops),
+            self.log.record_room(topics.data) - FLUSH_HEADERS_MAX,
+        )
         engine = ReplicaEngine(self.log, topics, count, held, states, settings, max_bytes)
         try:
             engine.start()

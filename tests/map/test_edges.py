@@ -35,6 +35,7 @@ from kafkakv.errors import (
     EncodeError,
     LockTimeoutError,
     PartitionStalledError,
+    RecordTooLargeError,
 )
 from kafkakv.log.base import Record
 from kafkakv.log.partitioner import partition_for
@@ -486,3 +487,29 @@ def test_a_flush_that_close_overtakes_ends_quietly(
             engine._closed = False
             m.close()
     assert [r.getMessage() for r in caplog.records if "flush of" in r.getMessage()] == []
+
+
+def test_the_largest_update_a_map_takes_also_flushes(open_map: OpenMap) -> None:
+    """An update the map takes must fit every record it leads to: the ops record and, once
+    flushed, the data record with its headers (a version and a deadline). Before, the largest
+    put with a ttl that the ops topic took was refused by the data topic at every flush."""
+    m = open_map(value_codec="bytes", versions=True, expiry=True)
+    low, high = 1, 2 << 20  # the largest value a put with a ttl is taken with
+    while low < high:
+        middle = (low + high + 1) // 2
+        try:
+            m.put("k", b"x" * middle, ttl=3600)
+            low = middle
+        except RecordTooLargeError:
+            high = middle - 1
+    assert low > 1 << 19
+    m.put("k", b"x" * low, ttl=3600)
+    m.flush()  # raised RecordTooLargeError on the parent
+    engine = m._engine
+    key = m._state.prefix + b"k"
+
+    def flushed() -> bool:
+        data = engine.log.read(engine.topics.data, 0, 0, max_records=100, max_bytes=8 << 20)
+        return any(r.key == key and r.value == b"x" * low for r in data)
+
+    wait_for(flushed, what="the value in the data topic")

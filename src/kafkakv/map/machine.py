@@ -58,6 +58,7 @@ __all__ = [
     "CHANGE",
     "EXPIRES_HEADER",
     "FAILED",
+    "FLUSH_HEADERS_MAX",
     "RESULT",
     "VERSION_HEADER",
     "ApplyError",
@@ -1041,6 +1042,12 @@ VERSION_HEADER = "kafkakv.version"
 #: The header of a data record of a map with expiry that holds the key's deadline (ms since
 #: the epoch, 8 bytes, big-endian).
 EXPIRES_HEADER = "kafkakv.expires"
+
+
+FLUSH_HEADERS_MAX = len(VERSION_HEADER) + 8 + len(EXPIRES_HEADER) + 8
+"""The most header bytes a flushed value carries (its version and deadline). An update whose
+ops record fits its topic within this much less than a data record may hold also flushes:
+its ops record is longer than its value."""
 
 
 def flush_records(
