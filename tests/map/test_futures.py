@@ -96,6 +96,22 @@ def test_many_threads_race_completion_and_waiting(make: type[OpFuture]) -> None:
         assert got == [1]
 
 
+def _gathered(
+    lazy: bool, codec: str, n: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[OpFuture], list[object]]:
+    """``n`` futures of puts to a map of ``codec`` values, of the lazy class or the plain
+    fallback: the second with a callback noting its result (in the list returned), the third
+    cancelled."""
+    monkeypatch.setattr(futures, "LAZY", lazy)
+    make = OpFuture if lazy else futures._EagerOpFuture
+    state = MapState("m", b"", codec_for("str"), codec_for(codec), DictStore())
+    fs = [make(state, 1, 0) for _ in range(n)]
+    called: list[object] = []
+    fs[1].add_done_callback(lambda f: called.append(f.result(timeout=0)))
+    assert fs[2].cancel()
+    return fs, called
+
+
 @pytest.mark.parametrize("lazy", [True, False])
 def test_a_put_group_resolves_each_future_as_complete_would(
     lazy: bool, monkeypatch: pytest.MonkeyPatch
@@ -104,13 +120,7 @@ def test_a_put_group_resolves_each_future_as_complete_would(
     previous value decoded by the map's codec, a value that does not decode as
     ResultDecodeError, a cancelled future left cancelled, a waiter's future through its
     condition (woken, its callback run)."""
-    monkeypatch.setattr(futures, "LAZY", lazy)
-    make = OpFuture if lazy else futures._EagerOpFuture
-    state = MapState("m", b"", codec_for("str"), codec_for("json"), DictStore())
-    fs = [make(state, 1, 0) for _ in range(5)]
-    called: list[object] = []
-    fs[1].add_done_callback(lambda f: called.append(f.result(timeout=0)))
-    assert fs[2].cancel()
+    fs, called = _gathered(lazy, "json", 5, monkeypatch)
     group = futures.PutGroup(fs, 0)
     assert group.slot == 5 and group.partition == 0
     group.resolve([None, b'"a"', b'"b"', b"{bad", b"[1]"])
@@ -132,13 +142,7 @@ def test_a_put_group_of_a_map_of_bytes_gives_each_future_the_bytes_its_pair_foun
     """Values that decode as they are (the bytes codec) take the group's short path: each
     future gets its pair's bytes as they were found, with no exception, and a cancelled or
     awaited future is treated as in the decoding path."""
-    monkeypatch.setattr(futures, "LAZY", lazy)
-    make = OpFuture if lazy else futures._EagerOpFuture
-    state = MapState("m", b"", codec_for("str"), codec_for("bytes"), DictStore())
-    fs = [make(state, 1, 0) for _ in range(4)]
-    called: list[object] = []
-    fs[1].add_done_callback(lambda f: called.append(f.result(timeout=0)))
-    assert fs[2].cancel()
+    fs, called = _gathered(lazy, "bytes", 4, monkeypatch)
     futures.PutGroup(fs, 0).resolve([None, b"a", b"b", b""])
     assert fs[0].result(timeout=0) is None and fs[0].exception(timeout=0) is None
     assert fs[1].result(timeout=0) == b"a" and called == [b"a"]
