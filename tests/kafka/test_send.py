@@ -213,3 +213,19 @@ def test_a_record_the_brokers_refuse_inside_a_transaction_fails_it_whole(
         assert [r.value for r in log.read(ops, 0, 0)] == [b"x", b"mark"]
         assert firsts[(data, 0)] >= 1 and firsts[(ops, 0)] >= 1
         assert log.read(data, 0, firsts[(data, 0)], max_records=1)[0].key == b"k0"
+
+
+def test_the_room_of_a_record_is_the_clients_message_max_bytes_where_that_is_lower(
+    kafka_single: Cluster,
+) -> None:
+    """``record_room`` counts librdkafka's own limit: a record of that size is stored, and
+    one byte more is refused (by librdkafka, which the topic's limit does not stop)."""
+    with KafkaLog(kafka_single.bootstrap, timeout=20, config={"message.max.bytes": 4000}) as log:
+        topic = f"t-{uuid.uuid4().hex[:12]}"
+        log.create_topic(topic, 1)
+        room = log.record_room(topic)
+        assert room == 4000 - 36  # what librdkafka counts besides key and value
+        log.append(topic, 0, [Record(b"k", b"x" * (room - 1))])
+        with pytest.raises(RecordTooLargeError):
+            log.append(topic, 0, [Record(b"k", b"x" * room)])
+        assert log.end_offset(topic, 0) == 1

@@ -130,12 +130,16 @@ _IN_PASSING = {
 }
 
 
-_FRAMING = 61 + 36
-"""A record's bytes on the wire besides its key, value and headers, when it is alone in a
-record batch (the brokers' ``max.message.bytes`` bounds a whole batch): the batch header (61
-bytes, format v2) and the record's own fields (length, attributes, timestamp and offset
-deltas, key and value lengths, header count) at their longest varints. librdkafka packs a
-batch of several records up to that limit too, so a record that fits alone is never refused."""
+_RECORD_FIELDS = 36
+"""A record's own fields besides key, value and headers at their longest varints (length,
+attributes, timestamp and offset deltas, key and value lengths, header count): what
+librdkafka adds to a record before it compares it with its ``message.max.bytes``."""
+
+_FRAMING = 61 + _RECORD_FIELDS
+"""A record's bytes on the wire besides its key, value and headers when it is alone in a
+record batch, which the brokers' ``max.message.bytes`` bounds as a whole: the batch header (61
+bytes, format v2) and the record's fields. librdkafka packs a batch of several records up to
+that limit too, so a record that fits alone is never refused."""
 
 _PRODUCER_MAX = 1_000_000  # librdkafka's message.max.bytes unless the config sets it
 
@@ -692,10 +696,11 @@ class KafkaLog(Log):
         )
 
     def record_room(self, topic: str) -> int:
-        """See :meth:`Log.record_room`: the topic's ``max.message.bytes`` (or the producer's
-        ``message.max.bytes``, if lower: librdkafka refuses larger records as it queues them)
-        less a record batch's framing of one record."""
-        return min(self._load(topic)[0].max_message_bytes, self._producer_max) - _FRAMING
+        """See :meth:`Log.record_room`: the topic's ``max.message.bytes`` less a record
+        batch's framing of one record, or the producer's ``message.max.bytes`` less a record's
+        fields if that is less (librdkafka refuses larger records as it queues them)."""
+        topic_room = self._load(topic)[0].max_message_bytes - _FRAMING
+        return min(topic_room, self._producer_max - _RECORD_FIELDS)
 
     def append(
         self,
