@@ -472,7 +472,8 @@ class ReplicaEngine:
         Raises OperationTimeoutError when ``max_in_flight`` updates stay unapplied for the whole
         timeout, and ClosedError after close.
         """
-        self._check_update(p)
+        if self._closed or self._failure is not None or self.stalled:  # no call when fine
+            self._check_update(p)
         if record_key in RESERVED_KEYS:  # the keys no update may have
             check_update_key(record_key)
         seq = next(self._seq)
@@ -493,7 +494,8 @@ class ReplicaEngine:
                 sender.wake()  # one wake-up, not one per update until it runs
             return future
         timeout = self.settings.timeout
-        if self._sender.busy():
+        sender = self._sender
+        if sender.outbox or not sender.idle:  # sender.busy(), one call fewer on every put
             self._after_queued(time.monotonic() + timeout)
         self._pending[seq] = future
         self._last_local = time.monotonic()  # keeps the follower away: see _follow

@@ -246,8 +246,7 @@ def write_many_chunks(
                 raise RecordTooLargeError(
                     f"an update of about {size} bytes is over the {room + _MANY_HEAD} bytes "
                     "an ops record may hold here (max.message.bytes less the log's framing); "
-                    "nothing of the batch "
-                    "was sent"
+                    "nothing of the batch was sent"
                 )
     for start in range(0, len(keys), MANY_PAIRS):
         ks, vs = keys[start : start + MANY_PAIRS], values[start : start + MANY_PAIRS]

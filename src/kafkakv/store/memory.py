@@ -133,20 +133,18 @@ class _MemoryStore(Store):
         with self._lock:
             if self._closed:  # the path of every applied batch: no call while open
                 self._live()
-            self._apply(changes)
+            # Bulk dict operations, not a Python loop per key (a bootstrap writes 25,000 at
+            # once), and no call of a helper: this is every applied update's path. C-level
+            # scans; removals are the rarer case. all() asks each value only whether it is
+            # empty (a third of the cost of comparing it with None), and stops at the first.
+            data = self._data
+            if not all(changes.values()) and None in changes.values():
+                for key in [k for k, v in changes.items() if v is None]:
+                    data.pop(key, None)
+                data.update({k: v for k, v in changes.items() if v is not None})
+            else:
+                data.update(changes)  # type: ignore[arg-type]  # no None in it (cast: a call)
             self._positions.update(positions)
-
-    def _apply(self, changes: Mapping[bytes, bytes | None]) -> None:
-        # Bulk dict operations, not a Python loop per key (a bootstrap writes 25,000 at once).
-        data = self._data
-        # C-level scans; removals are the rarer case. all() asks each value only whether it
-        # is empty (a third of the cost of comparing it with None), and stops at the first.
-        if not all(changes.values()) and None in changes.values():
-            for key in [k for k, v in changes.items() if v is None]:
-                data.pop(key, None)
-            data.update({k: v for k, v in changes.items() if v is not None})
-        else:
-            data.update(changes)  # type: ignore[arg-type]  # no None in it (cast: a call)
 
     def drop_partition(self, partition: int, keys: Iterable[bytes] | None = None) -> None:
         """Forget ``partition``'s positions and delete ``keys``, as one step."""

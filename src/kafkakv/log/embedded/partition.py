@@ -563,8 +563,10 @@ class Partition:
                 if fast is not None and take is _TAKE_RECORDS and self._partial is None:
                     # Whole batches as appends leave them, in C; from the first that is not
                     # (or the read's end) on, the Python path below.
-                    with self._cache_lock:
-                        fd = self._read_fd(seg.name)  # open while the read runs (_readers)
+                    with self._cache_lock:  # open while the read runs (_readers)
+                        fd = self._read_fds.get(seg.name)
+                        if fd is None:
+                            fd = self._read_fd(seg.name)
                     got = fast(fd, start.position, end, start.low, limit, self.number, room, budget)
                     if got is not None:
                         records, last, position, low, room, budget = got
