@@ -15,7 +15,7 @@ from kafkakv.dev.state import ClusterState
 
 pytestmark = pytest.mark.kafka
 
-BASE_PORT = 59092
+BASE_PORT = 29092  # below the ephemeral range, where clients' own ports cannot take it
 
 
 def _kafkakv(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "admin_client",
     "brokers_seen_by",
+    "connected_to_itself",
     "metadata",
     "port_accepts",
     "port_is_free",
@@ -55,12 +56,21 @@ def admin_client(bootstrap: str) -> AdminClient:
 
 
 def port_accepts(port: int, timeout: float = 0.5) -> bool:
-    """Whether something accepts TCP connections on ``127.0.0.1:port``."""
+    """Whether something accepts TCP connections on ``127.0.0.1:port`` (a connection that
+    met itself is not something: see :func:`connected_to_itself`)."""
     try:
-        with socket.create_connection((HOST, port), timeout=timeout):
-            return True
+        with socket.create_connection((HOST, port), timeout=timeout) as sock:
+            return not connected_to_itself(sock)
     except OSError:
         return False
+
+
+def connected_to_itself(sock: socket.socket) -> bool:
+    """Whether ``sock`` is a TCP connection to itself. With nothing listening on a port of the
+    ephemeral range (32768-60999 on Linux), a connection to it may get that very port as its
+    own, and the two ends meet: it succeeds, with no server, and holds the port a broker is
+    about to bind."""
+    return bool(sock.getsockname() == sock.getpeername())
 
 
 def port_is_free(port: int) -> bool:
