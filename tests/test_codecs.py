@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafkakv.codecs import Codec, codec_for
 from kafkakv.errors import DecodeError, EncodeError
@@ -94,3 +97,24 @@ def test_json_reads_a_number_beyond_float_range_as_infinity_like_the_stdlib() ->
     json = codec_for("json")
     json.check(b"[1e400]")
     assert json.decode(b"[1e400]") == [float("inf")]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(["a", "é", "€", "𝄞", '"', ",", "1", " "]), max_size=24),
+    cuts=st.lists(st.integers(0, 100), max_size=8),
+)
+def test_a_batch_check_finds_items_that_cut_a_character_in_two(
+    text: list[str], cuts: list[int]
+) -> None:
+    """Items cut from one UTF-8 text at any byte: together they make valid UTF-8 again, but
+    an item that ends or starts inside a character does not decode, and the batch check must
+    name it as checking the item alone does."""
+    data = "".join(text).encode()
+    bounds = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    items = [data[a:b] for a, b in pairwise(bounds)]
+    for name in ("str", "json", "msgpack", "int", "bytes"):
+        codec = codec_for(name)
+        for batch in (items, [b'"' + i + b'"' for i in items]):
+            expected = [i for i, d in enumerate(batch) if not _accepts(codec.check, d)]
+            assert codec.undecodable(batch) == expected, (name, batch)

@@ -113,6 +113,13 @@ class Codec(ABC, Generic[T]):
         return f"{type(self).__name__}()"
 
 
+# Many UTF-8 items checked with one decode: they are joined with an ASCII byte between each
+# two. A UTF-8 decoder meets an ASCII byte only between characters, so when the join decodes,
+# every item starts and ends on a character boundary and decodes alone. Joined with nothing,
+# the end of one item and the start of the next could make one character (b"k\xc3" then
+# b"\xa9k" read "kék"), and two items that do not decode would pass.
+
+
 class StrCodec(Codec[str]):
     name = "str"
     ordered = True
@@ -140,8 +147,8 @@ class StrCodec(Codec[str]):
             raise DecodeError(f"not UTF-8: {exc}") from exc
 
     def undecodable(self, items: Sequence[bytes]) -> list[int]:
-        try:  # valid UTF-8 pieces join to valid UTF-8, and a bad piece spoils the join
-            b"".join(items).decode("utf-8")
+        try:  # one decode for the batch: see the note above StrCodec
+            b"\n".join(items).decode("utf-8")
         except UnicodeDecodeError:
             return super().undecodable(items)
         return []
@@ -245,8 +252,9 @@ class JsonCodec(Codec[Any]):
         # item is one JSON value. (Items that hide a comma or a bracket change the count or
         # the pieces, and are then looked at one by one.)
         try:
-            pieces = _json_pieces(b"[" + b",".join(items) + b"]")
-            b"".join(items).decode("utf-8")
+            joined = b"[" + b",".join(items) + b"]"
+            pieces = _json_pieces(joined)
+            joined.decode("utf-8")  # commas apart: see the note above StrCodec
         except (msgspec.DecodeError, UnicodeDecodeError):
             return super().undecodable(items)
         if len(pieces) != len(items) or list(map(bytes, pieces)) != list(items):

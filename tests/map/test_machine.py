@@ -720,3 +720,35 @@ def test_load_latest_decides_as_load_batch_or_asks_for_the_entries(
     assert list(got.changes.values()) == list(expected.changes.values())
     assert got.flush_point == expected.flush_point and got.errors == []
     assert states[1].unreadable == states[0].unreadable
+
+
+def test_keys_that_each_hold_half_a_character_are_unreadable_however_batched() -> None:
+    """ "é" is two bytes in UTF-8: a key of the first and the next key of the second join to
+    valid UTF-8, though neither reads alone. A replica that reads them in one batch must
+    decide as one that reads them one by one (the batch checks once joined the raw bytes and
+    stored both as readable keys), applying ops and loading data alike."""
+    halves = [b"k\xc3", b"\xa9k"]
+    keys = [f"key{i}".encode() for i in range(BULK_MIN)] + halves
+    ops = numbered([(k, encode_op(OpCode.PUT, OTHER, i, [b"1"])) for i, k in enumerate(keys)])
+    decided = []
+    for batches in ([ops], [[r] for r in ops]):
+        state = new_state()
+        machine = new_machine(state)
+        errors = []
+        for batch in batches:
+            step = machine.apply_batch(batch, (batch[-1].offset or 0) + 1)
+            carry_out(machine, state, step)
+            errors += [e.offset for e in step.errors]
+        decided.append((contents(state), errors, sorted(state.unreadable)))
+    assert decided[0] == decided[1]
+    assert decided[0][1] == [BULK_MIN, BULK_MIN + 1]
+    assert decided[0][2] == halves
+    data = numbered([(k, b"1") for k in keys])
+    loaded = []
+    for batches in ([data], [[r] for r in data]):
+        state = new_state()
+        offsets = []
+        for batch in batches:
+            offsets += [e.offset for e in load_batch(MapTable([state]), 0, batch).errors]
+        loaded.append((offsets, sorted(state.unreadable)))
+    assert loaded[0] == loaded[1] == ([BULK_MIN, BULK_MIN + 1], halves)
