@@ -77,6 +77,8 @@
         └── OperationFailedError          an update decided as failed when applied: the same
             │                             on every replica, the state unchanged
             ├── FunctionError             a registered compute/merge function raised
+            ├── ResultTooLargeError (RecordTooLargeError)
+            │                             a computed value too large for a record
             └── UnknownFunctionError (KeyError)
                                           a function name that is not registered
 
@@ -126,6 +128,7 @@ __all__ = [
     "PipelineError",
     "RecordTooLargeError",
     "ResultDecodeError",
+    "ResultTooLargeError",
     "StoreError",
     "TopicExistsError",
     "TopicMismatchError",
@@ -389,6 +392,11 @@ class FunctionError(OperationFailedError):
         super().__init__(f"function {function!r} raised {type(error).__name__}: {error}")
         self.function = function
         self.error = f"{type(error).__name__}: {error}"
+
+
+class ResultTooLargeError(OperationFailedError, RecordTooLargeError):
+    """A compute or merge gave a value that, with its key, is larger than a record of the
+    map's topics may hold; nothing changed, on every replica."""
 
 
 class UnknownFunctionError(OperationFailedError, KeyError):

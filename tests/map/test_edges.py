@@ -36,6 +36,7 @@ from kafkakv.errors import (
     LockTimeoutError,
     PartitionStalledError,
     RecordTooLargeError,
+    ResultTooLargeError,
 )
 from kafkakv.log.base import Record
 from kafkakv.log.partitioner import partition_for
@@ -513,3 +514,63 @@ def test_the_largest_update_a_map_takes_also_flushes(open_map: OpenMap) -> None:
         return any(r.key == key and r.value == b"x" * low for r in data)
 
     wait_for(flushed, what="the value in the data topic")
+
+
+@functions.register("test_edges.grow")
+def _grow(key: str, old: bytes | None, size: int) -> bytes:
+    return b"x" * size
+
+
+@functions.register("test_edges.double")
+def _double(old: bytes, given: bytes) -> bytes:
+    return old + given
+
+
+def test_a_computed_value_too_large_for_a_record_fails_everywhere_and_flushes_stay_well(
+    open_map: OpenMap,
+) -> None:
+    """A function's result must fit a data record as a put's value must. Before, one too large
+    was applied on every replica and every flush of its partition then failed with
+    RecordTooLargeError; now the op fails alike everywhere (the room travels in the op) and
+    the largest result that fits flushes, headers included."""
+    m = open_map(value_codec="bytes", versions=True, expiry=True)
+    other = open_map(value_codec="bytes", versions=True, expiry=True)
+    room = m._engine.max_record_bytes - len(m._state.prefix)
+    with pytest.raises(ResultTooLargeError, match="bytes a record of the map may hold"):
+        m.compute("k", "test_edges.grow", 2 * room)
+    with pytest.raises(RecordTooLargeError):  # a ResultTooLargeError is one
+        m.compute_async("k", "test_edges.grow", room).result(timeout=30)
+    half = b"y" * (room // 2 + 10)  # a put of it fits, and so does a merge's argument
+    m["j"] = half
+    with pytest.raises(ResultTooLargeError):
+        m.merge("j", half, "test_edges.double")
+    assert "k" not in m and m["j"] == half
+    other.sync()
+    assert "k" not in other and other["j"] == half
+    assert m.compute("k", "test_edges.grow", room - 1) == b"x" * (room - 1)  # key "k": 1 byte
+    m.flush()  # raised RecordTooLargeError on the parent after the first compute
+    engine = m._engine
+    key = m._state.prefix + b"k"
+
+    log, data = engine.log, engine.topics.data
+
+    def flushed() -> bool:  # the whole data topic: the value shares it with "j" and marks
+        for p in range(log.partitions(data)):
+            offset, end = 0, log.end_offset(data, p)
+            while offset < end:
+                records, offset = log.read_batch(data, p, offset, max_bytes=8 << 20)
+                if any(r[0] == key and r[1] == b"x" * (room - 1) for r in records):
+                    return True
+        return False
+
+    wait_for(flushed, what="the largest computed value in the data topic")
+    other.sync()
+    assert other["k"] == b"x" * (room - 1)
+
+
+def test_compute_async_refuses_arguments_msgpack_cannot_carry(open_map: OpenMap) -> None:
+    """As compute does: a typed error before anything is appended (it was msgpack's own
+    TypeError)."""
+    m = open_map()
+    with pytest.raises(EncodeError, match="msgpack"):
+        m.compute_async("k", "test_edges.grow", object())

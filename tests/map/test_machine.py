@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from kafkakv import functions
 from kafkakv.codecs import codec_for
-from kafkakv.errors import DataLossError, OperationFailedError
+from kafkakv.errors import DataLossError, DecodeError, OperationFailedError, ResultTooLargeError
 from kafkakv.log.base import Record
 from kafkakv.map import machine as machine_module
 from kafkakv.map.keyspace import FLUSH_POINT_KEY, SETTINGS_KEY
@@ -752,3 +752,25 @@ def test_keys_that_each_hold_half_a_character_are_unreadable_however_batched() -
             offsets += [e.offset for e in load_batch(MapTable([state]), 0, batch).errors]
         loaded.append((offsets, sorted(state.unreadable)))
     assert loaded[0] == loaded[1] == ([BULK_MIN, BULK_MIN + 1], halves)
+
+
+def test_a_computed_value_is_held_to_the_room_its_op_carries() -> None:
+    """COMPUTE and MERGE take an optional room (key and value bytes at most); the decision
+    depends only on the op, so every replica refuses alike. Records without it, from older
+    writers, are decided without a limit."""
+    bytes_codec = codec_for("bytes")
+    for room, fits in ((5, True), (4, False)):  # key b"k" and b"abcd" from a merge: 5 bytes
+        args = ("test_machine.concat", b"abcd", room)
+        op = decode_op(encode_op(OpCode.MERGE, ME, 1, args))
+        assert op.args == args
+        if fits:
+            assert decide(OpCode.MERGE, op.args, None, b"k", STR, bytes_codec)[1] == b"abcd"
+        else:
+            with pytest.raises(ResultTooLargeError, match="over the 4 bytes"):
+                decide(OpCode.MERGE, op.args, None, b"k", STR, bytes_codec)
+    unbounded = ("test_machine.concat", b"abcd")
+    assert decide(OpCode.MERGE, unbounded, None, b"k", STR, bytes_codec)[1] == b"abcd"
+    with pytest.raises(OperationFailedError, match="must be an int"):
+        decide(OpCode.MERGE, (*unbounded, "5"), None, b"k", STR, bytes_codec)
+    with pytest.raises(DecodeError, match="takes 2 or 3 arguments, not 4"):
+        decode_op(encode_op(OpCode.COMPUTE, ME, 1, ("f", b"\x90", 5, 6)))

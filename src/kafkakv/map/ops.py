@@ -26,6 +26,12 @@ before the op record's timestamp, which every replica reads alike: the op decide
 key were absent. ``EXPIRE`` removes it, once its deadline is at or before that record's own
 timestamp and still the key's.
 
+A ``COMPUTE`` or ``MERGE`` record may carry a third arg, the room: the most bytes that the key
+(store key) and the value the function returns may take together, which the writer derives
+from what a record of the map's topics holds. A result over it fails the op on every replica
+alike (:class:`~kafkakv.errors.ResultTooLargeError`), where otherwise it would be applied and
+then never fit a data record. Records without it (older writers) are decided unbounded.
+
 A map with versions gives each key the version of its last change: the offset of the ops
 record that changed it (values written again unchanged keep it). Compared by version, an
 update cannot be fooled by a value that changed and changed back.
@@ -61,6 +67,7 @@ from kafkakv.errors import (
     KafkaKVError,
     OperationFailedError,
     RecordTooLargeError,
+    ResultTooLargeError,
 )
 
 __all__ = [
@@ -91,8 +98,8 @@ class OpCode(enum.IntEnum):
     COMPARE_AND_SET = 4
     REMOVE = 5
     REMOVE_IF = 6
-    COMPUTE = 7
-    MERGE = 8
+    COMPUTE = 7  # args (function name, msgpack of its extra args[, room])
+    MERGE = 8  # args (function name, value[, room])
     WRITE_MANY = 9  # args (store keys, values): a batch of puts and removes, one offset
     TRANSACT = 10  # args (expected keys, values, versioned keys, versions, keys, values)
     SET_IF_VERSION = 11  # args (expected version or nil, new value)
@@ -144,8 +151,9 @@ def decode_op(data: bytes | None) -> Op:
         raise DecodeError(f"not an ops record ([code, origin, seq, ...]): {exc!r}") from None
     if type(origin) is not bytes or type(seq) is not int:
         raise DecodeError("an ops record with a malformed origin or sequence number")
-    if len(args) != _ARITY[opcode]:
-        raise DecodeError(f"{opcode.name} takes {_ARITY[opcode]} arguments, not {len(args)}")
+    if len(args) not in _ARITY[opcode]:
+        takes = " or ".join(map(str, sorted(_ARITY[opcode])))
+        raise DecodeError(f"{opcode.name} takes {takes} arguments, not {len(args)}")
     return _new_op(Op, (opcode, origin, seq, args))
 
 
@@ -161,7 +169,7 @@ def sent_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any]) -> Op | 
     """
     if type(code) is not OpCode or type(origin) is not bytes or type(seq) is not int:
         return None
-    if len(args) != _ARITY[code]:
+    if len(args) not in _ARITY[code]:
         return None
     arrays = False
     for arg in args:
@@ -176,23 +184,24 @@ def sent_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any]) -> Op | 
 
 _CODES = {int(c): c for c in OpCode}
 _new_op = tuple.__new__  # Op(...) without the NamedTuple constructor's Python-level call
+#: How many args each op takes (a COMPUTE or MERGE with its room or without).
 _ARITY = {
-    OpCode.PUT: 1,
-    OpCode.PUT_IF_ABSENT: 1,
-    OpCode.REPLACE: 1,
-    OpCode.COMPARE_AND_SET: 2,
-    OpCode.REMOVE: 0,
-    OpCode.REMOVE_IF: 1,
-    OpCode.COMPUTE: 2,
-    OpCode.MERGE: 2,
-    OpCode.WRITE_MANY: 2,
-    OpCode.TRANSACT: 6,
-    OpCode.SET_IF_VERSION: 2,
-    OpCode.PUT_TTL: 2,
-    OpCode.WRITE_MANY_TTL: 3,
-    OpCode.EXPIRE: 1,
-    OpCode.BARRIER: 0,
-    OpCode.FLUSHED: 1,
+    OpCode.PUT: frozenset({1}),
+    OpCode.PUT_IF_ABSENT: frozenset({1}),
+    OpCode.REPLACE: frozenset({1}),
+    OpCode.COMPARE_AND_SET: frozenset({2}),
+    OpCode.REMOVE: frozenset({0}),
+    OpCode.REMOVE_IF: frozenset({1}),
+    OpCode.COMPUTE: frozenset({2, 3}),
+    OpCode.MERGE: frozenset({2, 3}),
+    OpCode.WRITE_MANY: frozenset({2}),
+    OpCode.TRANSACT: frozenset({6}),
+    OpCode.SET_IF_VERSION: frozenset({2}),
+    OpCode.PUT_TTL: frozenset({2}),
+    OpCode.WRITE_MANY_TTL: frozenset({3}),
+    OpCode.EXPIRE: frozenset({1}),
+    OpCode.BARRIER: frozenset({0}),
+    OpCode.FLUSHED: frozenset({1}),
 }
 
 
@@ -398,7 +407,7 @@ def decide(
         if code is OpCode.COMPUTE:
             return _compute(args, current, key, keys, values)
         if code is OpCode.MERGE:
-            return _merge(args, current, values)
+            return _merge(args, current, key, values)
     except OperationFailedError:
         raise
     except DecodeError as exc:
@@ -421,7 +430,7 @@ def _call(name: Any, *call_args: Any) -> Any:
 def _compute(
     args: tuple[Any, ...], current: bytes | None, key: bytes, keys: Codec[Any], values: Codec[Any]
 ) -> tuple[Any, bytes | Keep | None]:
-    name, packed = args
+    name, packed = args[:2]
     try:
         extra = msgpack.unpackb(_bytes_arg(packed, "the arguments"), raw=False)
     except DecodeError:
@@ -430,27 +439,50 @@ def _compute(
         raise DecodeError(f"compute arguments that are not msgpack: {exc}") from exc
     old = None if current is None else values.decode(current)
     result = _call(name, keys.decode(key), old, *extra)
-    return _settle(result, current, values, name)
+    return _settle(result, current, key, values, name, args[2:])
 
 
 def _merge(
-    args: tuple[Any, ...], current: bytes | None, values: Codec[Any]
+    args: tuple[Any, ...], current: bytes | None, key: bytes, values: Codec[Any]
 ) -> tuple[Any, bytes | Keep | None]:
-    name, given = args
+    name, given = args[:2]
     given = _bytes_arg(given, "the value")
     if current is None:
+        _check_room(key, given, name, args[2:])
         return given, given
     result = _call(name, values.decode(current), values.decode(given))
-    return _settle(result, current, values, name)
+    return _settle(result, current, key, values, name, args[2:])
 
 
 def _settle(
-    result: Any, current: bytes | None, values: Codec[Any], name: str
+    result: Any,
+    current: bytes | None,
+    key: bytes,
+    values: Codec[Any],
+    name: str,
+    room: tuple[Any, ...],
 ) -> tuple[Any, bytes | Keep | None]:
+    """A function's result as the key's new value; ``room`` is the op's optional room arg."""
     if result is None:
         return None, (KEEP if current is None else None)
     try:
         encoded = values.encode(result)
     except KafkaKVError as exc:
         raise FunctionError(name, exc) from exc
+    _check_room(key, encoded, name, room)
     return encoded, encoded
+
+
+def _check_room(key: bytes, value: bytes, name: str, room: tuple[Any, ...]) -> None:
+    """Raise :class:`~kafkakv.errors.ResultTooLargeError` when ``key`` and ``value`` take
+    more than the op's room (``room``: its optional last arg; none, no limit)."""
+    if not room:
+        return
+    limit = room[0]
+    if type(limit) is not int:
+        raise DecodeError("the room of a computed value must be an int")
+    if len(key) + len(value) > limit:
+        raise ResultTooLargeError(
+            f"{name!r} gave a value of {len(value)} bytes: with its key's {len(key)} that is "
+            f"over the {limit} bytes a record of the map may hold; nothing changed"
+        )

@@ -449,21 +449,36 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
 
         Only the name and ``args`` (msgpack-encodable) travel. Raises
         :class:`~kafkakv.errors.UnknownFunctionError` before appending when ``fn`` is not
-        registered here, and :class:`~kafkakv.errors.FunctionError` when it raised.
+        registered here, :class:`~kafkakv.errors.FunctionError` when it raised, and
+        :class:`~kafkakv.errors.ResultTooLargeError` when its result, with the key, is larger
+        than a record of the map's topics may hold (nothing changed).
         """
+        return cast("V | None", self._call(OpCode.COMPUTE, key, *self._compute_args(fn, args)))
+
+    def _compute_args(
+        self, fn: str | functions.RegisteredFunction[..., V | None], args: tuple[Any, ...]
+    ) -> tuple[str, bytes, int]:
+        """The args of a ``COMPUTE``: the function's name, its extra args packed, the room."""
         name = _function_name(fn)
         try:
             packed = msgpack.packb(list(args), use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
             raise EncodeError(f"compute arguments must be msgpack values: {exc}") from exc
-        return cast("V | None", self._call(OpCode.COMPUTE, key, name, packed))
+        return name, packed, self._result_room()
+
+    def _result_room(self) -> int:
+        """The room of a computed value (see :mod:`kafkakv.map.ops`): what an update of this
+        map may take, its prefix left out, as for a put."""
+        return self._engine.max_record_bytes - len(self._state.prefix)
 
     def merge(
         self, key: K, value: V, fn: str | functions.RegisteredFunction[..., V | None]
     ) -> V | None:
-        """Set ``value`` if ``key`` is absent, else ``fn(old, value)`` (None removes)."""
+        """Set ``value`` if ``key`` is absent, else ``fn(old, value)`` (None removes); raises
+        as :meth:`compute` does."""
         name = _function_name(fn)
-        return cast("V | None", self._call(OpCode.MERGE, key, name, self._value(value)))
+        args = (name, self._value(value), self._result_room())
+        return cast("V | None", self._call(OpCode.MERGE, key, *args))
 
     def __delitem__(self, key: K) -> None:
         if self._call(OpCode.REMOVE, key, decode=False) is None:  # only "was it there?"
@@ -619,15 +634,14 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
     def compute_async(
         self, key: K, fn: str | functions.RegisteredFunction[..., V | None], *args: Any
     ) -> OpFuture[V | None]:
-        name = _function_name(fn)
-        packed = msgpack.packb(list(args), use_bin_type=True)
-        return self._submit(OpCode.COMPUTE, key, (name, packed), False)
+        return self._submit(OpCode.COMPUTE, key, self._compute_args(fn, args), False)
 
     def merge_async(
         self, key: K, value: V, fn: str | functions.RegisteredFunction[..., V | None]
     ) -> OpFuture[V | None]:
         name = _function_name(fn)
-        return self._submit(OpCode.MERGE, key, (name, self._value(value)), False)
+        args = (name, self._value(value), self._result_room())
+        return self._submit(OpCode.MERGE, key, args, False)
 
     # -- replica control ----------------------------------------------------------------
     def sync(self, timeout: float | None = None) -> None:

@@ -699,7 +699,7 @@ class KafkaLog(Log):
         """See :meth:`Log.record_room`: the topic's ``max.message.bytes`` less a record
         batch's framing of one record, or the producer's ``message.max.bytes`` less a record's
         fields if that is less (librdkafka refuses larger records as it queues them)."""
-        topic_room = self._load(topic)[0].max_message_bytes - _FRAMING
+        topic_room = self._info(topic).max_message_bytes - _FRAMING
         return min(topic_room, self._producer_max - _RECORD_FIELDS)
 
     def append(
