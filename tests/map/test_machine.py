@@ -68,6 +68,12 @@ def _concat(old: Any, given: Any) -> Any:
     return old * 10 + given
 
 
+@functions.register("test_machine.add")
+def _add(key: str, old: Any, n: int) -> Any:
+    """A compute function: ``n`` more than the old value."""
+    return (old or 0) + n
+
+
 SETTINGS = settings(
     max_examples=150,
     derandomize=True,
@@ -86,7 +92,7 @@ def ops_records(draw: st.DrawFn) -> tuple[bytes | None, bytes | None, bytes]:
     value = draw(st.sampled_from(VALUES))
     kind = draw(
         st.sampled_from(["put"] * 4 + ["absent", "replace", "remove", "cas", "remove_if", "merge"])
-        | st.sampled_from(["barrier", "garbage", "many", "many"])
+        | st.sampled_from(["barrier", "garbage", "many", "many", "compute"])
     )
     if kind == "put":
         return key, encode_op(OpCode.PUT, origin, seq, [value]), origin
@@ -103,6 +109,11 @@ def ops_records(draw: st.DrawFn) -> tuple[bytes | None, bytes | None, bytes]:
         return key, encode_op(OpCode.REMOVE_IF, origin, seq, [value]), origin
     if kind == "merge":
         return key, encode_op(OpCode.MERGE, origin, seq, ["test_machine.concat", value]), origin
+    if kind == "compute":  # its args packed as the writer packs them, or in another shape
+        packed = draw(st.sampled_from([[1], [2], 5, "ab", {"n": 1}, []]))
+        args = ["test_machine.add", msgpack.packb(packed)]
+        args += draw(st.sampled_from([[], [2], [1]]))  # the room: none, or a tight one
+        return key, encode_op(OpCode.COMPUTE, origin, seq, args), origin
     if kind == "many":  # puts and removes of a batch, a key maybe twice
         pairs = draw(
             st.lists(

@@ -437,6 +437,8 @@ def _compute(
         raise
     except Exception as exc:
         raise DecodeError(f"compute arguments that are not msgpack: {exc}") from exc
+    if type(extra) is not list:  # the writer packs a list: a str or a map would spread too
+        raise DecodeError(f"compute arguments must be a msgpack array, not {type(extra).__name__}")
     old = None if current is None else values.decode(current)
     result = _call(name, keys.decode(key), old, *extra)
     return _settle(result, current, key, values, name, args[2:])
