@@ -111,9 +111,9 @@ def ops_records(draw: st.DrawFn) -> tuple[bytes | None, bytes | None, bytes]:
         return key, encode_op(OpCode.MERGE, origin, seq, ["test_machine.concat", value]), origin
     if kind == "compute":  # its args packed as the writer packs them, or in another shape
         packed = draw(st.sampled_from([[1], [2], 5, "ab", {"n": 1}, []]))
-        args = ["test_machine.add", msgpack.packb(packed)]
-        args += draw(st.sampled_from([[], [2], [1]]))  # the room: none, or a tight one
-        return key, encode_op(OpCode.COMPUTE, origin, seq, args), origin
+        room = draw(st.sampled_from([(), (2,), (1,)]))  # none, or a tight one
+        compute = ("test_machine.add", msgpack.packb(packed), *room)
+        return key, encode_op(OpCode.COMPUTE, origin, seq, compute), origin
     if kind == "many":  # puts and removes of a batch, a key maybe twice
         pairs = draw(
             st.lists(
