@@ -16,6 +16,7 @@ from confluent_kafka import Producer, TopicPartition
 import kafkakv
 from kafkakv.dev import Cluster
 from kafkakv.errors import DataLossError
+from kafkakv.log.partitioner import partition_for
 from kafkakv.store import LmdbStore
 from tests.conftest import KAFKA_TIMEOUT
 from tests.map.test_map_protocol import _CountingStore
@@ -144,3 +145,27 @@ def test_a_map_whose_data_topic_starts_with_an_aborted_transaction_opens(
         fresh = fresh_db.map(name, timeout=10)
         assert time.monotonic() - began < 5
         assert fresh == {"a": 1} and fresh.creation_options["hash_tags"] is False
+
+
+def test_a_null_header_value_another_client_wrote_reads_as_empty_bytes(
+    kafka_cluster: Cluster, url: str, db: kafkakv.Database, name: str
+) -> None:
+    """Kafka lets a header have no value; a Record's header values are bytes, as every append
+    stores them (None as b""). A null version header on a map's data record stopped the
+    bootstrap of every replica with versions (a TypeError in reading the headers)."""
+    db.map(name, versions=True)["a"] = 1  # the topics, and a value flushed later
+    partitions = db.log.partitions(name)
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap})
+    headers: list[tuple[str, str | bytes | None]] = [("kafkakv.version", None), ("note", None)]
+    target = partition_for(b"k", partitions)
+    producer.produce(name, key=b"k", value=b"2", partition=target, headers=headers)
+    producer.flush(KAFKA_TIMEOUT)
+    records = []
+    for p in range(partitions):
+        records += db.log.read(name, p, 0, max_records=100)
+    assert [r.headers for r in records if r.key == b"k"] == [
+        [("kafkakv.version", b""), ("note", b"")]
+    ]
+    with kafkakv.connect(url, timeout=KAFKA_TIMEOUT) as fresh_db:
+        fresh = fresh_db.map(name, versions=True)
+        assert fresh["k"] == 2 and fresh["a"] == 1

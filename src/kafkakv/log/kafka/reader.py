@@ -209,10 +209,13 @@ class Reader:
             if offset < lo:
                 continue
             key, value = m.key(), m.value()
+            headers = cast("list[tuple[str, bytes | None]] | None", m.headers())
             size += (len(key) if key else 0) + (len(value) if value else 0)
+            if headers:  # a null header value reads as empty bytes, as appends store it
+                headers = [(name, b"" if raw is None else raw) for name, raw in headers]
             append(
                 _new_record(
-                    Record, (key, value, m.headers() or (), m.timestamp()[1], partition, offset)
+                    Record, (key, value, headers or (), m.timestamp()[1], partition, offset)
                 )
             )
         if part is not None:
