@@ -39,7 +39,7 @@ import orjson
 
 from kafkakv.codecs import Codec, JsonCodec, StrCodec
 from kafkakv.directory.base import Change, DirectoryRecord, RecordError, Transform
-from kafkakv.log.base import Entry, Record
+from kafkakv.log.base import Entry, Record, new_tuple
 from kafkakv.map.keyspace import RESERVED_KEYS
 
 _RESERVED = frozenset(RESERVED_KEYS)  # a map's flush points and settings: not entries
@@ -51,7 +51,6 @@ Encode = Callable[[Any, Any], tuple[bytes, bytes | None]]
 
 _first = operator.itemgetter(0)
 _key_value = operator.itemgetter(0, 1)
-_new_tuple = tuple.__new__  # a NamedTuple without its Python-level constructor (hot path)
 
 
 def fast_decoder(codec: Codec[Any]) -> Callable[[bytes], Any]:
@@ -150,7 +149,7 @@ class RecordDecoder:
                 else:
                     value = dvalue(vb)
                     if transform is not None and value is not None:
-                        row = _new_tuple(
+                        row = new_tuple(
                             DirectoryRecord, (key, value, p or 0, offset or 0, headers, ts)
                         )
                         entry = transform(row)

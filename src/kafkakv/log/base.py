@@ -32,8 +32,13 @@ __all__ = [
     "Problem",
     "Record",
     "TopicPartition",
+    "new_tuple",
     "records_of",
 ]
+
+new_tuple = tuple.__new__
+"""``new_tuple(Record, fields)`` builds a named tuple from a tuple of its fields in one C call,
+without the Python-level constructor a ``Record(...)`` call runs: for hot paths."""
 
 TopicPartition = tuple[str, int]
 """A ``(topic, partition)`` pair."""
@@ -74,7 +79,7 @@ def records_of(keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> 
     fields = zip(
         keys, values, repeat((), n), repeat(None, n), repeat(None, n), repeat(None, n), strict=True
     )
-    return list(map(tuple.__new__, repeat(Record, n), fields))
+    return list(map(new_tuple, repeat(Record, n), fields))
 
 
 class Batch(NamedTuple):

@@ -58,7 +58,7 @@ from kafkakv.errors import (
     UnknownFunctionError,
 )
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import Entry, Log, LogWriter, Record
+from kafkakv.log.base import Entry, Log, LogWriter, Record, new_tuple
 from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
 from kafkakv.map.barriers import SharedBarriers
@@ -122,8 +122,6 @@ _NO_CHANGES: dict[bytes, bytes | None] = {}
 #: A ``put_async`` queued for the sender (see Outgoing): partition, map, store key, value, future.
 QueuedPut = tuple[int, MapState, bytes, bytes, OpFuture]
 _RESERVED = frozenset(RESERVED_KEYS)
-
-_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
 
 
 class ReplicaEngine:
@@ -489,7 +487,7 @@ class ReplicaEngine:
             self._take_slot()
             self._pending[seq] = future  # one dict store: atomic under the GIL, no lock
             sender = self._sender
-            sender.outbox.append((p, _new_tuple(Record, (record_key, value, (), None, None, None))))
+            sender.outbox.append((p, new_tuple(Record, (record_key, value, (), None, None, None))))
             if sender.idle:
                 sender.wake()  # one wake-up, not one per update until it runs
             return future
@@ -499,7 +497,7 @@ class ReplicaEngine:
             self._after_queued(time.monotonic() + timeout)
         self._pending[seq] = future
         self._last_local = time.monotonic()  # keeps the follower away: see _follow
-        record = _new_tuple(Record, (record_key, value, (), None, None, None))
+        record = new_tuple(Record, (record_key, value, (), None, None, None))
         try:
             offset = self.log.append(self.topics.ops, p, [record], timeout=timeout)
         except BaseException as exc:
@@ -609,7 +607,7 @@ class ReplicaEngine:
             seq = next(self._seq)
             args = (ks, vs, *extra)
             value = encode_op(code, self.origin, seq, args)
-            record = _new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None))
+            record = new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None))
             parts.append((seq, BatchPart(batch, not wait, p), record))
             records.setdefault(p, []).append(record)
             if wait:
@@ -761,7 +759,7 @@ class ReplicaEngine:
             groups.append((seq, PutGroup([item[4] for item in run[start : start + len(ks)]], p)))
             start += len(ks)
             value = encode_op(OpCode.WRITE_MANY, self.origin, seq, (ks, vs))
-            records.append(_new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None)))
+            records.append(new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None)))
 
     def _fail_queued(self, queued: list[Outgoing], exc: BaseException) -> None:
         """Fail updates the sender took but could not make records of."""
@@ -822,10 +820,10 @@ class ReplicaEngine:
                     and self._applies_own
                 ):
                     if len(own) == 1:  # a put: no comprehension on the sync path
-                        mine = [_new_tuple(Record, (own[0][0], own[0][1], (), None, p, first))]
+                        mine = [new_tuple(Record, (own[0][0], own[0][1], (), None, p, first))]
                     else:
                         mine = [
-                            _new_tuple(Record, (r[0], r[1], (), None, p, at))
+                            new_tuple(Record, (r[0], r[1], (), None, p, at))
                             for at, r in enumerate(own, first)
                         ]
                     self._carry_out(p, machine.apply_batch(mine, offset + 1, ops or None))
@@ -898,7 +896,7 @@ class ReplicaEngine:
             self.errors.extend(step.errors)
         if step.stall is not None:
             self._stall(p, *step.stall)
-        position = {p: _new_tuple(Positions, (step.applied, step.flushed))}  # step.positions
+        position = {p: new_tuple(Positions, (step.applied, step.flushed))}  # step.positions
         changes = step.changes
         for state in self.maps:
             state.store.write(changes.get(id(state), _NO_CHANGES), position)

@@ -35,7 +35,7 @@ from kafkakv.errors import (
     OperationFailedError,
     UnknownFunctionError,
 )
-from kafkakv.log.base import Entry, Record, records_of
+from kafkakv.log.base import Entry, Record, new_tuple, records_of
 from kafkakv.map.keyspace import FLUSH_POINT_KEY, RESERVED_KEYS, SETTINGS_KEY, prefix_of
 from kafkakv.map.ops import (
     KEEP,
@@ -51,8 +51,6 @@ from kafkakv.map.ops import (
     write_many_args,
 )
 from kafkakv.store.base import Positions, Store
-
-_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level constructor
 
 __all__ = [
     "CHANGE",
@@ -210,7 +208,7 @@ class Step:
 
     @property
     def positions(self) -> Positions:
-        return _new_tuple(Positions, (self.applied, self.flushed))
+        return new_tuple(Positions, (self.applied, self.flushed))
 
 
 #: Batches at least this long try the bulk path of :meth:`PartitionMachine.apply_batch`.

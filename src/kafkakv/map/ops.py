@@ -69,6 +69,7 @@ from kafkakv.errors import (
     RecordTooLargeError,
     ResultTooLargeError,
 )
+from kafkakv.log.base import new_tuple
 
 __all__ = [
     "KEEP",
@@ -154,7 +155,7 @@ def decode_op(data: bytes | None) -> Op:
     if len(args) not in _ARITY[opcode]:
         takes = " or ".join(map(str, sorted(_ARITY[opcode])))
         raise DecodeError(f"{opcode.name} takes {takes} arguments, not {len(args)}")
-    return _new_op(Op, (opcode, origin, seq, args))
+    return new_tuple(Op, (opcode, origin, seq, args))
 
 
 def sent_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any]) -> Op | None:
@@ -179,11 +180,10 @@ def sent_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any]) -> Op | 
             arrays = True
     if arrays:
         args = [tuple(arg) if type(arg) in _ARRAYS else arg for arg in args]
-    return _new_op(Op, (code, origin, seq, tuple(args)))
+    return new_tuple(Op, (code, origin, seq, tuple(args)))
 
 
 _CODES = {int(c): c for c in OpCode}
-_new_op = tuple.__new__  # Op(...) without the NamedTuple constructor's Python-level call
 #: How many args each op takes (a COMPUTE or MERGE with its room or without).
 _ARITY = {
     OpCode.PUT: frozenset({1}),

@@ -54,7 +54,7 @@ from kafkakv.errors import (
     RecordTooLargeError,
     UnknownTopicError,
 )
-from kafkakv.log.base import Log, Record
+from kafkakv.log.base import Log, Record, new_tuple
 from kafkakv.map.keyspace import check_update_key
 from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
@@ -67,7 +67,6 @@ BATCH_ROWS = 65_536
 """Rows per Arrow batch a read task yields."""
 
 _READ_BYTES = 8 << 20
-_record = tuple.__new__  # builds a Record without the NamedTuple constructor's call
 _BUILTIN = ("key", "value", "partition", "offset")
 
 
@@ -294,7 +293,7 @@ class _TopicRecords:
         for key, value, p in zip(keys, values, partitions_for(keys, count), strict=True):
             if len(key) + (0 if value is None else len(value)) > limit:
                 _too_large(len(key) + len(value or b""), limit, self.opts)
-            out.setdefault(p, []).append(_record(Record, (key, value, (), None, None, None)))
+            out.setdefault(p, []).append(new_tuple(Record, (key, value, (), None, None, None)))
         return out
 
 
@@ -324,7 +323,7 @@ class _MapRecords:
                 op = encode_op(put, origin, next(seq), (value,))
             if len(record_key) + len(op) > limit:
                 _too_large(len(record_key) + len(op), limit, self.opts)
-            out.setdefault(p, []).append(_record(Record, (record_key, op, (), None, None, None)))
+            out.setdefault(p, []).append(new_tuple(Record, (record_key, op, (), None, None, None)))
         return out
 
 

@@ -40,7 +40,7 @@ from typing import NamedTuple, cast
 from isal.isal_zlib import crc32  # zlib's CRC-32, with carry-less multiplies: ~5x as fast
 
 from kafkakv.errors import CorruptLogError, InvalidRecordError
-from kafkakv.log.base import Record
+from kafkakv.log.base import Record, new_tuple
 from kafkakv.log.embedded.frame import (
     BATCH_HEADER,
     BATCH_MAGIC,
@@ -79,8 +79,6 @@ __all__ = [
 ATTR_TRANSACTIONAL = 0x01
 HEADER_SIZE = BATCH_HEADER.size  # 56
 INDEX_ENTRY = struct.Struct("<II")
-
-_tuple_new = tuple.__new__
 
 
 class BatchHeader(NamedTuple):
@@ -195,7 +193,7 @@ def parse_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
         or count > last_delta + 1
     ):
         raise CorruptLogError("bad batch header (magic, size or counts)", position=pos)
-    return _tuple_new(
+    return new_tuple(
         BatchHeader, (base, size, crc, attrs, count, last_delta, bts, mts, horizon, producer)
     )
 
@@ -229,7 +227,7 @@ def records_from_rows(
     start = bisect_left(rows, min_offset - base, key=_offset_delta) if min_offset > base else 0
     stop = len(rows) if limit is None else min(len(rows), start + limit)
     return [
-        _tuple_new(Record, (k, v, h or (), bts + td, partition, base + od))
+        new_tuple(Record, (k, v, h or (), bts + td, partition, base + od))
         for od, td, k, v, h in rows[start:stop]
     ]
 

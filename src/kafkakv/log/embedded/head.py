@@ -30,6 +30,7 @@ import uuid
 import zlib
 from typing import NamedTuple
 
+from kafkakv.log.base import new_tuple
 from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.frame import HEAD_MAGIC, bind_head, pack_head, read_head
 
@@ -37,7 +38,6 @@ __all__ = ["BOOT_ID", "HEAD_SIZE", "HeadFile", "HeadState", "py_read_head"]
 
 _HEAD = struct.Struct("<4sIQQQQQQQ16s")
 HEAD_SIZE = _HEAD.size
-_new_tuple = tuple.__new__  # builds a NamedTuple from a tuple of its fields in one C call
 
 
 def _boot_id() -> bytes:
@@ -79,7 +79,7 @@ def unpack_head(raw: bytes) -> HeadState | None:
     fields = _HEAD.unpack_from(raw)
     if zlib.crc32(memoryview(raw)[8:HEAD_SIZE]) != fields[1]:
         return None
-    return _new_tuple(HeadState, fields[2:])  # as HeadState(*...), minus a Python call
+    return new_tuple(HeadState, fields[2:])  # as HeadState(*...), minus a Python call
 
 
 _Last = tuple[bytes, "HeadState | None"]  # a head record's bytes and what they say

@@ -46,6 +46,7 @@ from kafkakv.log.base import (
     Problem,
     Record,
     TopicPartition,
+    new_tuple,
 )
 from kafkakv.log.config import TopicConfig, parse_topic_config, validate_topic_name
 from kafkakv.log.embedded import fs
@@ -65,7 +66,6 @@ _log = logging.getLogger("kafkakv.log.embedded")
 _MARKER = "kafkakv-log.json"
 _FORMAT = 2  # 2: batches of magic 2 (their CRC covers the base offset; see format.py)
 _UPGRADED = (1,)  # earlier formats this kafkakv reads; opening one rewrites its marker
-_new_tuple = tuple.__new__  # a NamedTuple from a tuple of its fields, with no Python call
 
 
 def _parse_topic(raw: bytes, path: str) -> tuple[int, TopicConfig]:
@@ -445,7 +445,7 @@ class EmbeddedLog(Log):
         """See :meth:`Log.read_batch`: the records, and the next offset the partition's read
         found (one past the last record)."""
         part = self._reading(topic, partition, offset, max_records)
-        return _new_tuple(Batch, part.read(offset, max_records, max_bytes))
+        return new_tuple(Batch, part.read(offset, max_records, max_bytes))
 
     def _reading(self, topic: str, partition: int, offset: int, max_records: int) -> Partition:
         """The partition a read asks for, once its arguments are checked."""

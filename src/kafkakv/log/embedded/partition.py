@@ -33,7 +33,7 @@ from typing import Any, Literal, NamedTuple, cast
 
 from kafkakv.errors import ClosedError, CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import EndMark, Entry
+from kafkakv.log.base import EndMark, Entry, new_tuple
 from kafkakv.log.config import TopicConfig
 from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error, unflock
@@ -140,7 +140,6 @@ _READ_CHUNK = 1 << 17
 _MAX_READ_CHUNK = 1 << 22
 _MAX_SEGMENT_SPAN = 2**31 - 1  # relative offsets in the index are u32; stay well inside
 _LOCK_NOW = fcntl.LOCK_EX | fcntl.LOCK_NB
-_new_tuple = tuple.__new__  # a NamedTuple from a tuple of its fields, with no Python call
 _MAX_MS = 2**63 - 1  # a roll time past any clock: the C append takes a signed 64-bit time
 # fs's, unless a test recorder took them
 _OS_PWRITE, _OS_PWRITEV, _OS_FDATASYNC = os.pwrite, os.pwritev, os.fdatasync
@@ -573,7 +572,7 @@ class Partition:
                         if records:
                             out.extend(records)
                             after = last
-                        start = _new_tuple(_Start, (position, low, False))  # no Python call
+                        start = new_tuple(_Start, (position, low, False))  # no Python call
                         self._read_cursor = (seg.name, low, start)
                         if room <= 0 or budget <= 0 or position >= end:
                             i += 1

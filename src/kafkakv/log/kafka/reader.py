@@ -24,7 +24,7 @@ from typing import cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kafkakv.errors import ClosedError, KafkaKVError, OffsetOutOfRangeError, OperationTimeoutError
-from kafkakv.log.base import Batch, Record
+from kafkakv.log.base import Batch, Record, new_tuple
 from kafkakv.log.kafka.errors import error_class, translate
 from kafkakv.log.kafka.refusals import Refusals
 from kafkakv.log.kafka.settings import ClientConfig, open_client
@@ -44,7 +44,6 @@ _IDLE_RECORDS = 100_000
 _IDLE_BYTES = 64 << 20
 
 _EOF = KafkaError._PARTITION_EOF
-_new_record = tuple.__new__
 
 
 class _Part:
@@ -214,9 +213,7 @@ class Reader:
             if headers:  # a null header value reads as empty bytes, as appends store it
                 headers = [(name, b"" if raw is None else raw) for name, raw in headers]
             append(
-                _new_record(
-                    Record, (key, value, headers or (), m.timestamp()[1], partition, offset)
-                )
+                new_tuple(Record, (key, value, headers or (), m.timestamp()[1], partition, offset))
             )
         if part is not None:
             part.next, part.size = nxt, size
