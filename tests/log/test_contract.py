@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -412,6 +414,29 @@ def test_a_new_writer_with_the_same_id_fences_the_old_one(log: Log, topic: str) 
     new.append({(topic, 0): [Record(b"a", b"newer")]})
     other.close()
     assert values(log.read(topic, 0, 0)) == [b"old", b"new", b"newer"]
+
+
+def test_a_fenced_writer_dropped_by_its_caller_is_freed_at_once(log: Log, topic: str) -> None:
+    """A fenced writer keeps failing its appends, but it must not keep itself alive: the error
+    it remembers must not hold the frames (and so the writer, and on Kafka its producer's
+    threads and sockets) that raised it. Freed by reference counting, with no collection."""
+    log.create_topic(topic, 1)
+    old = log.writer("fenced-p0")
+    old.append({(topic, 0): [Record(b"a", b"old")]})
+    new = log.writer("fenced-p0")
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with pytest.raises(FencedError):
+            old.append({(topic, 0): [Record(b"a", b"zombie")]})
+        gone = weakref.ref(old)
+        old.close()
+        del old
+        assert gone() is None, gc.get_referrers(gone())
+    finally:
+        if collecting:
+            gc.enable()
+    new.close()
 
 
 def test_writer_batch_with_a_bad_record_appends_nothing(log: Log, topic: str) -> None:

@@ -1154,7 +1154,10 @@ class KafkaLogWriter(LogWriter):
         fatal = err is not None and err.fatal()
         error = translate(where, exc, FencedError if fatal else None)
         if isinstance(error, FencedError):
-            self._fenced = error
+            # Kept as a copy never raised: the error raised gets a traceback whose frames hold
+            # this writer, and the writer holding it would keep itself (and its producer's
+            # threads and sockets) alive after its owner let go, until a cyclic collection.
+            self._fenced = FencedError(str(error), code=error.code, code_name=error.code_name)
             return error
         if err is not None and err.txn_requires_abort():
             self._abort()
