@@ -506,14 +506,20 @@ def test_the_largest_update_a_map_takes_also_flushes(open_map: OpenMap) -> None:
     assert low > 1 << 19
     m.put("k", b"x" * low, ttl=3600)
     m.flush()  # raised RecordTooLargeError on the parent
-    engine = m._engine
-    key = m._state.prefix + b"k"
+    wait_for(lambda: _flushed(m, b"k", b"x" * low), what="the value in the data topic")
 
-    def flushed() -> bool:
-        data = engine.log.read(engine.topics.data, 0, 0, max_records=100, max_bytes=8 << 20)
-        return any(r.key == key and r.value == b"x" * low for r in data)
 
-    wait_for(flushed, what="the value in the data topic")
+def _flushed(m: Any, key: bytes, value: bytes) -> bool:
+    """Whether map ``m``'s data topic holds ``value`` for store key ``key`` (every partition
+    read through: the record may share it with others and with flush points)."""
+    log, data, record_key = m._engine.log, m._engine.topics.data, m._state.prefix + key
+    for p in range(log.partitions(data)):
+        offset, end = 0, log.end_offset(data, p)
+        while offset < end:
+            records, offset = log.read_batch(data, p, offset, max_bytes=8 << 20)
+            if any(r[0] == record_key and r[1] == value for r in records):
+                return True
+    return False
 
 
 @functions.register("test_edges.grow")
@@ -549,21 +555,8 @@ def test_a_computed_value_too_large_for_a_record_fails_everywhere_and_flushes_st
     assert "k" not in other and other["j"] == half
     assert m.compute("k", "test_edges.grow", room - 1) == b"x" * (room - 1)  # key "k": 1 byte
     m.flush()  # raised RecordTooLargeError on the parent after the first compute
-    engine = m._engine
-    key = m._state.prefix + b"k"
-
-    log, data = engine.log, engine.topics.data
-
-    def flushed() -> bool:  # the whole data topic: the value shares it with "j" and marks
-        for p in range(log.partitions(data)):
-            offset, end = 0, log.end_offset(data, p)
-            while offset < end:
-                records, offset = log.read_batch(data, p, offset, max_bytes=8 << 20)
-                if any(r[0] == key and r[1] == b"x" * (room - 1) for r in records):
-                    return True
-        return False
-
-    wait_for(flushed, what="the largest computed value in the data topic")
+    largest = b"x" * (room - 1)
+    wait_for(lambda: _flushed(m, b"k", largest), what="the largest computed value flushed")
     other.sync()
     assert other["k"] == b"x" * (room - 1)
 

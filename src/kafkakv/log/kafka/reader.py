@@ -208,7 +208,7 @@ class Reader:
             if offset < lo:
                 continue
             key, value = m.key(), m.value()
-            headers = cast("list[tuple[str, bytes | None]] | None", m.headers())
+            headers: list[tuple[str, bytes | None]] | None = m.headers()  # type: ignore[assignment]  # no cast() call per record
             size += (len(key) if key else 0) + (len(value) if value else 0)
             if headers:  # a null header value reads as empty bytes, as appends store it
                 headers = [(name, b"" if raw is None else raw) for name, raw in headers]
