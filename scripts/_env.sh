@@ -51,3 +51,21 @@ ensure_chromium() {
         fi
     fi
 }
+
+ensure_go() {
+    # The linearizability tests check histories with porcupine, a Go library
+    # (tests/lincheck); its module comes from the Go proxy into Go's own cache. Quiet when
+    # `go` is present; installs Debian's golang-go as root, else says how (the tests then fail,
+    # naming what is missing).
+    command -v go >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> installing golang-go with apt-get (the linearizability checker)"
+        if ! { apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null; }; then
+            echo "    apt-get could not install golang-go; going on without" >&2
+        fi
+    else
+        echo "==> missing: go; install with: sudo apt-get install golang-go" >&2
+        echo "    (tests/map/test_linearizability.py fails without it)" >&2
+    fi
+}
