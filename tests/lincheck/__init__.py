@@ -38,6 +38,7 @@ KINDS = frozenset(
         "remove",
         "remove_blind",
         "remove_if",
+        "compute_append",
     }
 )
 

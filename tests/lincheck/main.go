@@ -65,7 +65,8 @@ func truth(b bool) string {
 // put_blind (a put inside put_all, which reports no per-key result), put_if_absent (the value
 // already there, "" when it set), replace (the previous value; sets only if present),
 // compare_and_set (whether it set), remove (the previous value), remove_blind (inside
-// remove_all), remove_if (whether it removed).
+// remove_all), remove_if (whether it removed), compute_append (compute with the tests'
+// registered "lin-append", workload.py: the new value).
 func step(state string, in input) (result string, next string, ok bool) {
 	switch in.Kind {
 	case "get":
@@ -100,6 +101,15 @@ func step(state string, in input) (result string, next string, ok bool) {
 			return "true", "", true
 		}
 		return "false", state, true
+	case "compute_append":
+		next := in.Value
+		if state != "" {
+			next = state + "+" + in.Value
+			if len(next) > 60 {
+				next = next[len(next)-60:]
+			}
+		}
+		return next, next, true
 	}
 	return "", state, false
 }

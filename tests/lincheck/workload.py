@@ -10,6 +10,7 @@ and every call it was in the middle of.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import random
@@ -20,10 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 import kafkakv
+from kafkakv import functions
 
 #: How often each operation is drawn, out of the sum. Reads go through every read path of a
 #: linearizable map (``[]``, ``get``, ``in``); writes through the sync path, the gathered async
-#: one (``put_async``) and the batch one (``put_all``, ``remove_all``).
+#: one (``put_async``), the batch one (``put_all``, ``remove_all``), a registered function
+#: (``compute``) and pipelines of async calls of every kind, several in flight at once.
 READS = {"get": 12, "getitem": 8, "contains": 6}
 WRITES = {
     "put": 12,
@@ -33,8 +36,10 @@ WRITES = {
     "compare_and_set": 12,
     "remove": 5,
     "remove_if": 5,
+    "compute": 5,
     "put_all": 5,
     "remove_all": 2,
+    "pipeline": 4,
 }
 
 
@@ -75,6 +80,71 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+@functions.register("lin-append")
+def append(key: Any, old: str | None, tag: str) -> str:
+    """The compute of the tests: ``tag`` after the old value, kept to its last 60 characters
+    (main.go's ``compute_append``)."""
+    return tag if old is None else (old + "+" + tag)[-60:]
+
+
+def _getitem(m: Any, key: str) -> Any:
+    try:
+        return m[key]
+    except KeyError:
+        return None
+
+
+Call = Callable[[Any, str, str, str], Any]  # (map, key, value, expected) -> result
+
+#: Each kind the workload draws: the model's kind (main.go) and the call. ``expected`` is ""
+#: for absent (compare_and_set's None).
+SYNC: dict[str, tuple[str, Call]] = {
+    "get": ("get", lambda m, k, v, x: m.get(k)),
+    "getitem": ("get", lambda m, k, v, x: _getitem(m, k)),
+    "contains": ("contains", lambda m, k, v, x: k in m),
+    "put": ("put", lambda m, k, v, x: m.put(k, v)),
+    "put_async": ("put", lambda m, k, v, x: m.put_async(k, v).result(60)),
+    "put_if_absent": ("put_if_absent", lambda m, k, v, x: m.put_if_absent(k, v)),
+    "replace": ("replace", lambda m, k, v, x: m.replace(k, v)),
+    "compare_and_set": ("compare_and_set", lambda m, k, v, x: m.compare_and_set(k, x or None, v)),
+    "remove": ("remove", lambda m, k, v, x: m.remove(k)),
+    "remove_if": ("remove_if", lambda m, k, v, x: m.remove_if(k, x)),
+    "compute": ("compute_append", lambda m, k, v, x: m.compute(k, "lin-append", v)),
+}
+#: The async calls a pipeline issues back to back before it waits for any (futures).
+ASYNC: dict[str, tuple[str, Call]] = {
+    "put": ("put", lambda m, k, v, x: m.put_async(k, v)),
+    "put_if_absent": ("put_if_absent", lambda m, k, v, x: m.put_if_absent_async(k, v)),
+    "replace": ("replace", lambda m, k, v, x: m.replace_async(k, v)),
+    "compare_and_set": (
+        "compare_and_set",
+        lambda m, k, v, x: m.compare_and_set_async(k, x or None, v),
+    ),
+    "remove": ("remove", lambda m, k, v, x: m.remove_async(k)),
+    "remove_if": ("remove_if", lambda m, k, v, x: m.remove_if_async(k, x)),
+    "compute": ("compute_append", lambda m, k, v, x: m.compute_async(k, "lin-append", v)),
+}
+PIPELINE = 4  # async calls in flight at once per thread
+
+
+def _expected(kind: str, key: str, rng: random.Random, seen: dict[str, str]) -> str:
+    """The expected value of a compare_and_set or remove_if: mostly the value this thread saw
+    last (often still current), else absent or a stale one."""
+    if kind not in ("compare_and_set", "remove_if"):
+        return ""
+    expected = seen.get(key, "") if rng.random() < 0.7 else rng.choice(["", "0.0.0"])
+    if kind == "remove_if" and not expected:
+        expected = "0.0.0"  # remove_if takes a value, never "absent"
+    return expected
+
+
+def _args(value: str, expected: str, kind: str) -> dict[str, str]:
+    args = {} if kind in ("get", "contains") else {"value": value}
+    if expected:
+        args["expected"] = expected
+    return args
+
+
 def _one(
     m: Any,
     rec: Recorder,
@@ -91,76 +161,82 @@ def _one(
     key = rng.choice(keys)
     value = ident  # unique: every write's value says which call made it
     if kind in ("put_all", "remove_all"):
-        other = rng.choice([k for k in keys if k != key])
-        pair = [key, other]
-        single = "put_blind" if kind == "put_all" else "remove_blind"
-        for n, k in enumerate(pair):
-            rec.called(f"{ident}.{n}", client, single, k, value=f"{value}.{n}")
+        _batch(m, rec, kind, [key, rng.choice([k for k in keys if k != key])], client, ident)
+    elif kind == "pipeline":
+        _pipeline(m, rec, rng, keys, client, ident, seen)
+    else:
+        model_kind, call = SYNC[kind]
+        expected = _expected(kind, key, rng, seen)
+        rec.called(ident, client, model_kind, key, **_args(value, expected, model_kind))
         try:
-            if kind == "put_all":
-                m.put_all({k: f"{value}.{n}" for n, k in enumerate(pair)})
-            else:
-                m.remove_all(pair)
+            result = call(m, key, value, expected)
         except Exception as exc:
-            for n in range(2):
-                rec.raised(f"{ident}.{n}", exc)
+            rec.raised(ident, exc)
             return
         done = time.monotonic_ns()
-        for n in range(2):
-            rec.returned(f"{ident}.{n}", "", done)
-        return
-    expected = ""
-    if kind in ("compare_and_set", "remove_if"):
-        # Mostly the value this thread saw last (often still current), else absent or stale.
-        expected = seen.get(key, "") if rng.random() < 0.7 else rng.choice(["", "0.0.0"])
-        if kind == "remove_if" and not expected:
-            expected = "0.0.0"  # remove_if takes a value, never "absent"
-    call: Callable[[], Any]
-    if kind == "get":
-        call = lambda: m.get(key)  # noqa: E731
-    elif kind == "getitem":
+        output = _text(result)
+        rec.returned(ident, output, done)
+        if model_kind == "get":
+            seen[key] = output
+        elif model_kind == "put" or (model_kind == "compare_and_set" and output == "true"):
+            seen[key] = value
 
-        def call() -> Any:
-            try:
-                return m[key]
-            except KeyError:
-                return None
 
-    elif kind == "contains":
-        call = lambda: key in m  # noqa: E731
-    elif kind == "put":
-        call = lambda: m.put(key, value)  # noqa: E731
-    elif kind == "put_async":
-        call = lambda: m.put_async(key, value).result(60)  # noqa: E731
-    elif kind == "put_if_absent":
-        call = lambda: m.put_if_absent(key, value)  # noqa: E731
-    elif kind == "replace":
-        call = lambda: m.replace(key, value)  # noqa: E731
-    elif kind == "compare_and_set":
-        call = lambda: m.compare_and_set(key, expected or None, value)  # noqa: E731
-    elif kind == "remove":
-        call = lambda: m.remove(key)  # noqa: E731
-    elif kind == "remove_if":
-        call = lambda: m.remove_if(key, expected)  # noqa: E731
-    else:
-        raise AssertionError(kind)
-    model_kind = "get" if kind in ("get", "getitem") else "put" if kind == "put_async" else kind
-    args = {"value": value} if kind not in READS else {}
-    if expected:
-        args["expected"] = expected
-    rec.called(ident, client, model_kind, key, **args)
+def _batch(m: Any, rec: Recorder, kind: str, pair: list[str], client: int, ident: str) -> None:
+    """``put_all`` or ``remove_all`` of two keys: a blind put or remove of each, one call."""
+    single = "put_blind" if kind == "put_all" else "remove_blind"
+    for n, k in enumerate(pair):
+        rec.called(f"{ident}.{n}", client, single, k, value=f"{ident}.{n}")
     try:
-        result = call()
+        if kind == "put_all":
+            m.put_all({k: f"{ident}.{n}" for n, k in enumerate(pair)})
+        else:
+            m.remove_all(pair)
     except Exception as exc:
-        rec.raised(ident, exc)
+        for n in range(2):
+            rec.raised(f"{ident}.{n}", exc)
         return
     done = time.monotonic_ns()
-    output = _text(result)
-    rec.returned(ident, output, done)
-    if kind in ("get", "getitem"):
-        seen[key] = output
-    elif kind in ("put", "put_async") or (output == "true" and kind == "compare_and_set"):
-        seen[key] = value
+    for n in range(2):
+        rec.returned(f"{ident}.{n}", "", done)
+
+
+def _pipeline(
+    m: Any,
+    rec: Recorder,
+    rng: random.Random,
+    keys: list[str],
+    client: int,
+    ident: str,
+    seen: dict[str, str],
+) -> None:
+    """``PIPELINE`` async calls issued back to back, then waited for: each call returns when
+    its future resolves (noted by a done callback, in whichever thread resolves it)."""
+    futures = []
+    for n in range(PIPELINE):
+        kind = rng.choice(list(ASYNC))
+        key = rng.choice(keys)
+        model_kind, call = ASYNC[kind]
+        expected = _expected(kind, key, rng, seen)
+        one = f"{ident}.{n}"
+        rec.called(one, client, model_kind, key, **_args(one, expected, model_kind))
+        try:
+            future = call(m, key, one, expected)
+        except Exception as exc:
+            rec.raised(one, exc)
+            continue
+
+        def done(f: Any, one: str = one) -> None:
+            at = time.monotonic_ns()
+            exc = f.exception()
+            if exc is not None:
+                rec.raised(one, exc)
+            else:
+                rec.returned(one, _text(f.result()), at)
+
+        future.add_done_callback(done)
+        futures.append(future)
+    concurrent.futures.wait(futures, 60)  # what each returned or raised its callback noted
 
 
 def client(

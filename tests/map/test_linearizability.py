@@ -104,6 +104,23 @@ def test_the_checker_follows_each_kind_of_update(lincheck: Path) -> None:
     )
     assert run(_op("put_blind", "k", 0, 1, value="a"), _op("get", "k", 2, 3, "a")) == "ok"
     assert run(_op("remove_blind", "k", 0, 1), _op("get", "k", 2, 3, "a")) == "illegal"
+    long = "x" * 59
+    assert (
+        run(
+            _op("compute_append", "k", 0, 1, "a", value="a"),
+            _op("compute_append", "k", 2, 3, "a+b", value="b"),
+            _op("put", "k", 4, 5, "a+b", value=long),
+            _op("compute_append", "k", 6, 7, "x" * 58 + "+c", value="c"),  # its last 60
+        )
+        == "ok"
+    )
+    assert (
+        run(
+            _op("compute_append", "k", 0, 1, "a", value="a"),
+            _op("compute_append", "k", 2, 3, "b", value="b"),
+        )
+        == "illegal"
+    )
 
 
 def test_a_call_of_unknown_outcome_may_land_late_or_never(lincheck: Path) -> None:
