@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import queue
+import threading
 import time
 import uuid
 from typing import Any
@@ -17,8 +18,10 @@ import kafkakv
 from kafkakv.dev import Cluster
 from kafkakv.errors import KafkaKVError, OperationTimeoutError
 from kafkakv.log import Record
+from kafkakv.log.kafka import KafkaLog
 from kafkakv.map import FLUSH_POINT_KEY
 from tests.kafka import _fault_workers
+from tests.kafka_cluster import create_topic, unique_topic
 
 ctx = mp.get_context("spawn")
 
@@ -227,3 +230,49 @@ def test_a_writer_killed_inside_a_transaction_holds_readers_within_the_documente
         assert [r.key for r in log.read(topic, 0, 0)] == [b"before", b"after"]
     print(f"readers held for {held:.2f} s after the writer began its transaction")
     assert held <= ABORTED_HOLD_S, f"readers held for {held:.1f} s"
+
+
+def test_offsets_are_answered_soon_after_the_leader_is_killed_within_each_calls_timeout(
+    kafka_cluster: Cluster,
+) -> None:
+    """The end offset (a linearizable read's barrier) comes from the partition's leader.
+    After a kill -9 of that leader, the log's metadata client must learn the new one in
+    seconds (it once kept asking the dead broker until its periodic refresh, minutes later),
+    and no call may outlast its timeout while others queue for that client (the wait for it
+    once came on top of the timeout)."""
+    topic = unique_topic("offsets")
+    create_topic(kafka_cluster, topic)
+    timeout = 8.0
+    log = KafkaLog(kafka_cluster.bootstrap, timeout=timeout)
+    calls: list[tuple[float, float, str]] = []  # (start after the kill, seconds, outcome)
+    killed: list[int] = []
+    try:
+        assert log.end_offset(topic, 0) == 0
+        leader = kafka_cluster.leader(topic, 0)
+        kafka_cluster.kill(leader)
+        killed.append(leader)
+        at = time.monotonic()
+        answered = threading.Event()
+
+        def ask() -> None:
+            while not answered.is_set() and time.monotonic() - at < 3 * timeout:
+                started = time.monotonic()
+                try:
+                    outcome = str(log.end_offset(topic, 0))
+                    answered.set()
+                except KafkaKVError as exc:
+                    outcome = f"{type(exc).__name__}: {exc}"
+                calls.append((started - at, time.monotonic() - started, outcome))
+
+        askers = [threading.Thread(target=ask) for _ in range(3)]
+        for asker in askers:
+            asker.start()
+        for asker in askers:
+            asker.join()
+    finally:
+        log.close()
+        _restore(kafka_cluster, killed, topic)
+    slow = [c for c in calls if c[1] > timeout + 1.5]
+    assert not slow, f"calls over their {timeout} s timeout: {slow}"
+    answers = [start + took for start, took, outcome in calls if outcome == "0"]
+    assert answers and min(answers) < 2 * timeout, f"no answer from the new leader: {calls}"

@@ -28,6 +28,7 @@ there was an exception, has it as ``__cause__``.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import os
 import threading
@@ -119,8 +120,10 @@ _COORDINATOR = {
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.CONCURRENT_TRANSACTIONS,
 }
-# What a metadata lookup sees in passing while a topic is created or a leader moves.
+# What a metadata lookup sees in passing while a topic is created or a leader moves (a broker
+# that left the cluster's metadata has its handle destroyed, failing the requests queued on it).
 _IN_PASSING = {
+    KafkaError._DESTROY_BROKER,
     KafkaError._UNKNOWN_PARTITION,
     KafkaError._UNKNOWN_TOPIC,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -442,6 +445,7 @@ class KafkaLog(Log):
         *,
         resumable: bool = False,
         known: bool = False,
+        deadline: float | None = None,
     ) -> _T:
         """``call(seconds)``, a blocking librdkafka call, within the log's ``timeout``, cut in
         slices (:func:`~.refusals.slices`: 0.25 s, then each twice the last) so that a refusal
@@ -459,8 +463,10 @@ class KafkaLog(Log):
         after any retriable error too (see :func:`_call_again`). ``known``: the call is about
         a partition the cluster's metadata already lists, so a broker that answers it does
         not know that partition is only behind (a topic just created, a leader just moved):
-        such errors are called again as if the call had been cut short."""
-        deadline = time.monotonic() + self.timeout
+        such errors are called again as if the call had been cut short. ``deadline``: when
+        the caller's time runs out (``time.monotonic``), if it started before this call."""
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
         mark = self._refusals.mark()
         again = False
         for length in slices():
@@ -872,15 +878,40 @@ class KafkaLog(Log):
             return self._reader().read(topic, partition, offset, max_records, max_bytes)
 
     def _bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """The partition's low and high watermarks, asked of its leader, within the log's
+        timeout: the wait for the metadata client (one request at a time) counts towards it.
+
+        The metadata client is assigned nothing, so librdkafka learns a new leader for it only
+        when asked: between slices of the wait its view of the topic is fetched again, else a
+        killed leader would keep the query waiting on it until the periodic refresh, minutes
+        later."""
+        deadline = time.monotonic() + self.timeout
         tp = TopicPartition(topic, partition)
         what = f"asking the offsets of {topic}[{partition}]"
-        with self._meta_lock, translated(what):
-            low, high = self._patiently(
-                what,
-                lambda t: self._meta.get_watermark_offsets(tp, timeout=t, cached=False),
-                lambda: self._meta.poll(0),  # the poll thread cannot while this holds it
-                known=True,  # the callers checked the partition against the metadata
+
+        def between_slices() -> None:
+            self._meta.poll(0)  # the poll thread cannot while this holds the lock
+            left = deadline - time.monotonic()
+            if left > 0:
+                with contextlib.suppress(KafkaException):  # the next slice says what is wrong
+                    self._meta.list_topics(topic, timeout=min(left, _WAIT_SLICE_S * 10))
+
+        if not self._meta_lock.acquire(timeout=self.timeout):
+            raise OperationTimeoutError(
+                f"{what}: no answer within {self.timeout} s (queued behind other requests of "
+                "this log's metadata client)"
             )
+        try:
+            with translated(what):
+                low, high = self._patiently(
+                    what,
+                    lambda t: self._meta.get_watermark_offsets(tp, timeout=t, cached=False),
+                    between_slices,
+                    known=True,  # the callers checked the partition against the metadata
+                    deadline=deadline,
+                )
+        finally:
+            self._meta_lock.release()
         return int(low), int(high)
 
     def start_offset(self, topic: str, partition: int) -> int:
