@@ -39,6 +39,8 @@ KINDS = frozenset(
         "remove_blind",
         "remove_if",
         "compute_append",
+        "get_versioned",
+        "compare_version_and_set",
     }
 )
 

@@ -66,7 +66,8 @@ func truth(b bool) string {
 // already there, "" when it set), replace (the previous value; sets only if present),
 // compare_and_set (whether it set), remove (the previous value), remove_blind (inside
 // remove_all), remove_if (whether it removed), compute_append (compute with the tests'
-// registered "lin-append", workload.py: the new value).
+// registered "lin-append", workload.py: the new value). get_versioned and
+// compare_version_and_set are in stepVersioned.
 func step(state string, in input) (result string, next string, ok bool) {
 	switch in.Kind {
 	case "get":
@@ -114,7 +115,68 @@ func step(state string, in input) (result string, next string, ok bool) {
 	return "", state, false
 }
 
+func versioned(kind string) bool {
+	return kind == "get_versioned" || kind == "compare_version_and_set"
+}
+
 func blind(kind string) bool { return kind == "put_blind" || kind == "remove_blind" }
+
+// keyState is one key's value ("" absent) and, in a map with versions, its version: the
+// offset of the record that last changed it, "" while absent, "?" when changed by a write
+// whose version no call has shown yet (the first get_versioned to show it binds it).
+type keyState struct {
+	Value   string
+	Version string
+}
+
+// stepVersioned is step with versions kept: every write that changes the value gives the key
+// a new version (the workload writes a value only once, so every such write changes it);
+// get_versioned returns "value@version" ("" absent) and compare_version_and_set sets when
+// the key's version is the expected one ("" expects it absent). A version no call has shown
+// cannot be the one a caller passes: to pass it, the caller read it first.
+func stepVersioned(state keyState, in input, out output) (bool, interface{}) {
+	switch in.Kind {
+	case "get_versioned":
+		if !out.Known {
+			return true, state
+		}
+		if state.Value == "" {
+			return out.Result == "", state
+		}
+		want := state.Value + "@"
+		if len(out.Result) <= len(want) || out.Result[:len(want)] != want {
+			return false, state
+		}
+		shown := out.Result[len(want):]
+		if state.Version == "?" {
+			return true, keyState{state.Value, shown}
+		}
+		return shown == state.Version, state
+	case "compare_version_and_set":
+		set := state.Value == "" && in.Expected == "" ||
+			state.Value != "" && in.Expected != "" && state.Version == in.Expected
+		next := state
+		if set {
+			next = keyState{in.Value, "?"}
+		}
+		return !out.Known || out.Result == truth(set), next
+	}
+	result, value, ok := step(state.Value, in)
+	if !ok {
+		return false, state
+	}
+	next := state
+	if value != state.Value {
+		next = keyState{value, "?"}
+		if value == "" {
+			next.Version = ""
+		}
+	}
+	if !out.Known || blind(in.Kind) {
+		return true, next
+	}
+	return out.Result == result, next
+}
 
 var model = porcupine.Model{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
@@ -134,17 +196,9 @@ var model = porcupine.Model{
 		}
 		return parts
 	},
-	Init: func() interface{} { return "" },
+	Init: func() interface{} { return keyState{} },
 	Step: func(state, in, out interface{}) (bool, interface{}) {
-		result, next, ok := step(state.(string), in.(input))
-		if !ok {
-			return false, state
-		}
-		o := out.(output)
-		if !o.Known || blind(in.(input).Kind) {
-			return true, next
-		}
-		return o.Result == result, next
+		return stepVersioned(state.(keyState), in.(input), out.(output))
 	},
 	DescribeOperation: func(in, out interface{}) string {
 		i, o := in.(input), out.(output)
@@ -158,7 +212,10 @@ var model = porcupine.Model{
 		}
 		return fmt.Sprintf("%s(%q, %q) -> %q", i.Kind, i.Key, i.Value, res)
 	},
-	DescribeState: func(state interface{}) string { return fmt.Sprintf("%q", state) },
+	DescribeState: func(state interface{}) string {
+		st := state.(keyState)
+		return fmt.Sprintf("%q@%s", st.Value, st.Version)
+	},
 }
 
 func main() {
@@ -173,7 +230,7 @@ func main() {
 	}
 	history := make([]porcupine.Operation, 0, len(records))
 	for n, r := range records {
-		if _, _, ok := step("", input{Kind: r.Kind}); !ok {
+		if _, _, ok := step("", input{Kind: r.Kind}); !ok && !versioned(r.Kind) {
 			fmt.Printf("{\"result\": \"error\", \"error\": \"operation %d: unknown kind %q\"}\n", n, r.Kind)
 			os.Exit(3)
 		}

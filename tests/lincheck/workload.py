@@ -87,6 +87,11 @@ def append(key: Any, old: str | None, tag: str) -> str:
     return tag if old is None else (old + "+" + tag)[-60:]
 
 
+def _versioned(found: tuple[str, int] | None) -> str:
+    """get_versioned's result as the model writes it: "value@version", "" for None."""
+    return "" if found is None else f"{found[0]}@{found[1]}"
+
+
 def _getitem(m: Any, key: str) -> Any:
     try:
         return m[key]
@@ -110,6 +115,11 @@ SYNC: dict[str, tuple[str, Call]] = {
     "remove": ("remove", lambda m, k, v, x: m.remove(k)),
     "remove_if": ("remove_if", lambda m, k, v, x: m.remove_if(k, x)),
     "compute": ("compute_append", lambda m, k, v, x: m.compute(k, "lin-append", v)),
+    "get_versioned": ("get_versioned", lambda m, k, v, x: _versioned(m.get_versioned(k))),
+    "compare_version_and_set": (
+        "compare_version_and_set",
+        lambda m, k, v, x: m.compare_version_and_set(k, int(x) if x else None, v),
+    ),
 }
 #: The async calls a pipeline issues back to back before it waits for any (futures).
 ASYNC: dict[str, tuple[str, Call]] = {
@@ -123,13 +133,22 @@ ASYNC: dict[str, tuple[str, Call]] = {
     "remove": ("remove", lambda m, k, v, x: m.remove_async(k)),
     "remove_if": ("remove_if", lambda m, k, v, x: m.remove_if_async(k, x)),
     "compute": ("compute_append", lambda m, k, v, x: m.compute_async(k, "lin-append", v)),
+    "compare_version_and_set": (
+        "compare_version_and_set",
+        lambda m, k, v, x: m.compare_version_and_set_async(k, int(x) if x else None, v),
+    ),
 }
+#: What a map with versions adds to READS and WRITES.
+VERSIONED = {"get_versioned": 10, "compare_version_and_set": 10}
 PIPELINE = 4  # async calls in flight at once per thread
 
 
 def _expected(kind: str, key: str, rng: random.Random, seen: dict[str, str]) -> str:
-    """The expected value of a compare_and_set or remove_if: mostly the value this thread saw
-    last (often still current), else absent or a stale one."""
+    """The expected value of a compare_and_set or remove_if, or the version of a
+    compare_version_and_set: mostly the one this thread saw last (often still current), else
+    absent or a stale one."""
+    if kind == "compare_version_and_set":
+        return seen.get(key + "@", "") if rng.random() < 0.7 else rng.choice(["", "999999999"])
     if kind not in ("compare_and_set", "remove_if"):
         return ""
     expected = seen.get(key, "") if rng.random() < 0.7 else rng.choice(["", "0.0.0"])
@@ -163,7 +182,7 @@ def _one(
     if kind in ("put_all", "remove_all"):
         _batch(m, rec, kind, [key, rng.choice([k for k in keys if k != key])], client, ident)
     elif kind == "pipeline":
-        _pipeline(m, rec, rng, keys, client, ident, seen)
+        _pipeline(m, rec, rng, kinds, keys, client, ident, seen)
     else:
         model_kind, call = SYNC[kind]
         expected = _expected(kind, key, rng, seen)
@@ -178,6 +197,8 @@ def _one(
         rec.returned(ident, output, done)
         if model_kind == "get":
             seen[key] = output
+        elif model_kind == "get_versioned" and output:
+            seen[key], seen[key + "@"] = output.rsplit("@", 1)
         elif model_kind == "put" or (model_kind == "compare_and_set" and output == "true"):
             seen[key] = value
 
@@ -205,6 +226,7 @@ def _pipeline(
     m: Any,
     rec: Recorder,
     rng: random.Random,
+    kinds: list[str],
     keys: list[str],
     client: int,
     ident: str,
@@ -213,8 +235,9 @@ def _pipeline(
     """``PIPELINE`` async calls issued back to back, then waited for: each call returns when
     its future resolves (noted by a done callback, in whichever thread resolves it)."""
     futures = []
+    choices = [k for k in ASYNC if k in kinds]  # compare_version_and_set with versions only
     for n in range(PIPELINE):
-        kind = rng.choice(list(ASYNC))
+        kind = rng.choice(choices)
         key = rng.choice(keys)
         model_kind, call = ASYNC[kind]
         expected = _expected(kind, key, rng, seen)
@@ -266,8 +289,18 @@ def client(
     holds only partition ``t % 2`` of the map (a shard) and calls only keys of it. Sets ``ready[proc]`` once every replica is open and starts when
     ``go.value`` is set."""
     rec = Recorder(out)
-    table = WRITES if writes_only else {**READS, **WRITES}
-    kinds, weights = list(table), list(table.values())
+    tables: dict[bool, tuple[list[str], list[int]]] = {}
+
+    def drawn(m: Any) -> tuple[list[str], list[int]]:
+        """The kinds to draw from and their weights, for the map as it was created."""
+        versions = m.creation_options["versions"]
+        if versions not in tables:
+            table = dict(WRITES) if writes_only else {**READS, **WRITES}
+            if versions:
+                table.update(VERSIONED)
+            tables[versions] = list(table), list(table.values())
+        return tables[versions]
+
     errors: list[str] = []
     opened = threading.Semaphore(0)
 
@@ -288,6 +321,7 @@ def client(
         try:
             db, m = replica(t)
             mine = [k for k in keys if m.partition_of(k) in m.partitions]
+            kinds, weights = drawn(m)
             opened.release()
             while not go.value:
                 time.sleep(0.001)

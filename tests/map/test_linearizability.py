@@ -104,6 +104,33 @@ def test_the_checker_follows_each_kind_of_update(lincheck: Path) -> None:
     )
     assert run(_op("put_blind", "k", 0, 1, value="a"), _op("get", "k", 2, 3, "a")) == "ok"
     assert run(_op("remove_blind", "k", 0, 1), _op("get", "k", 2, 3, "a")) == "illegal"
+    assert (
+        run(
+            _op("put", "k", 0, 1, "", value="a"),
+            _op("get_versioned", "k", 2, 3, "a@7"),
+            _op("compare_version_and_set", "k", 4, 5, "true", value="b", expected="7"),
+            _op("get_versioned", "k", 6, 7, "b@9"),
+            _op("compare_version_and_set", "k", 8, 9, "false", value="c", expected="7"),
+        )
+        == "ok"
+    )
+    assert (
+        run(
+            _op("put", "k", 0, 1, "", value="a"),
+            _op("get_versioned", "k", 2, 3, "a@7"),
+            _op("put", "k", 4, 5, "a", value="b"),
+            _op("compare_version_and_set", "k", 6, 7, "true", value="c", expected="7"),
+        )
+        == "illegal"
+    )  # the put moved the version
+    assert (
+        run(
+            _op("put", "k", 0, 1, "", value="a"),
+            _op("get_versioned", "k", 2, 3, "a@7"),
+            _op("get_versioned", "k", 4, 5, "a@8"),
+        )
+        == "illegal"
+    )  # a version moved without a write
     long = "x" * 59
     assert (
         run(
@@ -163,6 +190,7 @@ def _run(
     lmdb: bool = False,
     reopen: int = 0,
     shards: bool = False,
+    create: dict[str, Any] | None = None,
     during: Callable[[str], None] | None = None,
 ) -> list[Op]:
     """Create the map, start ``PROCESSES`` clients (and with ``victim`` one more that only
@@ -170,11 +198,11 @@ def _run(
     go to every ``db.map``; ``lmdb``, ``reopen`` and ``shards`` as in :func:`workload.client`.
     Four keys, two in each of the map's two partitions: few, so that the clients meet on each
     of them all the time.
-    ``during(map_name)`` runs once the clients are under way (a fault to inject)."""
+    ``create``: options the map is created with. ``during(map_name)`` runs once the clients are under way (a fault to inject)."""
     name = f"lin-{uuid.uuid4().hex[:8]}"
     connect = log_options(target)
     with kafkakv.connect(target, **connect) as db:
-        m = db.map(name, partitions=2)
+        m = db.map(name, partitions=2, **(create or {}))
         # Two keys in each partition: a shard's calls meet on keys too, and put_all has two.
         by_partition: dict[int, list[str]] = {0: [], 1: []}
         for k in (f"k{n}" for n in range(100)):
@@ -342,4 +370,23 @@ def test_shards_and_whole_replicas_together_stay_linearizable(
     ops = 150 if target.startswith("kafka://") else 600
     history = clients(ops, {"store": store}, shards=True)
     assert all(op.known for op in history), [op.error for op in history if not op.known]
+    _checked(lincheck, history, tmp_path)
+
+
+@shared_logs
+def test_versions_and_compares_by_version_stay_linearizable(
+    lincheck: Path, clients: Any, target: str, tmp_path: Path
+) -> None:
+    """A map with versions: ``get_versioned`` shows the version of the value it returns, and
+    ``compare_version_and_set`` (sync and in pipelines) sets exactly when the key still has
+    the version the caller read."""
+    ops = 150 if target.startswith("kafka://") else 600
+    history = clients(ops, {}, create={"versions": True})
+    assert all(op.known for op in history), [op.error for op in history if not op.known]
+    by_kind = {op.kind: op for op in history}
+    assert {"get_versioned", "compare_version_and_set"} <= by_kind.keys()
+    assert any(
+        op.kind == "compare_version_and_set" and op.output == "true" and op.expected
+        for op in history
+    ), "no compare by version ever matched a version"
     _checked(lincheck, history, tmp_path)
