@@ -251,6 +251,11 @@ def _run(
     return read_history(outs)
 
 
+def _lines(tmp_path: Path) -> int:
+    """How many lines the clients wrote to their histories so far (two per call)."""
+    return sum(len(f.read_bytes().splitlines()) for f in tmp_path.glob("history-*.jsonl"))
+
+
 def _checked(lincheck: Path, history: list[Op], tmp_path: Path) -> Verdict:
     drawn = tmp_path / "counterexample.html"
     verdict = check(lincheck, history, visualize=drawn)
@@ -323,37 +328,45 @@ def test_replicas_restarted_mid_run_on_persistent_stores_stay_linearizable(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["kafka"], indirect=True)
-def test_a_leader_killed_mid_run_leaves_a_linearizable_history(
-    lincheck: Path, clients: Any, kafka_cluster: Cluster, tmp_path: Path
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_a_leader_killed_or_paused_mid_run_leaves_a_linearizable_history(
+    lincheck: Path, clients: Any, kafka_cluster: Cluster, fault: str, tmp_path: Path
 ) -> None:
-    """kill -9 of the broker leading the ops topic's partition 0 while the clients run: calls
-    wait for the new leader (or time out, an unknown outcome), and the history stays
-    linearizable: no acknowledged update is lost, no read goes back in time."""
-    killed: list[int] = []
-    at: list[int] = []  # when the leader was killed
+    """The broker leading the ops topic's partition 0 is killed (kill -9), or paused
+    (SIGSTOP) for longer than the brokers' session timeout and then let go on: a deposed
+    leader that wakes up still believing it leads, as after a long GC pause. Calls wait for
+    the new leader (or time out, an unknown outcome), and the history stays linearizable: no
+    acknowledged update is lost, no read goes back in time."""
+    hit: list[int] = []
+    at: list[int] = []  # when the fault began
     ops_topic = ""
 
-    def kill_leader(name: str) -> None:
+    def strike(name: str) -> None:
         nonlocal ops_topic
         ops_topic = f"{name}_ops"
-        time.sleep(1.0)  # the clients busy on the old leader
+        wait_for(lambda: _lines(tmp_path) >= 400, 120, "the clients' first 200 calls")
         leader = kafka_cluster.leader(ops_topic, 0)
-        kafka_cluster.kill(leader)
-        killed.append(leader)
+        kafka_cluster.kill(leader, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        hit.append(leader)
         at.append(time.monotonic_ns())
+        if fault == "pause":
+            time.sleep(8.0)  # twice broker.session.timeout.ms: it is fenced meanwhile
+            kafka_cluster.kill(leader, signal.SIGCONT)
 
     try:
-        history = clients(300, {}, during=kill_leader)
+        history = clients(300, {}, during=strike)
     finally:
-        for node in killed:
-            if not kafka_cluster.is_running(node):
+        for node in hit:
+            if fault == "pause":
+                kafka_cluster.kill(node, signal.SIGCONT)
+            elif not kafka_cluster.is_running(node):
                 kafka_cluster.start_node(node)
         if ops_topic:
             kafka_cluster.wait_in_sync(ops_topic, timeout=90)
-    assert killed
+    assert hit
     before = [op for op in history if op.call < at[0]]
     after = [op for op in history if op.known and op.call > at[0]]
-    assert len(before) > 50 and len(after) > 50, "the clients did not run through the kill"
+    assert len(before) > 50 and len(after) > 50, "the clients did not run through the fault"
     unknown = [op for op in history if not op.known]
     assert len(unknown) <= PROCESSES * THREADS * 2, [op.error for op in unknown]
     _checked(lincheck, history, tmp_path)
