@@ -14,6 +14,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 import unittest
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from kafkakv.errors import (
     DecodeError,
     EncodeError,
     LockTimeoutError,
+    OperationTimeoutError,
     PartitionStalledError,
     RecordTooLargeError,
     ResultTooLargeError,
@@ -488,6 +490,30 @@ def test_a_flush_that_close_overtakes_ends_quietly(
             engine._closed = False
             m.close()
     assert [r.getMessage() for r in caplog.records if "flush of" in r.getMessage()] == []
+
+
+def test_a_flush_behind_another_returns_within_the_maps_timeout(open_map: OpenMap) -> None:
+    """m.flush() waits at most the map's timeout for all its partitions together, the wait
+    for a flush of one already under way here included (it came on top of the timeout, and
+    each partition had a timeout of its own)."""
+    m = open_map(timeout=1.0, partitions=2)
+    m.put_all({f"k{n}": n for n in range(20)})
+    busy = m._engine._flush_locks[1]
+    busy.acquire()  # partition 1's flush under way, and slow
+    release = threading.Timer(6.0, busy.release)
+    release.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(OperationTimeoutError, match=r"did not begin within 1\.0 s"):
+            m.flush()
+        took = time.monotonic() - started
+    finally:
+        release.cancel()
+        if busy.locked():
+            busy.release()
+    assert took < 1.0 + 0.75, f"flush() took {took:.2f} s with a timeout of 1 s"
+    m.flush()  # nothing in the way now
+    assert set(m.flushed_offsets()) == {0, 1}
 
 
 def test_the_largest_update_a_map_takes_also_flushes(open_map: OpenMap) -> None:

@@ -1044,8 +1044,9 @@ class ReplicaEngine:
             watch.note(*mark)
 
     def _barrier(self, p: int, deadline: float) -> None:
-        remaining = max(0.0, deadline - time.monotonic())
-        offset = self.log.append(self.topics.ops, p, [Record(None, _BARRIER)], timeout=remaining)
+        offset = self.log.append(
+            self.topics.ops, p, [Record(None, _BARRIER)], timeout=_left(deadline)
+        )
         self.apply_until(p, offset, deadline)
 
     def _shared_barrier(self, p: int, deadline: float) -> None:
@@ -1077,9 +1078,13 @@ class ReplicaEngine:
                     if self.machines[p].flush_ended() and not self._stopped:
                         self._flush_queue.put(p)
 
-    def flush(self, p: int) -> int | None:
+    def flush(self, p: int, deadline: float | None = None) -> int | None:
         """Flush partition ``p`` now; return the ops offset covered, or None when there was
         nothing to do, the request was stale, or keys of a map not open here are dirty.
+        Waits until ``deadline`` (``time.monotonic``; default: the map's ``timeout`` from
+        now) to begin, for the request's append and for a flush of ``p`` already under way
+        here, then :class:`~kafkakv.errors.OperationTimeoutError`; the catch-up before the
+        decision shares that deadline.
 
         One flush per partition at a time in this replica. Opening the partition's flush
         writer fences any other flusher; the replica then catches up with the ops topic, so
@@ -1091,23 +1096,28 @@ class ReplicaEngine:
         once. Nothing was written by a failed attempt, nothing is lost.
         """
         started = time.perf_counter()
-        covered = self._flush(p)
+        if deadline is None:
+            deadline = time.monotonic() + self.settings.timeout
+        covered = self._flush(p, deadline)
         if covered is not None:
             self.flush_times.observe(time.perf_counter() - started)
         return covered
 
-    def _flush(self, p: int) -> int | None:
+    def _flush(self, p: int, deadline: float) -> int | None:
         self.check_usable()
         request = msgpack.packb([self.origin, self.machines[p].applied])  # who asked, and how far
-        self.log.append(
-            self.topics.flush, p, [Record(None, request)], timeout=self.settings.timeout
-        )
-        deadline = time.monotonic() + self.settings.timeout
+        self.log.append(self.topics.flush, p, [Record(None, request)], timeout=_left(deadline))
         other_failures, pause = 0, 0.001
-        with self._flush_locks[p]:
+        lock = self._flush_locks[p]
+        if not lock.acquire(timeout=_left(deadline)):
+            raise OperationTimeoutError(
+                f"flush of {self.topics.data}[{p}] did not begin within "
+                f"{self.settings.timeout} s: another flush of it here took that long"
+            )
+        try:
             while True:
                 try:
-                    return self._flush_once(p)
+                    return self._flush_once(p, deadline)
                 except LogUnavailableError:
                     self._drop_writer(p)
                     raise
@@ -1129,21 +1139,21 @@ class ReplicaEngine:
                         raise
                 time.sleep(random.uniform(0, pause))
                 pause = min(2 * pause, 0.05)
+        finally:
+            lock.release()
 
     def _drop_writer(self, p: int) -> None:
         writer = self._writers.pop(p, None)
         if writer is not None:
             writer.close()
 
-    def _flush_once(self, p: int) -> int | None:
+    def _flush_once(self, p: int, deadline: float) -> int | None:
         ops, data = self.topics.ops, self.topics.data
         writer = self._writers.get(p)
         if writer is None:
-            writer = self._writers[p] = self.log.writer(
-                f"{ops}.flush.{p}", timeout=self.settings.timeout
-            )
+            writer = self._writers[p] = self.log.writer(f"{ops}.flush.{p}", timeout=_left(deadline))
         end = self.log.end_offset(ops, p)
-        self.apply_until(p, end - 1, time.monotonic() + self.settings.timeout)
+        self.apply_until(p, end - 1, deadline)
         machine = self.machines[p]
         with gc_paused():  # a record per dirty key: see gcpause
             with self._lock:
@@ -1359,6 +1369,11 @@ class ReplicaEngine:
 
 
 _BARRIER = encode_op(OpCode.BARRIER, b"", 0)
+
+
+def _left(deadline: float) -> float:
+    """The seconds from now to ``deadline`` (``time.monotonic``), none if it has passed."""
+    return max(0.0, deadline - time.monotonic())
 
 
 def _notify(

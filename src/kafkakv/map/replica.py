@@ -681,9 +681,11 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         await asyncio.to_thread(self.close)
 
     def flush(self) -> None:
-        """Flush every held partition to the data topic now (normally automatic)."""
+        """Flush every held partition to the data topic now (normally automatic), within the
+        map's ``timeout`` for them all (then OperationTimeoutError)."""
+        deadline = time.monotonic() + self._engine.settings.timeout
         for p in self.partitions:
-            self._engine.flush(p)
+            self._engine.flush(p, deadline)
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(key, old, new, mine)`` once per real change, in log order per
