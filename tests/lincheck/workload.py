@@ -178,29 +178,52 @@ def _one(
     """Draw one operation, call it and record it."""
     kind = rng.choices(kinds, weights)[0]
     key = rng.choice(keys)
-    value = ident  # unique: every write's value says which call made it
     if kind in ("put_all", "remove_all"):
         _batch(m, rec, kind, [key, rng.choice([k for k in keys if k != key])], client, ident)
     elif kind == "pipeline":
         _pipeline(m, rec, rng, kinds, keys, client, ident, seen)
     else:
-        model_kind, call = SYNC[kind]
-        expected = _expected(kind, key, rng, seen)
-        rec.called(ident, client, model_kind, key, **_args(value, expected, model_kind))
-        try:
-            result = call(m, key, value, expected)
-        except Exception as exc:
-            rec.raised(ident, exc)
-            return
-        done = time.monotonic_ns()
-        output = _text(result)
-        rec.returned(ident, output, done)
-        if model_kind == "get":
-            seen[key] = output
-        elif model_kind == "get_versioned" and output:
+        if kind == "compare_version_and_set" and rng.random() < 0.5:
+            # the read-modify-write of a user: read the version, then set by it at once (the
+            # only way a compare by version matches often while six threads write four keys)
+            _sync(m, rec, "get_versioned", key, "", client, ident + ".r", seen)
+            expected = seen.get(key + "@", "")
+        else:
+            expected = _expected(kind, key, rng, seen)
+        _sync(m, rec, kind, key, expected, client, ident, seen)
+
+
+def _sync(
+    m: Any,
+    rec: Recorder,
+    kind: str,
+    key: str,
+    expected: str,
+    client: int,
+    ident: str,
+    seen: dict[str, str],
+) -> None:
+    """Call one sync operation, record it, and keep what it showed of ``key`` in ``seen``."""
+    model_kind, call = SYNC[kind]
+    value = ident  # unique: every write's value says which call made it
+    rec.called(ident, client, model_kind, key, **_args(value, expected, model_kind))
+    try:
+        result = call(m, key, value, expected)
+    except Exception as exc:
+        rec.raised(ident, exc)
+        return
+    done = time.monotonic_ns()
+    output = _text(result)
+    rec.returned(ident, output, done)
+    if model_kind == "get":
+        seen[key] = output
+    elif model_kind == "get_versioned":
+        if output:
             seen[key], seen[key + "@"] = output.rsplit("@", 1)
-        elif model_kind == "put" or (model_kind == "compare_and_set" and output == "true"):
-            seen[key] = value
+        else:
+            seen[key], seen[key + "@"] = "", ""
+    elif model_kind == "put" or (model_kind == "compare_and_set" and output == "true"):
+        seen[key] = value
 
 
 def _batch(m: Any, rec: Recorder, kind: str, pair: list[str], client: int, ident: str) -> None:
