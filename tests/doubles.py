@@ -161,8 +161,8 @@ class ForwardingLog(Log):
     def start_offset(self, topic: str, partition: int) -> int:
         return self.inner.start_offset(topic, partition)
 
-    def end_offset(self, topic: str, partition: int) -> int:
-        return self.inner.end_offset(topic, partition)
+    def end_offset(self, topic: str, partition: int, *, timeout: float | None = None) -> int:
+        return self.inner.end_offset(topic, partition, timeout=timeout)
 
     def end_mark(self, topic: str, partition: int) -> EndMark | None:
         # A double that changes end offsets (slows them, counts them) gives no mark, so every

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import queue
+import signal
 import threading
 import time
 import uuid
@@ -276,3 +277,30 @@ def test_offsets_are_answered_soon_after_the_leader_is_killed_within_each_calls_
     assert not slow, f"calls over their {timeout} s timeout: {slow}"
     answers = [start + took for start, took, outcome in calls if outcome == "0"]
     assert answers and min(answers) < 2 * timeout, f"no answer from the new leader: {calls}"
+
+
+def test_a_sync_by_end_offset_keeps_to_the_maps_timeout_while_the_leader_is_paused(
+    kafka_cluster: Cluster,
+) -> None:
+    """``m.sync()`` with end-offset barriers asks the ops partition's leader for its end
+    offset. With that leader stopped (SIGSTOP) the call gives up at the map's timeout, not the
+    log's longer one (it asked with the log's: about 5 s here, until a new leader answered)."""
+    url = "kafka://" + kafka_cluster.bootstrap
+    name = _name()
+    ops = f"{name}_ops"
+    with kafkakv.connect(url, timeout=30) as db:
+        m = db.map(name, timeout=2, barriers="offset")
+        m["a"] = 1
+        leader = kafka_cluster.leader(ops, 0)
+        kafka_cluster.kill(leader, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(OperationTimeoutError, match=r"no answer within (2\.0|1\.9\d*) s"):
+                m.sync()
+            took = time.monotonic() - started
+        finally:
+            kafka_cluster.kill(leader, signal.SIGCONT)
+        assert took < 2 + 1.0, f"sync() took {took:.2f} s with a map timeout of 2 s"
+        kafka_cluster.wait_in_sync(ops, timeout=90)
+        m.sync()  # the cluster whole again
+        assert m["a"] == 1

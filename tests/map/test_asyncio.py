@@ -26,9 +26,9 @@ class SlowEndLog(ForwardingLog):
     land (a far broker): a barrier waits for one or the other (the embedded log's barriers
     read the end offset, Kafka's append a barrier record)."""
 
-    def end_offset(self, topic: str, partition: int) -> int:
+    def end_offset(self, topic: str, partition: int, *, timeout: float | None = None) -> int:
         time.sleep(SLOW)
-        return self.inner.end_offset(topic, partition)
+        return self.inner.end_offset(topic, partition, timeout=timeout)
 
     def append(
         self, topic: str, partition: int, records: Sequence[Record], *, timeout: float | None = None

@@ -340,8 +340,10 @@ def test_nested_nan_is_refused_before_anything_is_appended(open_map: OpenMap) ->
 
 # -- a writer stopped while it holds the embedded log's lock ---------------------------------
 def _hold_lock(path: Path) -> subprocess.Popen[bytes]:
-    """Another process that takes the flock of ``path`` and keeps it (as a stopped writer)."""
-    holder = subprocess.Popen(["flock", str(path), "sleep", "120"])
+    """Another process that takes the flock of ``path`` and keeps it (as a stopped writer)
+    until it is killed (``-o``: the ``sleep`` it runs does not hold the lock too)."""
+    path.touch()  # a partition not yet written to has no lock file yet
+    holder = subprocess.Popen(["flock", "-o", str(path), "sleep", "120"])
     with open(path, "rb") as probe:
 
         def held() -> bool:
@@ -382,6 +384,73 @@ def test_a_held_log_lock_delays_no_open_or_read_and_updates_time_out_naming_it(
         holder.wait()
     with kafkakv.connect(target) as db:
         m = db.map(map_name)
+
+
+@embedded_only
+def test_a_put_held_at_the_log_then_behind_a_listener_returns_within_the_maps_timeout(
+    target: str, map_name: str
+) -> None:
+    """A sync put is one deadline: the wait for the log's lock and the wait to apply its
+    update (behind a slow listener here) both count towards it (the apply had a whole timeout
+    of its own, so this put returned after 3 s, with no error)."""
+    with kafkakv.connect(target) as db, kafkakv.connect(target) as other:
+        m = db.map(map_name, timeout=2)
+        seen = threading.Event()
+
+        def slow(key: Any, old: Any, new: Any, mine: bool) -> None:
+            if key == "slow":
+                seen.set()
+                time.sleep(3.0)  # the replica's lock held meanwhile
+
+        m.add_listener(slow)
+        other.map(map_name)["slow"] = 1
+        assert seen.wait(5)
+        holder = _hold_lock(Path(target) / "topics" / f"{map_name}_ops" / "0" / "lock")
+        letgo = threading.Timer(1.2, holder.kill)  # the put appends after 1.2 s
+        try:
+            letgo.start()
+            started = time.monotonic()
+            with pytest.raises(OperationTimeoutError, match="not applied in time"):
+                m["b"] = 2
+            took = time.monotonic() - started
+        finally:
+            letgo.cancel()
+            holder.kill()
+            holder.wait()
+        assert took < 2 + 0.75, f"the put took {took:.2f} s with a timeout of 2 s"
+        m.sync()
+        assert m["b"] == 2  # appended: it applied later, as the error says it may
+
+
+@embedded_only
+def test_a_flush_held_at_two_locks_returns_within_the_maps_timeout(
+    target: str, map_name: str
+) -> None:
+    """m.flush() is one deadline through every step: the wait to hand in its request and the
+    wait to write the data both count towards it (the write had a whole timeout of its own)."""
+    with kafkakv.connect(target) as db:
+        m = db.map(map_name, timeout=2)
+        m["a"] = 1
+        topics = Path(target) / "topics"
+        request = _hold_lock(topics / f"{map_name}_flush" / "0" / "lock")
+        data = _hold_lock(topics / map_name / "0" / "lock")
+        letgo = threading.Timer(1.2, request.kill)  # the request goes in after 1.2 s
+        try:
+            letgo.start()
+            started = time.monotonic()
+            with pytest.raises(LockTimeoutError) as raised:
+                m.flush()
+            took = time.monotonic() - started
+        finally:
+            letgo.cancel()
+            for holder in (request, data):
+                holder.kill()
+                holder.wait()
+        assert str(data.pid) in str(raised.value)  # the data write is what ran out
+        assert took < 2 + 0.75, f"flush() took {took:.2f} s with a timeout of 2 s"
+        m.flush()  # nothing in the way now
+        wait_for(lambda: m.flushed_offsets() == {0: 0}, what="the flush point applied")
+
         assert dict(m.items()) == {"a": 1}  # nothing that failed was stored
 
 

@@ -226,11 +226,11 @@ class _HangingLog(ForwardingLog):
         self.latency = 0.0
         self.asked = 0  # end offsets asked for
 
-    def end_offset(self, topic: str, partition: int) -> int:
+    def end_offset(self, topic: str, partition: int, *, timeout: float | None = None) -> int:
         self.asked += 1
         assert self.answering.wait(60), "the test never answered"
         time.sleep(self.latency)  # the log's latency, not a wait for anything
-        return super().end_offset(topic, partition)
+        return super().end_offset(topic, partition, timeout=timeout)
 
 
 def _hanging(logs: list[_HangingLog]) -> Callable[[Log], Log]:

@@ -372,8 +372,12 @@ class Log(Closeable):
         """The first offset still stored (retention may have removed earlier ones)."""
 
     @abstractmethod
-    def end_offset(self, topic: str, partition: int) -> int:
-        """The offset the next appended record will get (one past the last record)."""
+    def end_offset(self, topic: str, partition: int, *, timeout: float | None = None) -> int:
+        """The offset the next appended record will get (one past the last record).
+
+        ``timeout`` bounds the wait for the answer, where there is one to wait for (seconds;
+        None: the log's own setting); when it runs out the call raises
+        :class:`~kafkakv.errors.OperationTimeoutError`."""
 
     def end_mark(self, topic: str, partition: int) -> EndMark | None:
         """The end offset with where it is published in shared memory, for a reader that

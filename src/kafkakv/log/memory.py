@@ -325,7 +325,7 @@ class MemoryLog(Log):
         self._partition(topic, partition)
         return 0  # no retention: nothing is removed from the front but by compaction
 
-    def end_offset(self, topic: str, partition: int) -> int:
+    def end_offset(self, topic: str, partition: int, *, timeout: float | None = None) -> int:
         return self._partition(topic, partition).next_offset
 
     def wait(self, topic: str, partition: int, offset: int, timeout: float | None) -> bool:

@@ -491,21 +491,24 @@ class ReplicaEngine:
             if sender.idle:
                 sender.wake()  # one wake-up, not one per update until it runs
             return future
-        timeout = self.settings.timeout
+        # One deadline for the whole call: each wait below takes what the ones before left.
+        self._last_local = started = time.monotonic()  # keeps the follower away: see _follow
+        deadline = started + self.settings.timeout
         sender = self._sender
         if sender.outbox or not sender.idle:  # sender.busy(), one call fewer on every put
-            self._after_queued(time.monotonic() + timeout)
+            self._after_queued(deadline)
         self._pending[seq] = future
-        self._last_local = time.monotonic()  # keeps the follower away: see _follow
         record = new_tuple(Record, (record_key, value, (), None, None, None))
         try:
-            offset = self.log.append(self.topics.ops, p, [record], timeout=timeout)
+            offset = self.log.append(
+                self.topics.ops, p, [record], timeout=deadline - time.monotonic()
+            )
         except BaseException as exc:
             self._fail_pending([seq], exc)
             raise
         try:
             op = sent_op(code, self.origin, seq, args)
-            self.apply_until(p, offset, time.monotonic() + timeout, (record,), (op,))
+            self.apply_until(p, offset, deadline, (record,), (op,))
         finally:
             self._last_local = time.monotonic()
         return future
@@ -635,9 +638,10 @@ class ReplicaEngine:
         try:
             ends = {}
             for p, group_records in records.items():
-                remaining = max(0.0, deadline - time.monotonic())
                 try:
-                    first = self.log.append(self.topics.ops, p, group_records, timeout=remaining)
+                    first = self.log.append(
+                        self.topics.ops, p, group_records, timeout=_left(deadline)
+                    )
                     ends[p] = first + len(group_records) - 1  # the offset of its last record
                 except BaseException as exc:
                     self._fail_pending([seq for seq, part, _ in parts if part.partition == p], exc)
@@ -1035,7 +1039,12 @@ class ReplicaEngine:
         map's timeout from when there is something to apply)."""
         watch = None if self.end_watches is None else self.end_watches[p]
         mark = None if watch is None else self.log.end_mark(self.topics.ops, p)
-        end = self.log.end_offset(self.topics.ops, p) if mark is None else mark.end
+        if mark is not None:
+            end = mark.end
+        elif deadline is None:
+            end = self.log.end_offset(self.topics.ops, p)
+        else:
+            end = self.log.end_offset(self.topics.ops, p, timeout=_left(deadline))
         if end > self.machines[p].applied:
             if deadline is None:
                 deadline = time.monotonic() + self.settings.timeout
@@ -1152,7 +1161,7 @@ class ReplicaEngine:
         writer = self._writers.get(p)
         if writer is None:
             writer = self._writers[p] = self.log.writer(f"{ops}.flush.{p}", timeout=_left(deadline))
-        end = self.log.end_offset(ops, p)
+        end = self.log.end_offset(ops, p, timeout=_left(deadline))
         self.apply_until(p, end - 1, deadline)
         machine = self.machines[p]
         with gc_paused():  # a record per dirty key: see gcpause
@@ -1169,7 +1178,7 @@ class ReplicaEngine:
             records, mark = flush_records(keys, values, covered, self.origin, versions, deadlines)
             del keys, values
             # The mark last: replicas reading the ops wait the least (LogWriter.append).
-            writer.append({(data, p): records, (ops, p): [mark]}, timeout=self.settings.timeout)
+            writer.append({(data, p): records, (ops, p): [mark]}, timeout=_left(deadline))
             count = len(records)
             del records  # before collection resumes: see gcpause
         log.debug("flushed %d keys of %s[%d] up to ops offset %d", count, data, p, covered)

@@ -488,8 +488,8 @@ class EmbeddedLog(Log):
     def start_offset(self, topic: str, partition: int) -> int:
         return self._partition(topic, partition).start_offset()
 
-    def end_offset(self, topic: str, partition: int) -> int:
-        return self._partition(topic, partition).end_offset()
+    def end_offset(self, topic: str, partition: int, *, timeout: float | None = None) -> int:
+        return self._partition(topic, partition).end_offset()  # shared memory: no wait
 
     def end_mark(self, topic: str, partition: int) -> EndMark | None:
         return self._partition(topic, partition).end_mark()

@@ -109,6 +109,7 @@ _RECORD_FAILURES = {
     KafkaError._UNKNOWN_TOPIC,
     KafkaError.INVALID_RECORD,
 }
+_TIMED_OUT = {KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE}
 # A blocking call cut short at the end of its slice fails with one of these (list_topics says
 # _TRANSPORT): called again while the wait's timeout lasts (see KafkaLog._patiently).
 _SLICE_EXPIRED = {KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE, KafkaError._TRANSPORT}
@@ -467,6 +468,7 @@ class KafkaLog(Log):
         the caller's time runs out (``time.monotonic``), if it started before this call."""
         if deadline is None:
             deadline = time.monotonic() + self.timeout
+        limit = round(max(0.0, deadline - time.monotonic()), 2)  # for the message
         mark = self._refusals.mark()
         again = False
         for length in slices():
@@ -478,12 +480,17 @@ class KafkaLog(Log):
                 return call(wait)
             except concurrent.futures.TimeoutError as exc:
                 if final:
-                    raise OperationTimeoutError(
-                        f"{what}: no answer within {self.timeout} s"
-                    ) from exc
+                    raise OperationTimeoutError(f"{what}: no answer within {limit} s") from exc
             except KafkaException as exc:
                 ran_out = time.monotonic() - started >= 0.9 * wait
-                if final or not _call_again(error_of(exc), ran_out, again or known, resumable):
+                err = error_of(exc)
+                if final and not resumable and err is not None and err.code() in _TIMED_OUT:
+                    raise OperationTimeoutError(  # the time it had, not the log's timeout
+                        f"{what}: {err.str()} (no answer within {limit} s)",
+                        code=err.code(),
+                        code_name=err.name(),
+                    ) from exc
+                if final or not _call_again(err, ran_out, again or known, resumable):
                     raise
                 if not ran_out:  # a quick retriable failure: do not spin
                     time.sleep(min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
@@ -877,15 +884,17 @@ class KafkaLog(Log):
         with translated(f"reading {topic}[{partition}] at offset {offset}"):
             return self._reader().read(topic, partition, offset, max_records, max_bytes)
 
-    def _bounds(self, topic: str, partition: int) -> tuple[int, int]:
-        """The partition's low and high watermarks, asked of its leader, within the log's
-        timeout: the wait for the metadata client (one request at a time) counts towards it.
+    def _bounds(self, topic: str, partition: int, timeout: float | None = None) -> tuple[int, int]:
+        """The partition's low and high watermarks, asked of its leader, within ``timeout``
+        (None: the log's): the wait for the metadata client (one request at a time) counts
+        towards it.
 
         The metadata client is assigned nothing, so librdkafka learns a new leader for it only
         when asked: between slices of the wait its view of the topic is fetched again, else a
         killed leader would keep the query waiting on it until the periodic refresh, minutes
         later."""
-        deadline = time.monotonic() + self.timeout
+        limit = self.timeout if timeout is None else max(0.0, timeout)
+        deadline = time.monotonic() + limit
         tp = TopicPartition(topic, partition)
         what = f"asking the offsets of {topic}[{partition}]"
 
@@ -896,9 +905,9 @@ class KafkaLog(Log):
                 with contextlib.suppress(KafkaException):  # the next slice says what is wrong
                     self._meta.list_topics(topic, timeout=min(left, _WAIT_SLICE_S * 10))
 
-        if not self._meta_lock.acquire(timeout=self.timeout):
+        if not self._meta_lock.acquire(timeout=limit):
             raise OperationTimeoutError(
-                f"{what}: no answer within {self.timeout} s (queued behind other requests of "
+                f"{what}: no answer within {limit} s (queued behind other requests of "
                 "this log's metadata client)"
             )
         try:
@@ -918,11 +927,11 @@ class KafkaLog(Log):
         self._partition(topic, partition)
         return self._bounds(topic, partition)[0]
 
-    def end_offset(self, topic: str, partition: int) -> int:
+    def end_offset(self, topic: str, partition: int, *, timeout: float | None = None) -> int:
         """The last stable offset: one past the last record a ``read_committed`` reader may
         see now (the high watermark, unless a transaction is open on the partition)."""
         self._partition(topic, partition)
-        return self._bounds(topic, partition)[1]
+        return self._bounds(topic, partition, timeout)[1]
 
     def wait(self, topic: str, partition: int, offset: int, timeout: float | None) -> bool:
         return bool(self.wait_any({(topic, partition): offset}, timeout))
