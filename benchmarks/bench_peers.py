@@ -63,9 +63,10 @@ Workload: str keys of 16 characters, bytes values of 100 bytes (``_common.key``,
 
 Each workload runs in a fresh process of its own (the script runs itself with ``--only`` and
 one name), with servers of its own: no workload's figures depend on which ran before it. In one
-process, the reads after the bulk writes and the bootstrap walked a heap those had scattered:
-kafkakv's local reads and their floor both came out at half what they are alone (2.0 and 1.6
-M/s against 4.5 and 3.4, 29 November). ``--in-process`` runs them all in this process as before.
+process, the reads walked a heap that the workloads before them had scattered: after the sync
+puts (tens of thousands of small objects each) kafkakv's local reads and their floor both came
+out at about half what they are alone (1.8 and 1.5 M/s against 4.5 and 3.4, 29 November; after
+the bulk writes alone, 3.6 and 2.5). ``--in-process`` runs them all in this process as before.
 
 Systems are interleaved round by round (round 1 measures every system, then round 2...), the
 order rotating by one each round; each system reports the median of its rounds (latencies: the
