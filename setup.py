@@ -4,7 +4,8 @@
   ``src/kafkakv/map/reads.py``);
 - ``kafkakv.log.embedded._frame``: the embedded log's append-side encoding (see
   ``src/kafkakv/log/embedded/frame.py``), linked with zlib for its CRC-32;
-- ``kafkakv.log._murmur2``: the partition of a key (see ``src/kafkakv/log/partitioner.py``).
+- ``kafkakv.log._murmur2``: the partition of a key (see ``src/kafkakv/log/partitioner.py``);
+- ``kafkakv._gcpause``: the collector's pause around batch work (see ``src/kafkakv/gcpause.py``).
 
 All are optional: where no C compiler (or no zlib header) is, the install goes on and kafkakv
 runs the same code in Python.
@@ -22,5 +23,6 @@ setup(
             optional=True,
         ),
         Extension("kafkakv.log._murmur2", ["src/kafkakv/log/_murmur2.c"], optional=True),
+        Extension("kafkakv._gcpause", ["src/kafkakv/_gcpause.c"], optional=True),
     ]
 )

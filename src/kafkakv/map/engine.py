@@ -925,7 +925,8 @@ class ReplicaEngine:
                     complete(future, arg)
                 else:
                     fail(future, arg)
-        self._slots.give(freed)
+        if freed:  # a sync update holds no slot: no call
+            self._slots.give(freed)
 
     def _stall(self, p: int, offset: int, key: bytes | None, exc: UnknownFunctionError) -> None:
         """Stop applying ``p`` at the record at ``offset`` (see PartitionStalledError). Lock

@@ -200,7 +200,14 @@ def complete(future: OpFuture, result: Any) -> None:
     """Resolve ``future`` with the result its update was decided with: bytes are decoded
     with the map's value codec (a value that does not decode fails the future with
     :class:`~kafkakv.errors.ResultDecodeError`, which keeps the bytes)."""
-    future.resolve(*_outcome(future.map_state, result))
+    state = future.map_state
+    if type(result) is bytes and state is not None:  # as _outcome, inline: every update
+        try:
+            result = state.values.decode(result)
+        except KafkaKVError as exc:
+            future.resolve(exception=_undecodable(exc, result))
+            return
+    future.resolve(result)
 
 
 def _outcome(state: MapState | None, result: Any) -> tuple[Any, BaseException | None]:
@@ -210,8 +217,12 @@ def _outcome(state: MapState | None, result: Any) -> tuple[Any, BaseException | 
     try:
         return state.values.decode(result), None
     except KafkaKVError as exc:
-        message = f"the update was applied, but the value it returns does not decode: {exc}"
-        return None, ResultDecodeError(message, result)
+        return None, _undecodable(exc, result)
+
+
+def _undecodable(exc: KafkaKVError, result: bytes) -> ResultDecodeError:
+    message = f"the update was applied, but the value it returns does not decode: {exc}"
+    return ResultDecodeError(message, result)
 
 
 def fail(future: OpFuture, exc: BaseException) -> None:

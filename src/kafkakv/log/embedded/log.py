@@ -401,9 +401,16 @@ class EmbeddedLog(Log):
         outside the lock; under the lock a handful of system calls (flock, a pread after the
         published end, pwrite of the batch, pwrite of the head), plus ``fdatasync`` under the ``always`` policy.
         """
-        part = self._partition(topic, partition)
+        part = self._parts.get((topic, partition))  # every append passes here: no call to look
+        if part is None or self._closed:
+            part = self._partition(topic, partition)  # opens it, or refuses
         body, count, base_ts, max_ts = self._encode(part, records)
-        deadline = None if timeout is None else self._deadline(timeout)
+        if timeout is None:
+            deadline = None
+        elif timeout >= 0:  # as _deadline, one call fewer
+            deadline = time.monotonic() + timeout
+        else:
+            deadline = self._deadline(timeout)
         return part.append(body, count, base_ts, max_ts, deadline)
 
     def send(
@@ -444,7 +451,9 @@ class EmbeddedLog(Log):
     ) -> Batch:
         """See :meth:`Log.read_batch`: the records, and the next offset the partition's read
         found (one past the last record)."""
-        part = self._reading(topic, partition, offset, max_records)
+        part = self._parts.get((topic, partition))
+        if part is None or self._closed or type(offset) is not int or offset < 0 or max_records < 1:
+            part = self._reading(topic, partition, offset, max_records)  # or refuses
         return new_tuple(Batch, part.read(offset, max_records, max_bytes))
 
     def _reading(self, topic: str, partition: int, offset: int, max_records: int) -> Partition:

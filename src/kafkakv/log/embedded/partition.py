@@ -29,7 +29,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from operator import itemgetter
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal, NamedTuple
 
 from kafkakv.errors import ClosedError, CorruptLogError, LogIOError, OffsetOutOfRangeError
 from kafkakv.gcpause import gc_paused
@@ -1015,6 +1015,7 @@ class Partition:
         assert self._steady is not None and self._append_plain is not None
         layout, base, roll_at = self._steady
         config, head = self.config, self._head
+        done: tuple[int, bytes, HeadState] | None  # typed here: no cast() call on the way out
         try:
             done = self._append_plain(
                 self._lock_fd,
@@ -1044,7 +1045,7 @@ class Partition:
         head._last = (raw, state)  # as HeadFile.publish: the next read skips the CRC
         if self._mark_unsynced:
             self._unsynced = True  # for the flusher (see sync_locked)
-        return cast(int, first)
+        return first
 
     def _maybe_roll_locked(self, head: HeadState, incoming: int) -> HeadState:
         m = self.manifest(head.layout_version)
