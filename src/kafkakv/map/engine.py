@@ -804,7 +804,8 @@ class ReplicaEngine:
         machine = self.machines[p]
         first = offset - len(own) + 1  # of the own batch
         while machine.applied <= offset:
-            self._check_applying(p)
+            if self._failure is not None or self._stopped or p in self.stalled:
+                self._check_applying(p)  # raises, or resumes a stalled partition
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._lock.acquire(timeout=remaining):
                 raise OperationTimeoutError(

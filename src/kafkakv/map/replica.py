@@ -238,7 +238,9 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         return self._engine.submit(state, code, record_key, p, args, wait)
 
     def _call(self, code: OpCode, key: K, *args: Any, decode: bool = True) -> Any:
-        future = self._submit(code, key, args, True, decode)
+        _, record_key, p = self._locate(key)  # as _submit, one call fewer per sync update
+        state = self._state if decode else None
+        future = self._engine.submit(state, code, record_key, p, args, True)
         try:
             return future.result(timeout=self._engine.settings.timeout)
         except concurrent.futures.TimeoutError:
