@@ -416,6 +416,27 @@ def test_a_new_writer_with_the_same_id_fences_the_old_one(log: Log, topic: str) 
     assert values(log.read(topic, 0, 0)) == [b"old", b"new", b"newer"]
 
 
+def test_a_fenced_writer_fails_every_later_append_as_fenced_until_closed(
+    log: Log, topic: str
+) -> None:
+    """Every log says the same thing of a fenced writer: each append after the fencing raises
+    FencedError (the embedded and memory logs used to close the writer and say ClosedError from
+    the second on, as if its owner had closed it); once its owner closes it, ClosedError."""
+    log.create_topic(topic, 1)
+    old = log.writer("fenced-again")
+    old.append({(topic, 0): [Record(b"a", b"old")]})
+    new = log.writer("fenced-again")
+    for _ in range(3):
+        with pytest.raises(FencedError, match="fenced"):
+            old.append({(topic, 0): [Record(b"a", b"zombie")]})
+    old.close()
+    with pytest.raises(ClosedError):
+        old.append({(topic, 0): [Record(b"a", b"closed")]})
+    new.append({(topic, 0): [Record(b"a", b"new")]})
+    new.close()
+    assert values(log.read(topic, 0, 0)) == [b"old", b"new"]
+
+
 def test_a_fenced_writer_dropped_by_its_caller_is_freed_at_once(log: Log, topic: str) -> None:
     """A fenced writer keeps failing its appends, but it must not keep itself alive: the error
     it remembers must not hold the frames (and so the writer, and on Kafka its producer's

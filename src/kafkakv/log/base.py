@@ -155,8 +155,9 @@ class LogWriter(Closeable):
 
     Each :meth:`append` is one atomic batch that may span topics and partitions: after any
     crash, either every record of it is visible or none is. Opening another writer with the same
-    transactional id fences this one: its next :meth:`append` raises
-    :class:`~kafkakv.errors.FencedError`.
+    transactional id fences this one: its next :meth:`append`, and every one after it, raises
+    :class:`~kafkakv.errors.FencedError` (:class:`~kafkakv.errors.ClosedError` once it is
+    closed).
     """
 
     @property

@@ -404,6 +404,8 @@ class MemoryLogWriter(LogWriter):
         self._id = transactional_id
         self._epoch = epoch
         self._closed = False
+        # Why, once a newer writer took the id: every later append fails so.
+        self._fenced: str | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -416,9 +418,11 @@ class MemoryLogWriter(LogWriter):
         timeout: float | None = None,
     ) -> dict[TopicPartition, int]:
         """See :meth:`LogWriter.append`. Checks every record before taking the lock; raises
-        :class:`FencedError` (and closes) when a newer writer took the id."""
+        :class:`FencedError` when a newer writer took the id, then on every later append."""
         if self._closed:
             raise ClosedError(f"transactional writer {self._id!r} is closed")
+        if self._fenced is not None:
+            raise FencedError(self._fenced)
         log = self._log
         checked = []
         for (topic, number), records in batches.items():
@@ -427,11 +431,11 @@ class MemoryLogWriter(LogWriter):
         with log._locked(timeout):
             current = log._space.epochs.get(self._id, 0)
             if current != self._epoch:
-                self._closed = True
-                raise FencedError(
+                self._fenced = (
                     f"transactional writer {self._id!r} (epoch {self._epoch}) was fenced by a "
                     f"newer writer (epoch {current})"
                 )
+                raise FencedError(self._fenced)
             now = _now_ms()
             firsts = {tp: part.store(rows, now) for tp, part, rows in checked}
             log._space.changed.notify_all()

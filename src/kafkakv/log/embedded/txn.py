@@ -326,6 +326,8 @@ class EmbeddedLogWriter(LogWriter):
         self._id = transactional_id
         self._producer = producer_id(transactional_id)
         self._closed = False
+        # Why, once a newer writer took the id: every later append fails so.
+        self._fenced: str | None = None
         with self._txm.id_lock(transactional_id, deadline):
             journal = self._txm.load(transactional_id)
             if journal.pending:
@@ -360,6 +362,8 @@ class EmbeddedLogWriter(LogWriter):
         """
         if self._closed:
             raise ClosedError(f"transactional writer {self._id!r} is closed")
+        if self._fenced is not None:
+            raise FencedError(self._fenced)
         self._log._check_open()
         if not batches:
             return {}
@@ -388,11 +392,11 @@ class EmbeddedLogWriter(LogWriter):
         with self._txm.id_lock(self._id, deadline):
             journal = self._txm.load(self._id)
             if journal.epoch != self._epoch:
-                self._closed = True
-                raise FencedError(
+                self._fenced = (
                     f"transactional writer {self._id!r} (epoch {self._epoch}) was fenced by a "
                     f"newer writer (epoch {journal.epoch})"
                 )
+                raise FencedError(self._fenced)
             with contextlib.ExitStack() as stack:
                 # (partition, head to publish, first offset, batch position)
                 prepared: list[tuple[Partition, HeadState, int, int]] = []
