@@ -460,6 +460,22 @@ def test_a_fenced_writer_dropped_by_its_caller_is_freed_at_once(log: Log, topic:
     new.close()
 
 
+def test_a_writer_append_of_no_partition_is_refused_on_every_log(log: Log, topic: str) -> None:
+    """As ``Log.append`` of no record: an empty transaction is a caller's mistake, refused
+    alike by every log (the embedded and memory logs used to return ``{}`` where Kafka's
+    raised). A closed writer says it is closed first, whatever it is given."""
+    log.create_topic(topic, 1)
+    writer = log.writer("empty")
+    with pytest.raises(InvalidRecordError, match="at least one partition"):
+        writer.append({})
+    writer.close()
+    bad = {(topic, 0): [Record(b"a", 7)]}  # type: ignore[arg-type]
+    for batches in ({}, bad):
+        with pytest.raises(ClosedError):
+            writer.append(batches)
+    assert log.end_offset(topic, 0) == 0
+
+
 def test_writer_batch_with_a_bad_record_appends_nothing(log: Log, topic: str) -> None:
     log.create_topic(topic, 2)
     with log.writer("w") as w, pytest.raises(InvalidRecordError):

@@ -39,6 +39,7 @@ from kafkakv.errors import (
     ClosedError,
     ConfigError,
     FencedError,
+    InvalidRecordError,
     OperationTimeoutError,
     TopicExistsError,
     UnknownPartitionError,
@@ -423,6 +424,8 @@ class MemoryLogWriter(LogWriter):
             raise ClosedError(f"transactional writer {self._id!r} is closed")
         if self._fenced is not None:
             raise FencedError(self._fenced)
+        if not batches:  # as an append of no record: refused on every log
+            raise InvalidRecordError("a writer append needs at least one partition")
         log = self._log
         checked = []
         for (topic, number), records in batches.items():

@@ -42,6 +42,7 @@ from kafkakv.errors import (
     ConfigError,
     CorruptLogError,
     FencedError,
+    InvalidRecordError,
     LockTimeoutError,
     UnknownTopicError,
 )
@@ -365,8 +366,8 @@ class EmbeddedLogWriter(LogWriter):
         if self._fenced is not None:
             raise FencedError(self._fenced)
         self._log._check_open()
-        if not batches:
-            return {}
+        if not batches:  # as an append of no record: refused on every log
+            raise InvalidRecordError("a writer append needs at least one partition")
         encoded = {}
         for (topic, number), records in batches.items():
             part = self._log._partition(topic, number)

@@ -1075,6 +1075,8 @@ class KafkaLogWriter(LogWriter):
     ) -> dict[TP, int]:
         """One transaction; bounded by the log's ``timeout`` and the transaction timeout, not
         by ``timeout`` (an abandoned commit would leave readers held, see docs/kafka.md)."""
+        if self._closed:  # before the records are checked, as on every log
+            raise ClosedError(f"writer {self._id!r} is closed")
         checked = {
             (topic, p): self._log._checked(topic, p, records)
             for (topic, p), records in batches.items()
