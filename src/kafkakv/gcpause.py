@@ -32,6 +32,8 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from kafkakv._native import compiled
+
 __all__ = ["COMPILED", "gc_paused", "py_gc_paused"]
 
 _lock = threading.Lock()
@@ -81,14 +83,9 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-COMPILED = False
+_c = compiled("kafkakv._gcpause")
+COMPILED = _c is not None
 gc_paused = py_gc_paused
-if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
-    try:
-        from kafkakv import _gcpause
-    except ImportError:  # not built: no C compiler where kafkakv was installed
-        pass
-    else:
-        COMPILED = True
-        gc_paused = _gcpause.gc_paused
-        os.register_at_fork(after_in_child=_gcpause.after_fork_in_child)
+if not TYPE_CHECKING and _c is not None:
+    gc_paused = _c.gc_paused
+    os.register_at_fork(after_in_child=_c.after_fork_in_child)

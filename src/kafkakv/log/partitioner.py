@@ -13,9 +13,10 @@ A sharded map places every key it reads or writes: 16 bytes take about 2.5 µs i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from kafkakv._native import compiled
 
 __all__ = [
     "COMPILED",
@@ -92,12 +93,8 @@ def py_partition_each(keys: Sequence[bytes], partitions: int, prefix: bytes) -> 
     return [py_partition_for(prefix + bytes(key) if prefix else key, partitions) for key in keys]
 
 
-COMPILED = False
+_c = compiled("kafkakv.log._murmur2")
+COMPILED = _c is not None
 murmur2, partition_for, partition_each = py_murmur2, py_partition_for, py_partition_each
-if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
-    try:
-        from kafkakv.log._murmur2 import murmur2, partition_each, partition_for
-    except ImportError:  # not built: no C compiler where kafkakv was installed
-        pass
-    else:
-        COMPILED = True
+if not TYPE_CHECKING and _c is not None:
+    murmur2, partition_for, partition_each = _c.murmur2, _c.partition_for, _c.partition_each

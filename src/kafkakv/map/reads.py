@@ -36,9 +36,10 @@ checked path.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from kafkakv._native import compiled
 
 __all__ = [
     "COMPILED",
@@ -240,11 +241,7 @@ if TYPE_CHECKING:
     EndWatch = PyEndWatch
 else:
     LocalReads, ReadGate, EndWatch = PyLocalReads, PyReadGate, PyEndWatch
-    if os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
-        try:
-            from kafkakv.map import _reads
-        except ImportError:  # not built: no C compiler where kafkakv was installed
-            pass
-        else:
-            LocalReads, ReadGate, EndWatch = _reads.LocalReads, _reads.ReadGate, _reads.EndWatch
-            COMPILED = True
+    _reads = compiled("kafkakv.map._reads")
+    if _reads is not None:
+        LocalReads, ReadGate, EndWatch = _reads.LocalReads, _reads.ReadGate, _reads.EndWatch
+        COMPILED = True

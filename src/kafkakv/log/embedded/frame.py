@@ -34,7 +34,6 @@ compares the bytes and errors.
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from kafkakv._native import compiled
 from kafkakv.log.base import Record
 from kafkakv.log.records import plain_batch
 
@@ -192,16 +192,12 @@ read_plain: Callable[..., Any] | None = None
 read_head: Callable[..., Any] | None = None
 #: Gives the C module the HeadState class that :data:`append_plain` returns (head.py calls it).
 bind_head: Callable[[type], None] = _bind_nothing
-if not TYPE_CHECKING and os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
-    try:
-        from kafkakv.log.embedded import _frame
-    except ImportError:  # not built: no C compiler (or no zlib) where kafkakv was installed
-        pass
-    else:
-        _frame.bind(Record)
-        plain_body, frame, pack_head = _frame.plain_body, _frame.frame, _frame.pack_head
-        frame_header = _frame.frame_header
-        latest_into = _frame.latest_into
-        append_plain, bind_head = _frame.append_plain, _frame.bind_head
-        read_plain, read_head = _frame.read_plain, _frame.read_head
-        COMPILED = True
+_frame = compiled("kafkakv.log.embedded._frame")  # also needs zlib's header to build
+if not TYPE_CHECKING and _frame is not None:
+    _frame.bind(Record)
+    plain_body, frame, pack_head = _frame.plain_body, _frame.frame, _frame.pack_head
+    frame_header = _frame.frame_header
+    latest_into = _frame.latest_into
+    append_plain, bind_head = _frame.append_plain, _frame.bind_head
+    read_plain, read_head = _frame.read_plain, _frame.read_head
+    COMPILED = True
