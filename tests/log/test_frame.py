@@ -40,7 +40,8 @@ def _compiled() -> Any:
             "kafkakv.log.embedded._frame is not built; reinstall kafkakv where a C compiler "
             f"and zlib's header are (pip install -e .): {exc}"
         )
-    module.bind(Record)  # as frame.py does (not under KAFKAKV_PURE_PYTHON=1)
+    module.bind(Record)  # as frame.py and head.py do (not under KAFKAKV_PURE_PYTHON=1)
+    module.bind_head(HeadState)
     return module
 
 
