@@ -3,7 +3,7 @@
 
 Command (from the project root)::
 
-    .venv/bin/python benchmarks/profile_visibility.py [--updates N] [--dir DIR]
+    .venv/bin/python benchmarks/profile_visibility.py [--updates N] [--gap-ms MS] [--dir DIR]
 
 1. **Stages.** As in ``bench_peers.py --only visibility``: a writer process (spawned) puts one
    key every 2 ms, its value carrying ``time.monotonic_ns()``; this process has the map open
@@ -11,7 +11,8 @@ Command (from the project root)::
    every process shares:
 
    - writer: *stamp*, before ``m.put``; *append*, when the put enters the partition's append
-     (``Partition.append``: the lock, the batch, the head); *published*, when that returns;
+     (``Partition.append``: the lock, the batch, the head); *published*, when it rings its
+     bell, the head published (see ``kafkakv.log.embedded.bell``);
    - reader: *woken*, when ``poll`` on the inotify descriptor returns; *read*, when the
      follower's ``read_batch`` returns the record; *seen*, when the listener is called.
 
@@ -54,6 +55,7 @@ from typing import Any
 from _common import lat, machine
 
 import kafkakv
+from kafkakv.log.embedded import bell as bell_module
 from kafkakv.log.embedded import partition as partition_module
 
 GAP_S = 0.002  # between two updates of the writer, as in bench_peers
@@ -64,20 +66,23 @@ _END = struct.Struct("<Q")  # the head's end position
 
 
 def _note_appends(marks: list[int]) -> None:
-    """Make every append to a partition note when it starts and when it returns."""
-    append = partition_module.Partition.append
+    """Make every append to a partition note when it starts and when it rings its bell (the
+    head is published then, and other processes are woken by the ring)."""
+    append, ring = partition_module.Partition.append, bell_module.Bell.ring
 
     def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
         marks.append(time.monotonic_ns())
-        try:
-            return append(self, *args, **kwargs)
-        finally:
-            marks.append(time.monotonic_ns())
+        return append(self, *args, **kwargs)
+
+    def noted_ring(self: Any) -> None:
+        marks.append(time.monotonic_ns())
+        ring(self)
 
     partition_module.Partition.append = timed  # type: ignore[method-assign]
+    bell_module.Bell.ring = noted_ring  # type: ignore[method-assign]
 
 
-def _writer(path: str, n: int, out: str) -> None:
+def _writer(path: str, n: int, out: str, gap: float) -> None:
     appends: list[int] = []
     _note_appends(appends)
     db = kafkakv.connect(path, background_cleaner=False)
@@ -88,17 +93,17 @@ def _writer(path: str, n: int, out: str) -> None:
         stamp = time.monotonic_ns()
         m.put("ping", str(stamp).encode())
         rows.append((stamp, *appends[:2]) if len(appends) >= 2 else (stamp, 0, 0))
-        time.sleep(GAP_S)
+        time.sleep(gap)
     db.close()
     with open(out, "w") as f:
         json.dump(rows, f)
 
 
-def _bare_writer(path: str, n: int) -> None:
+def _bare_writer(path: str, n: int, gap: float) -> None:
     fd = os.open(path, os.O_WRONLY)
     for _ in range(n):
         os.pwrite(fd, b"%020d" % time.monotonic_ns(), 0)
-        time.sleep(GAP_S)
+        time.sleep(gap)
     os.close(fd)
 
 
@@ -130,7 +135,7 @@ def _first_after(marks: list[int], t: int) -> int | None:
     return marks[lo] if lo < len(marks) else None
 
 
-def stages(root: str, n: int) -> dict[str, dict[str, float]]:
+def stages(root: str, n: int, gap: float) -> dict[str, dict[str, float]]:
     path = os.path.join(root, "stages")
     db = kafkakv.connect(path, background_cleaner=False)
     m = db.map("profile", value_codec="bytes", flush_period=5000)
@@ -159,7 +164,7 @@ def stages(root: str, n: int) -> dict[str, dict[str, float]]:
     m.add_listener(listener)
     time.sleep(0.2)
     out = os.path.join(root, "writer.json")
-    proc = mp.get_context("spawn").Process(target=_writer, args=(path, n, out))
+    proc = mp.get_context("spawn").Process(target=_writer, args=(path, n, out, gap))
     proc.start()
     done.wait(60 + n * 0.01)
     proc.join(60)
@@ -182,8 +187,8 @@ def stages(root: str, n: int) -> dict[str, dict[str, float]]:
             strict=True,
         ):
             spans[name].append(span)
-    spans["bare wake"] = bare_wake(root, n)
-    spans["bare protocol"] = bare_protocol(root, n)
+    spans["bare wake"] = bare_wake(root, n, gap)
+    spans["bare protocol"] = bare_protocol(root, n, gap)
     return {name: lat(values) for name, values in spans.items() if values}
 
 
@@ -198,13 +203,13 @@ def _inotify(path: str) -> tuple[int, Any]:
     return fd, poller
 
 
-def bare_wake(root: str, n: int) -> list[int]:
+def bare_wake(root: str, n: int, gap: float) -> list[int]:
     path = os.path.join(root, "stamp")
     with open(path, "wb") as f:
         f.write(b"0" * 20)
     fd, poller = _inotify(path)
     stamp_fd = os.open(path, os.O_RDONLY)
-    proc = mp.get_context("spawn").Process(target=_bare_writer, args=(path, n))
+    proc = mp.get_context("spawn").Process(target=_bare_writer, args=(path, n, gap))
     proc.start()
     spans = []
     try:
@@ -219,7 +224,7 @@ def bare_wake(root: str, n: int) -> list[int]:
     return spans[WARM:]
 
 
-def _bare_protocol_writer(folder: str, n: int) -> None:
+def _bare_protocol_writer(folder: str, n: int, gap: float) -> None:
     segment = os.open(os.path.join(folder, "segment"), os.O_WRONLY)
     head = os.open(os.path.join(folder, "head"), os.O_WRONLY)
     lock = os.open(os.path.join(folder, "lock"), os.O_RDWR)
@@ -234,12 +239,12 @@ def _bare_protocol_writer(folder: str, n: int) -> None:
         end = _END.pack(pos)
         os.pwrite(head, _FRAME.pack(zlib.crc32(end), len(end)) + end, 0)
         fcntl.flock(lock, fcntl.LOCK_UN)
-        time.sleep(GAP_S)
+        time.sleep(gap)
     for fd in (segment, head, lock):
         os.close(fd)
 
 
-def bare_protocol(root: str, n: int) -> list[int]:
+def bare_protocol(root: str, n: int, gap: float) -> list[int]:
     """Stamp to callback through the bare protocol (see the module docstring), in ns."""
     folder = os.path.join(root, "protocol")
     os.makedirs(folder)
@@ -260,7 +265,7 @@ def bare_protocol(root: str, n: int) -> list[int]:
         spans.append(time.monotonic_ns() - int(value))
 
     pos = 0
-    proc = mp.get_context("spawn").Process(target=_bare_protocol_writer, args=(folder, n))
+    proc = mp.get_context("spawn").Process(target=_bare_protocol_writer, args=(folder, n, gap))
     proc.start()
     try:
         while len(spans) < n and poller.poll(5000):
@@ -334,13 +339,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--updates", type=int, default=1000)
     parser.add_argument("--dir", default=None)
+    parser.add_argument(
+        "--gap-ms", type=float, default=GAP_S * 1e3, help="between two updates of part 1"
+    )
     args = parser.parse_args()
+    gap = args.gap_ms / 1e3
     n = max(args.updates, 2 * WARM)
     root = tempfile.mkdtemp(prefix="kafkakv-profile-", dir=args.dir)
     try:
         print(f"machine: {machine()}; load average (1 min) {os.getloadavg()[0]:.2f}")
-        print(f"1. stages of {n - WARM} updates, one every {GAP_S * 1e3:g} ms (us)")
-        found = stages(root, n)
+        print(f"1. stages of {n - WARM} updates, one every {args.gap_ms:g} ms (us)")
+        found = stages(root, n, gap)
         print(f"   {'stage':18s} {'p50':>8s} {'p90':>8s} {'p99':>8s}")
         for name, figures in found.items():
             print(

@@ -21,6 +21,7 @@ from kafkakv.log.base import (
     LatestBatch,
     Log,
     LogWriter,
+    OwnAppends,
     Problem,
     Record,
     TopicPartition,
@@ -178,6 +179,11 @@ class ForwardingLog(Log):
         self, positions: Mapping[TopicPartition, int], timeout: float | None
     ) -> set[TopicPartition]:
         return self.inner.wait_any(positions, timeout)
+
+    def own_appends(self, applier: object) -> OwnAppends:
+        # This log's own calls, not the inner log's: a subclass's append or wait_any (a slow
+        # one, a flaky one) then sees a replica's appends too. Every append wakes every wait.
+        return OwnAppends(self.append, self.send, self.wait_any)
 
     def writer(self, transactional_id: str, *, timeout: float | None = None) -> LogWriter:
         return self.inner.writer(transactional_id, timeout=timeout)

@@ -142,7 +142,7 @@ def _half_committed(path: str, recording: Recording) -> None:
     writer = log.writer("tx")
     batches = {("a", 0): _records("tx-a", 2, 300), ("b", 0): _records("tx-b", 1, 300)}
 
-    def dies(self: Partition, head: object) -> None:
+    def dies(self: Partition, head: object, origin: object = None) -> None:
         raise _Died
 
     real = Partition.publish_locked

@@ -155,8 +155,8 @@ def _die_between_publishes(path: str) -> None:
     published = []
     real = Partition.publish_locked
 
-    def publish_then_die(self: Partition, head: object) -> None:
-        real(self, head)  # type: ignore[arg-type]
+    def publish_then_die(self: Partition, head: object, origin: object = None) -> None:
+        real(self, head, origin)  # type: ignore[arg-type]
         published.append(1)
         if len(published) == 1:
             os.kill(os.getpid(), signal.SIGKILL)  # after the commit point, one head published

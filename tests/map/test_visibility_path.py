@@ -107,3 +107,40 @@ def test_an_update_reaches_a_listener_in_another_replica_through_few_python_func
     finally:
         reader_db.close()
         writer_db.close()
+
+
+def test_a_replicas_own_puts_do_not_wake_its_follower(tmp_path: Path) -> None:
+    """Puts slower than the follower's grace (it waits again between them): the writer applies
+    each itself, and before bells every one also woke the follower, which found nothing to do
+    and took a core from the processes that did need waking. Another replica's put still wakes
+    it at once."""
+    path = str(tmp_path / "db")
+    db = kafkakv.connect(path, background_cleaner=False)
+    other_db = kafkakv.connect(path, background_cleaner=False)
+    try:
+        m = db.map("m", value_codec="bytes")
+        other = other_db.map("m", value_codec="bytes")
+        m.put("k", b"first")  # the bell exists
+        notifier = db.log._notifier  # type: ignore[attr-defined]
+        real = notifier._poller
+        woken = [0]
+
+        class Counted:
+            def poll(self, *args: Any) -> Any:
+                events = real.poll(*args)
+                woken[0] += bool(events)
+                return events
+
+        notifier._poller = Counted()
+        for i in range(15):
+            time.sleep(0.02)  # past the follower's 5 ms grace: it is asleep in poll
+            m.put("k", b"%d" % i)
+        assert woken[0] == 0
+        changed = threading.Event()
+        m.add_listener(lambda key, old, new, mine: None if mine else changed.set())
+        other.put("k", b"from elsewhere")
+        assert changed.wait(5)
+        assert woken[0] >= 1
+    finally:
+        other_db.close()
+        db.close()

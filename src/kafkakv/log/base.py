@@ -29,6 +29,7 @@ __all__ = [
     "LatestBatch",
     "Log",
     "LogWriter",
+    "OwnAppends",
     "Problem",
     "Record",
     "TopicPartition",
@@ -97,6 +98,15 @@ FailureCallback = Callable[[Record, BaseException], None]
 
 Entry = tuple["bytes | None", "bytes | None", int]
 """A record as :meth:`Log.read_entries` gives it: ``(key, value, offset)``."""
+
+
+class OwnAppends(NamedTuple):
+    """What :meth:`Log.own_appends` gives: the log's ``append``, ``send`` and ``wait_any``,
+    called as the log's are, for an applier of its own appends."""
+
+    append: Callable[..., int]
+    send: Callable[..., None]
+    wait_any: Callable[[Mapping[TopicPartition, int], float | None], set[TopicPartition]]
 
 
 class EntryBatch(NamedTuple):
@@ -429,6 +439,18 @@ class Log(Closeable):
         set when ``timeout`` seconds pass first. This is how one thread follows many
         partitions without polling.
         """
+
+    def own_appends(self, applier: object) -> OwnAppends:
+        """The log's ``append``, ``send`` and ``wait_any`` for ``applier``, which applies what
+        it appends through them itself (a replica applies its own updates): its waits through
+        this ``wait_any`` need not wake for those appends, which they would only find applied.
+        Such a wait still returns by its timeout, and wakes for every other append at once.
+
+        The default is the log's own methods: every append wakes every wait, never wrong. The
+        embedded log wakes no process for its own appends then (see
+        :mod:`kafkakv.log.embedded.bell`).
+        """
+        return OwnAppends(self.append, self.send, self.wait_any)
 
     @abstractmethod
     def writer(self, transactional_id: str, *, timeout: float | None = None) -> LogWriter:

@@ -27,12 +27,21 @@ class Follower:
     ``wait_slice`` bounds each wait, so that a stop is noticed within it; after the log could
     not answer (:class:`~kafkakv.errors.LogUnavailableError`,
     :class:`~kafkakv.errors.OperationTimeoutError`) the loop waits ``retry_pause`` and goes on.
+    ``wait_any`` replaces ``log.wait_any`` (an owner's from :meth:`Log.own_appends`).
     """
 
     def __init__(
-        self, log: Log, what: str, *, wait_slice: float = 0.5, retry_pause: float = 1.0
+        self,
+        log: Log,
+        what: str,
+        *,
+        wait_slice: float = 0.5,
+        retry_pause: float = 1.0,
+        wait_any: Callable[[Mapping[TopicPartition, int], float | None], set[TopicPartition]]
+        | None = None,
     ) -> None:
         self.log = log
+        self._wait_any = log.wait_any if wait_any is None else wait_any
         self.what = what
         self.wait_slice = wait_slice
         self.retry_pause = retry_pause
@@ -76,7 +85,7 @@ class Follower:
                 if extra:
                     slice_ = 0.0
                 if waiting:
-                    ready = [*self.log.wait_any(waiting, slice_), *extra]
+                    ready = [*self._wait_any(waiting, slice_), *extra]
                 else:
                     if slice_:
                         time.sleep(slice_)

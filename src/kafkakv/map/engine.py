@@ -163,6 +163,9 @@ class ReplicaEngine:
         self._deadline_heap: list[tuple[float, int, bytes]] = []
         self._reaper_wake = threading.Condition(threading.Lock())
         self.origin = os.urandom(8)
+        #: The log's calls for the appends this replica applies itself: they do not wake its
+        #: follower, which would only find them applied (see Log.own_appends).
+        self._own = log.own_appends(self.origin)
         self._seq = itertools.count()
         self._lock = ReplicaLock()  # handed over to waiting threads: see map.replicalock
         #: The protocol state of each held partition (see kafkakv.map.machine).
@@ -500,7 +503,7 @@ class ReplicaEngine:
         self._pending[seq] = future
         record = new_tuple(Record, (record_key, value, (), None, None, None))
         try:
-            offset = self.log.append(
+            offset = self._own.append(
                 self.topics.ops, p, [record], timeout=deadline - time.monotonic()
             )
         except BaseException as exc:
@@ -639,7 +642,7 @@ class ReplicaEngine:
             ends = {}
             for p, group_records in records.items():
                 try:
-                    first = self.log.append(
+                    first = self._own.append(
                         self.topics.ops, p, group_records, timeout=_left(deadline)
                     )
                     ends[p] = first + len(group_records) - 1  # the offset of its last record
@@ -698,14 +701,16 @@ class ReplicaEngine:
             except Exception as exc:  # not for pairs checked when queued; never stop the sender
                 self._fail_queued(queued, exc)
                 continue
+            # A small batch the sender applies itself; a large one wakes the follower.
+            applies = self._apply_sent and len(queued) < _APPLY_SENT_BELOW
             try:
-                self.log.send(
+                (self._own.send if applies else self.log.send)(
                     self.topics.ops, p, records, self._send_failed, timeout=self.settings.timeout
                 )
             except Exception as exc:  # fail these updates; keep sending others
                 self._fail_pending([decode_op(r.value).seq for r in records], exc)
                 continue
-            if self._apply_sent and len(queued) < _APPLY_SENT_BELOW:
+            if applies:
                 small.append(p)
         return functools.partial(self._apply_sent_to, small) if small else None
 
@@ -954,6 +959,7 @@ class ReplicaEngine:
             f"replica of {self.topics.data}",
             wait_slice=_WAIT_SLICE,
             retry_pause=_RETRY_PAUSE,
+            wait_any=self._own.wait_any,
         )
         try:
             follower.run(
@@ -1055,7 +1061,7 @@ class ReplicaEngine:
             watch.note(*mark)
 
     def _barrier(self, p: int, deadline: float) -> None:
-        offset = self.log.append(
+        offset = self._own.append(
             self.topics.ops, p, [Record(None, _BARRIER)], timeout=_left(deadline)
         )
         self.apply_until(p, offset, deadline)

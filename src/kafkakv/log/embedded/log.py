@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ from kafkakv.log.base import (
     FailureCallback,
     LatestBatch,
     Log,
+    OwnAppends,
     Problem,
     Record,
     TopicPartition,
@@ -50,6 +52,7 @@ from kafkakv.log.base import (
 )
 from kafkakv.log.config import TopicConfig, parse_topic_config, validate_topic_name
 from kafkakv.log.embedded import fs
+from kafkakv.log.embedded.bell import new_token
 from kafkakv.log.embedded.check import check_partition
 from kafkakv.log.embedded.cleaner import CleanResult, clean_partition, enforce_retention
 from kafkakv.log.embedded.format import encode_records
@@ -134,9 +137,16 @@ class EmbeddedLog(Log):
         self._meta: dict[str, tuple[int, TopicConfig]] = {}
         self._parts: dict[tuple[str, int], Partition] = {}
         self._closed = False
+        self._token = new_token()  # names this log's bells (see bell.py)
+        self._notifier = ChangeNotifier(self._token, self.settings.dir_mode)
         self._txn = TransactionManager(self, os.path.join(self.path, "txn"))
-        self._txn.roll_forward_all()  # finish transactions a crashed writer committed
-        self._notifier = ChangeNotifier()
+        try:
+            self._txn.roll_forward_all()  # finish transactions a crashed writer committed
+        except BaseException:
+            for part in self._parts.values():
+                part.close()
+            self._notifier.close()
+            raise
         self.background_errors: list[BaseException] = []
         """Errors the background cleaner met (it logs them and keeps going)."""
         self._stop = threading.Event()
@@ -287,6 +297,8 @@ class EmbeddedLog(Log):
                     self.settings,
                     self._txn.committed,
                     self._txn.resolve_pending,
+                    self._notifier,
+                    self._token,
                 )
                 self._parts[(topic, partition)] = part
         return part
@@ -393,8 +405,10 @@ class EmbeddedLog(Log):
         records: Sequence[Record],
         *,
         timeout: float | None = None,
+        origin: object = None,
     ) -> int:
-        """Append one atomic batch; see :meth:`Log.append`.
+        """Append one atomic batch; see :meth:`Log.append`. ``origin``: who applies it itself
+        (see :meth:`own_appends`).
 
         Waits for the partition's lock at most ``timeout`` seconds (None: ``lock_timeout``),
         then raises :class:`~kafkakv.errors.LockTimeoutError`. Costs: encoding O(bytes)
@@ -411,7 +425,7 @@ class EmbeddedLog(Log):
             deadline = time.monotonic() + timeout
         else:
             deadline = self._deadline(timeout)
-        return part.append(body, count, base_ts, max_ts, deadline)
+        return part.append(body, count, base_ts, max_ts, deadline, origin)
 
     def send(
         self,
@@ -421,10 +435,11 @@ class EmbeddedLog(Log):
         on_failure: FailureCallback | None = None,
         *,
         timeout: float | None = None,
+        origin: object = None,
     ) -> None:
         """See :meth:`Log.send`: one :meth:`append` (stored before it returns, so failures
         raise and ``on_failure`` is never called), waiting for the lock as it does."""
-        self.append(topic, partition, records, timeout=timeout)
+        self.append(topic, partition, records, timeout=timeout, origin=origin)
 
     def read(
         self,
@@ -518,9 +533,14 @@ class EmbeddedLog(Log):
         return arrived
 
     def wait_any(
-        self, positions: Mapping[TopicPartition, int], timeout: float | None
+        self,
+        positions: Mapping[TopicPartition, int],
+        timeout: float | None,
+        *,
+        deaf_to: object = None,
     ) -> set[TopicPartition]:
-        """See :meth:`Log.wait_any`. Sleeps on inotify events of every named head file."""
+        """See :meth:`Log.wait_any`. Sleeps until another log rings a partition's bell or this
+        one appends to it (not for ``deaf_to``: see :meth:`own_appends`)."""
         watched = [(tp, self._partition(*tp), offset) for tp, offset in positions.items()]
         found: set[TopicPartition] = set()  # what the last look found (one look per wake-up)
 
@@ -533,10 +553,22 @@ class EmbeddedLog(Log):
                     found.add(tp)
             return bool(found)
 
-        self._notifier.wait_for_any([part._head.path for _, part, _ in watched], ready, timeout)
+        self._notifier.wait_for_any(
+            [part._head.path for _, part, _ in watched], ready, timeout, deaf_to
+        )
         if self._closed:  # closed while waiting: say so rather than answer
             self._check_open()
         return found
+
+    def own_appends(self, applier: object) -> OwnAppends:
+        """See :meth:`Log.own_appends`: appends attributed to ``applier`` wake no other process
+        (they ring this log's bell, which only other logs watch) and none of ``applier``'s
+        waits in this one; they wake every other waiter."""
+        return OwnAppends(
+            functools.partial(self.append, origin=applier),
+            functools.partial(self.send, origin=applier),
+            functools.partial(self.wait_any, deaf_to=applier),
+        )
 
     def writer(self, transactional_id: str, *, timeout: float | None = None) -> EmbeddedLogWriter:
         """See :meth:`Log.writer`. Rolls forward the id's last transaction if it was cut off.

@@ -36,6 +36,7 @@ from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import EndMark, Entry, new_tuple
 from kafkakv.log.config import TopicConfig
 from kafkakv.log.embedded import fs
+from kafkakv.log.embedded.bell import Bell
 from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_error, unflock
 from kafkakv.log.embedded.format import (
     ATTR_TRANSACTIONAL,
@@ -54,6 +55,7 @@ from kafkakv.log.embedded.format import (
 from kafkakv.log.embedded.frame import append_plain, frame_header, read_plain
 from kafkakv.log.embedded.head import BOOT_ID, HeadFile, HeadState
 from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
+from kafkakv.log.embedded.notify import ChangeNotifier
 from kafkakv.log.embedded.recovery import index_entries, valid_prefix
 from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
 
@@ -238,6 +240,8 @@ class Partition:
         settings: EmbeddedSettings,
         committed: CommittedCheck,
         resolve_pending: Callable[[Partition, float], None],
+        notifier: ChangeNotifier,
+        token: str,
     ):
         self.topic = topic
         self.number = number
@@ -247,6 +251,10 @@ class Partition:
         self.settings = settings
         self._committed = committed
         self._resolve_pending = resolve_pending
+        # Who hears a publish: other logs through this log's bell, waiters of this log through
+        # its notifier (see bell.py).
+        self._notifier = notifier
+        self._bell = Bell(directory, token, settings.file_mode, settings.dir_mode)
         self._tlock = threading.RLock()
         self._cache_lock = threading.Lock()
         self.lock_path = os.path.join(directory, "lock")
@@ -961,18 +969,32 @@ class Partition:
             fs.close(fd)
         return True
 
-    def publish_locked(self, head: HeadState) -> None:
+    def publish_locked(self, head: HeadState, origin: object = None) -> None:
+        """Publish ``head`` and wake whoever waits for it: other logs through this log's bell,
+        this log's waiters unless deaf to ``origin`` (see ChangeNotifier.poke)."""
+        bell = self._bell
+        if bell.fd < 0:
+            bell.make_locked()
         self._head.publish(head)
+        bell.ring()
+        if self._notifier.waiting:
+            self._notifier.poke(self._head.path, origin)
 
     def append(
-        self, body: bytes, count: int, base_ts: int, max_ts: int, deadline: float | None = None
+        self,
+        body: bytes,
+        count: int,
+        base_ts: int,
+        max_ts: int,
+        deadline: float | None = None,
+        origin: object = None,
     ) -> int:
         """Append one encoded batch (non-transactional) and publish it; return its offset.
 
         Waits for locks until ``deadline`` (see :meth:`locked`). The steady state (no lock to
         wait for, no tail, no roll) goes through the compiled
         :data:`~kafkakv.log.embedded.frame.append_plain` where it is built: the same system
-        calls with the same bytes, in one call."""
+        calls with the same bytes, in one call. ``origin``: see :meth:`publish_locked`."""
         if (
             self._steady is not None
             and self._append_plain is not None
@@ -987,6 +1009,9 @@ class Partition:
                 if self._locked_depth == 0 and not self._closed:
                     first = self._append_steady(body, count, base_ts, max_ts)
                     if first is not None:
+                        self._bell.ring()  # as publish_locked does
+                        if self._notifier.waiting:
+                            self._notifier.poke(self._head.path, origin)
                         return first
             finally:
                 self._tlock.release()
@@ -997,7 +1022,7 @@ class Partition:
                     head = self.prepare_locked(resolve_pending=resolve)
                     prepared = self.write_locked(head, body, count, base_ts, max_ts)
                     self.sync_locked()
-                    self.publish_locked(prepared.head)
+                    self.publish_locked(prepared.head, origin)
                     new = prepared.head
                     active = self.manifest(new.layout_version).active
                     roll_at = min(active.created_ms + self.config.segment_ms, _MAX_MS)
@@ -1089,7 +1114,7 @@ class Partition:
             layout_version=m2.version,
             last_index_pos=0,
         )
-        self._head.publish(rolled)
+        self.publish_locked(rolled)
         self._open_active_locked(m2)
         return rolled
 
@@ -1158,7 +1183,7 @@ class Partition:
             layout_version=m.version,
             last_index_pos=last_index,
         )
-        self._head.publish(head)
+        self.publish_locked(head)
         self._index.pop(active.name, None)
         return head
 
@@ -1202,7 +1227,7 @@ class Partition:
         head = self._head.read()
         if head is None or head.boot_id != BOOT_ID or m.active.base != head.active_base:
             head = self.recover_locked()
-        self._head.publish(
+        self.publish_locked(
             head._replace(
                 seq=head.seq + 1,
                 layout_version=m2.version,
@@ -1243,6 +1268,7 @@ class Partition:
                 self._closed = True
                 if not self._readers:
                     self._release_locked()
+            self._bell.close()
             if self._lock_fd >= 0:
                 fs.close(self._lock_fd)
                 self._lock_fd = -1
