@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from kafkakv import gcpause
+from kafkakv._native import PURE_PYTHON
 from tests.threads import inside_in_another_thread
 
 Pause = Callable[[], contextlib.AbstractContextManager[Any]]
@@ -49,7 +50,7 @@ def another_thread_in_a_block(gc_paused: Pause) -> contextlib.AbstractContextMan
 
 
 def test_the_compiled_pause_is_the_one_in_use_where_it_is_built() -> None:
-    if os.environ.get("KAFKAKV_PURE_PYTHON", "") in ("", "0"):
+    if not PURE_PYTHON:
         try:
             compiled = importlib.import_module("kafkakv._gcpause")
         except ImportError:
@@ -78,6 +79,16 @@ def test_nested_blocks_and_a_collector_the_application_turned_off(gc_paused: Pau
     with gc_paused():
         pass
     assert not gc.isenabled()  # off before the pause: it stays off
+
+
+def test_an_exit_without_its_enter_does_not_unbalance_later_blocks(gc_paused: Pause) -> None:
+    """Both twins count open blocks down to zero, not below: a stray ``__exit__`` (a block
+    entered through the other twin, say) leaves the next block pausing as it should."""
+    gc_paused().__exit__(None, None, None)
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
 
 
 def test_an_exception_leaves_the_block_and_passes(gc_paused: Pause) -> None:

@@ -64,9 +64,12 @@ class py_gc_paused:  # lower case: it is used like a function, ``with gc_paused(
 
     def __exit__(self, *exc: object) -> None:
         global _open
-        with _lock:
-            _open -= 1
-            _mine.open -= 1
+        with _lock:  # counts stop at zero, as the C pause's do (a stray exit changes nothing)
+            if _open > 0:
+                _open -= 1
+            mine = getattr(_mine, "open", 0)
+            if mine > 0:
+                _mine.open = mine - 1
             if _open == 0 and _resume:
                 gc.enable()
 

@@ -382,6 +382,29 @@ def test_wait_any_wakes_on_any_partition_and_times_out_when_none_moves(
     assert log.end_offset(topic, 2) == 1
 
 
+def test_own_appends_append_send_and_wait_as_the_log_does(log: Log, topic: str) -> None:
+    """An applier's calls (Log.own_appends) store what the log's would; its wait_any may sleep
+    through the applier's own appends but still finds them by its timeout, and wakes at once
+    for anyone else's."""
+    log.create_topic(topic, 2)
+    own = log.own_appends(object())
+    assert own.append(topic, 0, [Record(b"a", b"1")]) == 0
+    own.send(topic, 0, [Record(b"b", b"2"), Record(b"c", b"3")])
+    assert values(read_all(log, topic, 0, 3, timeout=10)) == [b"1", b"2", b"3"]
+    start = time.monotonic()
+    assert own.wait_any({(topic, 0): 2, (topic, 1): 0}, 0.3) == {(topic, 0)}
+    assert time.monotonic() - start < 2
+    assert own.wait_any({(topic, 1): 0}, 0.2) == set()
+    timer = threading.Timer(0.1, lambda: log.append(topic, 1, [Record(b"k", b"v")]))
+    timer.start()
+    start = time.monotonic()
+    try:
+        assert own.wait_any({(topic, 1): 0}, 10) == {(topic, 1)}
+    finally:
+        timer.join()
+    assert time.monotonic() - start < 5
+
+
 # -- transactional writers ------------------------------------------------------------------
 def test_writer_appends_atomically_across_topics_and_partitions(log: Log, topic: str) -> None:
     other = topic + "-b"

@@ -22,13 +22,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafkakv._native import PURE_PYTHON
 from kafkakv.log.base import Record
 from kafkakv.log.embedded import format as fmt
 from kafkakv.log.embedded import frame
 from kafkakv.log.embedded.head import BOOT_ID, HEAD_SIZE, HeadState, py_read_head, unpack_head
 from tests.leaks import growth
 
-PURE = os.environ.get("KAFKAKV_PURE_PYTHON", "") not in ("", "0")
+PURE = PURE_PYTHON  # the twins for this whole process (kafkakv._native)
 
 
 def _compiled() -> Any:

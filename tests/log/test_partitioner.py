@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafkakv._native import PURE_PYTHON
 from kafkakv.log import murmur2, partition_for
 from kafkakv.log import partitioner as P
 from tests.leaks import growth
 
-PURE = os.environ.get("KAFKAKV_PURE_PYTHON", "") not in ("", "0")
+PURE = PURE_PYTHON  # the twins for this whole process (kafkakv._native)
 
 # Expected values from Apache Kafka's clients UtilsTest.testMurmur2 (signed Java ints).
 KAFKA_VECTORS = {

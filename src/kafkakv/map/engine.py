@@ -163,8 +163,10 @@ class ReplicaEngine:
         self._deadline_heap: list[tuple[float, int, bytes]] = []
         self._reaper_wake = threading.Condition(threading.Lock())
         self.origin = os.urandom(8)
-        #: The log's calls for the appends this replica applies itself: they do not wake its
-        #: follower, which would only find them applied (see Log.own_appends).
+        #: The log's calls for the appends this replica applies itself, which do not wake its
+        #: follower (see Log.own_appends): the blocking updates and barriers, whose caller
+        #: applies through its own record (apply_until). Should that fail (a timeout, a stall),
+        #: the follower applies the record at its next wake-up, within _WAIT_SLICE.
         self._own = log.own_appends(self.origin)
         self._seq = itertools.count()
         self._lock = ReplicaLock()  # handed over to waiting threads: see map.replicalock
@@ -701,16 +703,17 @@ class ReplicaEngine:
             except Exception as exc:  # not for pairs checked when queued; never stop the sender
                 self._fail_queued(queued, exc)
                 continue
-            # A small batch the sender applies itself; a large one wakes the follower.
-            applies = self._apply_sent and len(queued) < _APPLY_SENT_BELOW
             try:
-                (self._own.send if applies else self.log.send)(
+                # Not as this replica's own appends (self._own): the sender applies a small
+                # batch only if no other thread holds the lock (_apply_sent_to), and a large
+                # one never, so the follower must hear of it.
+                self.log.send(
                     self.topics.ops, p, records, self._send_failed, timeout=self.settings.timeout
                 )
             except Exception as exc:  # fail these updates; keep sending others
                 self._fail_pending([decode_op(r.value).seq for r in records], exc)
                 continue
-            if applies:
+            if self._apply_sent and len(queued) < _APPLY_SENT_BELOW:
                 small.append(p)
         return functools.partial(self._apply_sent_to, small) if small else None
 

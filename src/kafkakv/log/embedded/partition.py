@@ -972,11 +972,14 @@ class Partition:
     def publish_locked(self, head: HeadState, origin: object = None) -> None:
         """Publish ``head`` and wake whoever waits for it: other logs through this log's bell,
         this log's waiters unless deaf to ``origin`` (see ChangeNotifier.poke)."""
-        bell = self._bell
-        if bell.fd < 0:
-            bell.make_locked()
+        if self._bell.fd < 0:
+            self._bell.make_locked()
         self._head.publish(head)
-        bell.ring()
+        self._announce(origin)
+
+    def _announce(self, origin: object) -> None:
+        """After a publish: ring this log's bell, poke this log's waiters (see bell.py)."""
+        self._bell.ring()
         if self._notifier.waiting:
             self._notifier.poke(self._head.path, origin)
 
@@ -1009,9 +1012,7 @@ class Partition:
                 if self._locked_depth == 0 and not self._closed:
                     first = self._append_steady(body, count, base_ts, max_ts)
                     if first is not None:
-                        self._bell.ring()  # as publish_locked does
-                        if self._notifier.waiting:
-                            self._notifier.poke(self._head.path, origin)
+                        self._announce(origin)  # as publish_locked does
                         return first
             finally:
                 self._tlock.release()
