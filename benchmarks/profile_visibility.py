@@ -11,8 +11,9 @@ Command (from the project root)::
    every process shares:
 
    - writer: *stamp*, before ``m.put``; *append*, when the put enters the partition's append
-     (``Partition.append``: the lock, the batch, the head); *published*, when it rings its
-     bell, the head published (see ``kafkakv.log.embedded.bell``);
+     (``Partition.append``); *published*, when that calls the compiled append, which takes
+     the lock, writes the batch and the head, and rings the bell that wakes other processes
+     (``kafkakv.log.embedded.bell``);
    - reader: *woken*, when ``poll`` on the inotify descriptor returns; *read*, when the
      follower's ``read_batch`` returns the record; *seen*, when the listener is called.
 
@@ -55,7 +56,6 @@ from typing import Any
 from _common import lat, machine
 
 import kafkakv
-from kafkakv.log.embedded import bell as bell_module
 from kafkakv.log.embedded import partition as partition_module
 
 GAP_S = 0.002  # between two updates of the writer, as in bench_peers
@@ -66,20 +66,25 @@ _END = struct.Struct("<Q")  # the head's end position
 
 
 def _note_appends(marks: list[int]) -> None:
-    """Make every append to a partition note when it starts and when it rings its bell (the
-    head is published then, and other processes are woken by the ring)."""
-    append, ring = partition_module.Partition.append, bell_module.Bell.ring
+    """Make every append to a partition note when it starts, when it calls the compiled append
+    (which publishes the head and rings the bell that wakes other processes), and when it
+    returns."""
+    append, compiled = partition_module.Partition.append, partition_module.append_plain
+    assert compiled is not None, "the C module is not built"
 
     def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
         marks.append(time.monotonic_ns())
-        return append(self, *args, **kwargs)
+        try:
+            return append(self, *args, **kwargs)
+        finally:
+            marks.append(time.monotonic_ns())
 
-    def noted_ring(self: Any) -> None:
+    def noted(*args: Any) -> Any:
         marks.append(time.monotonic_ns())
-        ring(self)
+        return compiled(*args)
 
     partition_module.Partition.append = timed  # type: ignore[method-assign]
-    bell_module.Bell.ring = noted_ring  # type: ignore[method-assign]
+    partition_module.append_plain = noted  # before the log opens: partitions take it then
 
 
 def _writer(path: str, n: int, out: str, gap: float) -> None:
@@ -92,7 +97,7 @@ def _writer(path: str, n: int, out: str, gap: float) -> None:
         appends.clear()
         stamp = time.monotonic_ns()
         m.put("ping", str(stamp).encode())
-        rows.append((stamp, *appends[:2]) if len(appends) >= 2 else (stamp, 0, 0))
+        rows.append((stamp, *appends[:2]) if len(appends) == 3 else (stamp, 0, 0))
         time.sleep(gap)
     db.close()
     with open(out, "w") as f:
@@ -324,8 +329,8 @@ def cold(root: str, n: int) -> dict[str, dict[str, float]]:
                 end = time.monotonic_ns()
                 if i >= WARM and len(appends) >= 2:
                     parts["before"].append(appends[0] - start)
-                    parts["append"].append(appends[1] - appends[0])
-                    parts["after"].append(end - appends[1])
+                    parts["append"].append(appends[-1] - appends[0])
+                    parts["after"].append(end - appends[-1])
                     parts["put"].append(end - start)
                 if pause is not None:
                     pause()

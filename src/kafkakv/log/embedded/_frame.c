@@ -474,14 +474,15 @@ pack_head(PyObject *module, PyObject *state)
  *
  *   append_plain(lock_fd, wfd, ifd, head_fd, head_map, boot_id, layout_version, active_base,
  *                write_limit, segment_bytes, roll_at_ms, index_interval, body, count,
- *                base_timestamp, max_timestamp, sync)
+ *                base_timestamp, max_timestamp, sync, bell_fd)
  *
  * takes the partition's flock without waiting, reads the head from ``head_map`` (the head
  * file's mmap), checks the tail after the published end with one pread, writes the batch with
  * one pwritev and, when one is due, an index entry to ``ifd`` (opened O_APPEND), fdatasyncs the
- * segment when ``sync``, publishes the new head with one pwrite and releases the flock: the
- * same system calls, with the same bytes, as the Python path's prepare_locked, write_locked,
- * sync_locked and publish_locked. Returns (first offset, head bytes, HeadState).
+ * segment when ``sync``, publishes the new head with one pwrite, rings the log's bell (one byte
+ * written to ``bell_fd``, unless it is -1; see bell.py) and releases the flock: the same system
+ * calls, with the same bytes, as the Python path's prepare_locked, write_locked, sync_locked
+ * and publish_locked. Returns (first offset, head bytes, HeadState).
  *
  * It declines, returning None with the flock released and nothing written, whenever the
  * Python path has more to do: the flock is held elsewhere (waiting is the Python path's); the
@@ -504,7 +505,7 @@ enum outcome { APPENDED, DECLINED, FAILED };
 
 struct plan {
     /* in */
-    int lock_fd, wfd, ifd, head_fd, sync;
+    int lock_fd, wfd, ifd, head_fd, bell_fd, sync;
     const unsigned char *head_map;
     const unsigned char *boot_id;
     long long layout_version, active_base, write_limit, segment_bytes, roll_at_ms, interval;
@@ -663,6 +664,12 @@ append_locked(struct plan *w)
         w->error = published < 0 ? errno : EIO;
         return FAILED;
     }
+    if (w->bell_fd >= 0) {
+        /* Other processes' waiters wake now, not after the unlock and the return to Python.
+         * A ring that fails only makes them look later: no error (as Bell.ring). */
+        ssize_t rung = pwrite(w->bell_fd, "\1", 1, 0);
+        (void)rung;
+    }
     w->first = (uint64_t)next;
     memcpy(w->fields, f, sizeof f);
     return APPENDED;
@@ -709,8 +716,8 @@ ll_arg(PyObject *obj, int *ok)
 static PyObject *
 append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 17) {
-        PyErr_SetString(PyExc_TypeError, "append_plain() takes 17 arguments");
+    if (nargs != 18) {
+        PyErr_SetString(PyExc_TypeError, "append_plain() takes 18 arguments");
         return NULL;
     }
     if (head_type == NULL) {
@@ -730,12 +737,14 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     long long count = ll_arg(args[13], &ok);
     w.base_ts = ll_arg(args[14], &ok);
     w.max_ts = ll_arg(args[15], &ok);
+    long long bell_fd = ll_arg(args[17], &ok);
     w.sync = PyObject_IsTrue(args[16]);
     if (w.sync < 0) {
         return NULL;
     }
     if (!ok || lock_fd < 0 || lock_fd > INT_MAX || wfd < 0 || wfd > INT_MAX || ifd < 0 ||
-        ifd > INT_MAX || head_fd < 0 || head_fd > INT_MAX || w.layout_version < 0 ||
+        ifd > INT_MAX || head_fd < 0 || head_fd > INT_MAX || bell_fd < -1 || bell_fd > INT_MAX ||
+        w.layout_version < 0 ||
         w.active_base < 0 || count < 1 || count > 0xFFFFFFFFLL || w.interval < 0 ||
         !PyBytes_Check(args[5]) || PyBytes_GET_SIZE(args[5]) != 16 || !PyBytes_Check(args[12]) ||
         PyBytes_GET_SIZE(args[12]) > (Py_ssize_t)0xFFFFFFFFu - HEADER_SIZE) {
@@ -745,6 +754,7 @@ append_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     w.wfd = (int)wfd;
     w.ifd = (int)ifd;
     w.head_fd = (int)head_fd;
+    w.bell_fd = (int)bell_fd;
     w.count = (uint32_t)count;
     w.boot_id = (const unsigned char *)PyBytes_AS_STRING(args[5]);
     w.body = PyBytes_AS_STRING(args[12]);
@@ -1445,7 +1455,8 @@ static PyMethodDef frame_methods[] = {
     {"append_plain", (PyCFunction)(void (*)(void))append_plain, METH_FASTCALL,
      PyDoc_STR("append_plain(lock_fd, wfd, ifd, head_fd, head_map, boot_id, layout_version, "
                "active_base, write_limit, segment_bytes, roll_at_ms, index_interval, body, "
-               "count, base_timestamp, max_timestamp, sync): the steady-state append, or None.")},
+               "count, base_timestamp, max_timestamp, sync, bell_fd): the steady-state append, or "
+               "None.")},
     {"latest_into", (PyCFunction)(void (*)(void))latest_into, METH_FASTCALL,
      PyDoc_STR("latest_into(target, body, first, limit): a batch body's rows into a dict of "
                "the last value per key; (taken, last, done).")},

@@ -1012,7 +1012,8 @@ class Partition:
                 if self._locked_depth == 0 and not self._closed:
                     first = self._append_steady(body, count, base_ts, max_ts)
                     if first is not None:
-                        self._announce(origin)  # as publish_locked does
+                        if self._notifier.waiting:  # the compiled append rang the bell
+                            self._notifier.poke(self._head.path, origin)
                         return first
             finally:
                 self._tlock.release()
@@ -1061,6 +1062,7 @@ class Partition:
                 base_ts,
                 max_ts,
                 self._sync_each,
+                self._bell.fd,
             )
         except OSError as exc:  # a batch cut off again, or written and left unpublished
             self._wsize = 0  # the file may be shorter now: the next append preallocates anew
