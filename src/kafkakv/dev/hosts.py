@@ -51,6 +51,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -80,6 +81,7 @@ _TAG = re.compile(rf"^{_PREFIX}-(\d+)-(\d+)-(\d+)-")
 _NETNS_DIR = Path("/run/netns")
 _CLONE_NEWNET = 0x40000000
 _COMMAND_TIMEOUT_S = 30.0
+_LINK_WAIT_S = 5.0
 _T = TypeVar("_T")
 _counter = itertools.count(1)
 
@@ -354,12 +356,23 @@ class Hosts:
     def isolate(self, name: str) -> Fault:
         """Take host ``name``'s link to the bridge down: nothing reaches it, nothing it sends
         leaves it; connections stay open, unanswered (new ones fail once ARP gives up). Heal:
-        the link comes up again."""
-        port, net = self._port(name), self.bridge_namespace
+        the link comes up again, and every host forgets the link-layer addresses it could not
+        resolve meanwhile. Both return once the kernel uses the link as it says (up to a
+        second after the command: its link watch runs once a second)."""
+        port, net, space = self._port(name), self.bridge_namespace, self.namespace(name)
         _ip_batch([f"link set {port} down"], namespace=net)
-        return self._fault(
-            f"isolate {name}", lambda: _ip_batch([f"link set {port} up"], namespace=net)
-        )
+        _await_link(space, "eth0", up=False)
+
+        def undo() -> None:
+            _ip_batch([f"link set {port} up"], namespace=net)
+            _await_link(space, "eth0", up=True)
+            _await_link(net, port, up=True)
+            # Addresses that went unresolved while cut off would wait for ARP's next retry
+            # (up to a second): forget them, so the first packet after the heal asks at once.
+            for other in self.names:
+                _ip_batch(["neigh flush all"], namespace=self.namespace(other))
+
+        return self._fault(f"isolate {name}", undo)
 
     def split(self, side: Collection[str], other: Collection[str]) -> Fault:
         """Cut the hosts of ``side`` from those of ``other``, both ways: each host drops every
@@ -483,7 +496,7 @@ def sweep() -> list[str]:
         if found is None or int(found.group(1)) != uid or _alive(int(found.group(2))):
             continue
         removed.append(space)
-    _remove_namespaces(removed)
+    _remove_namespaces(list(removed))
     return removed
 
 
@@ -523,6 +536,26 @@ def _remove_namespaces(spaces: list[str]) -> None:
                 os.kill(pid, signal.SIGKILL)
         subprocess.run(["ip", "netns", "del", space], capture_output=True, check=False)
     spaces.clear()
+
+
+def _await_link(space: str, link: str, *, up: bool) -> None:
+    """Wait until ``link`` in namespace ``space`` is (or is no longer) up as the kernel uses
+    it: a carrier change takes effect when the kernel's link watch gets to it, which it does
+    at most once a second. Raises :class:`~kafkakv.dev.errors.HostsError` after 5 s."""
+    deadline = time.monotonic() + _LINK_WAIT_S
+    while True:
+        done = subprocess.run(
+            ["ip", "-n", space, "-br", "link", "show", link],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        words = done.stdout.split()
+        if len(words) > 1 and (words[1] == "UP") == up:
+            return
+        if time.monotonic() > deadline:
+            raise HostsError(f"link {link} in {space} is not {'up' if up else 'down'}: {words}")
+        time.sleep(0.02)
 
 
 def _tool(name: str) -> str:
