@@ -1,9 +1,10 @@
 """A client for tests/kafka/test_partitions.py that runs on a simulated host:
 ``python -m tests.kafka._host_workers URL NAME TIMEOUT LOG_TIMEOUT THREADS``.
 
-It opens map ``NAME`` (linearizable, ``TIMEOUT`` seconds; its log's ``LOG_TIMEOUT``), then
+It opens map ``NAME`` (linearizable, ``TIMEOUT`` seconds; its log's ``LOG_TIMEOUT``) and puts
+one key (trying again for up to a minute, as the cluster may still recover from a fault), then
 ``THREADS`` threads call it without pause, alternating a put and a get, until the process is
-killed. It prints one JSON line per event: ``{"event": "open"}`` once the map is open, then one
+killed. It prints one JSON line per event: ``{"event": "open", "first_put_tries": n}`` once the map is open, then one
 per call: ``{"event": "call", "op", "thread", "start", "end", "error"}``, with times from
 ``time.monotonic()`` (the same clock in every process of the machine) and ``error`` the class
 and message of what it raised (null when it succeeded). With ``KAFKAKV_WORKER_DUMP=path``, the
@@ -83,8 +84,16 @@ def _caller(m: kafkakv.ReplicaMap[str, int], thread: int) -> None:
 def main(url: str, name: str, timeout: float, log_timeout: float, threads: int) -> None:
     with kafkakv.connect(url, timeout=log_timeout) as db:
         m = db.map(name, value_codec="int", timeout=timeout, consistency="linearizable")
-        m["opened"] = 1
-        _emit({"event": "open", "at": time.monotonic()})
+        began, tries = time.monotonic(), 0
+        while True:  # the first put: the cluster may still be recovering from a fault
+            tries += 1
+            try:
+                m["opened"] = 1
+                break
+            except kafkakv.KafkaKVError:
+                if time.monotonic() - began > 60:
+                    raise
+        _emit({"event": "open", "at": time.monotonic(), "first_put_tries": tries})
         workers = [
             threading.Thread(target=_caller, args=(m, i), daemon=True) for i in range(threads)
         ]

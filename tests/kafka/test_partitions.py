@@ -37,7 +37,7 @@ request at its message timeout, and reads waited no longer than the map.)"""
 SLACK_S = READ_PATIENCE_S + 0.5
 """How far past its timeout a call may return: a map call that takes its replica lock just
 before its deadline may then wait for one read (at most ``READ_PATIENCE_S``), plus scheduling.
-(Measured: at most 0.05 s past the timeout.)"""
+(Measured: at most 0.1 s past the timeout.)"""
 RECOVERY_S = 5.0
 """How soon after Kafka elected a new leader, or after a heal, a call must succeed again."""
 ISOLATION_S = 20.0
@@ -72,6 +72,7 @@ class Client:
         self.lines: list[str] = []
         self._changed = threading.Condition()
         self._opened = False
+        self.first_put_tries = 0
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -87,6 +88,7 @@ class Client:
                     continue
                 if doc.get("event") == "open":
                     self._opened = True
+                    self.first_put_tries = int(doc.get("first_put_tries", 1))
                 elif doc.get("event") == "call":
                     self.calls.append(
                         Call(doc["op"], doc["thread"], doc["start"], doc["end"], doc["error"])
@@ -129,6 +131,8 @@ def _open_client(cluster: DevCluster, hosts: Hosts) -> tuple[Client, str]:
     name = f"part-{uuid.uuid4().hex[:10]}"
     client = Client(hosts, "c1", "kafka://" + cluster.bootstrap, name)
     client.wait_open()
+    if client.first_put_tries > 1:  # seen once, right after a heal: not what is tested here
+        print(f"the client's first put succeeded at try {client.first_put_tries}")
     if client.first_success(0.0, 30.0) is None:
         client.stop()
         pytest.fail(f"no call of the client succeeded: {client.tail()}")
@@ -180,6 +184,7 @@ def test_isolated_ops_leader_calls_keep_their_timeout_and_succeed_soon_after_fai
             first = client.first_success(failover, cut_at + ISOLATION_S - time.monotonic())
             time.sleep(max(0.0, cut_at + ISOLATION_S - time.monotonic()))  # the fault's length
         finally:
+            healing = time.monotonic()
             isolated.heal()
         healed = time.monotonic()
         after_heal = client.first_success(healed, 2 * RECOVERY_S)
@@ -187,13 +192,13 @@ def test_isolated_ops_leader_calls_keep_their_timeout_and_succeed_soon_after_fai
     finally:
         client.stop()
     wrong = _check_calls(client.calls, cut_at)
-    during = [c for c in client.calls if c.start >= cut_at and c.end <= healed]
+    during = [c for c in client.calls if c.start >= cut_at and c.end <= healing]
     print(
         f"leader {leader} isolated for {healed - cut_at:.1f} s; new leader after "
         f"{failover - cut_at:.1f} s; first success {_after(first, failover)} after it, "
         f"{_after(after_heal, healed)} after the heal; {len(during)} calls during the fault, "
         f"longest {max((c.took for c in during), default=0):.2f} s (timeout {TIMEOUT_S} s)\n"
-        + _summary(client.calls, cut_at, healed)
+        + _summary(client.calls, cut_at, healing)
     )
     assert not wrong, f"calls that broke their timeout or type: {wrong}"
     assert first is not None and first.end - failover <= RECOVERY_S, (
@@ -213,18 +218,19 @@ def test_a_one_way_cut_from_client_to_leader_keeps_timeouts_and_heals_within_sec
         try:
             time.sleep(CUT_S)  # the fault's length
         finally:
+            healing = time.monotonic()
             cut.heal()
         healed = time.monotonic()
         after_heal = client.first_success(healed, 3 * RECOVERY_S)
     finally:
         client.stop()
     wrong = _check_calls(client.calls, cut_at)
-    during = [c for c in client.calls if c.start >= cut_at and c.end <= healed]
+    during = [c for c in client.calls if c.start >= cut_at and c.end <= healing]
     print(
         f"c1 -> leader {leader} cut for {healed - cut_at:.1f} s; first success "
         f"{_after(after_heal, healed)} after the heal; {len(during)} calls during the cut, "
         f"longest {max((c.took for c in during), default=0):.2f} s (timeout {TIMEOUT_S} s)\n"
-        + _summary(client.calls, cut_at, healed)
+        + _summary(client.calls, cut_at, healing)
     )
     assert not wrong, f"calls that broke their timeout or type: {wrong}"
     assert after_heal is not None and after_heal.end - healed <= RECOVERY_S, (
@@ -256,21 +262,24 @@ def test_an_isolated_client_host_keeps_timeouts_and_works_again_soon_after_the_h
         try:
             time.sleep(CUT_S)  # the fault's length
         finally:
+            healing = time.monotonic()
             isolated.heal()
         healed = time.monotonic()
         after_heal = client.first_success(healed, 3 * RECOVERY_S)
     finally:
         client.stop()
     wrong = _check_calls(client.calls, cut_at)
-    during = [c for c in client.calls if c.start >= cut_at and c.end <= healed]
+    during = [c for c in client.calls if c.start >= cut_at and c.end <= healing]
     print(
         f"c1 isolated for {healed - cut_at:.1f} s; first success {_after(after_heal, healed)} "
         f"after the heal; {len(during)} calls during the fault, longest "
         f"{max((c.took for c in during), default=0):.2f} s (timeout {TIMEOUT_S} s)\n"
-        + _summary(client.calls, cut_at, healed)
+        + _summary(client.calls, cut_at, healing)
     )
     assert not wrong, f"calls that broke their timeout or type: {wrong}"
-    assert during and all(c.error is not None for c in during if c.start > cut_at + 0.5)
+    assert during, "no call ended during the fault"
+    stale = [c for c in during if c.error is None]
+    assert not stale, f"calls of a linearizable map that succeeded on an isolated host: {stale}"
     assert after_heal is not None and after_heal.end - healed <= RECOVERY_S, (
         f"no success within {RECOVERY_S} s of the heal: {_after(after_heal, healed)}"
     )
