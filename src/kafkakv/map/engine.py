@@ -31,7 +31,6 @@ import collections
 import contextlib
 import functools
 import heapq
-import itertools
 import logging
 import os
 import queue
@@ -62,6 +61,7 @@ from kafkakv.log.base import Entry, Log, LogWriter, Record, new_tuple
 from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
 from kafkakv.map.barriers import SharedBarriers
+from kafkakv.map.dedup import AppliedIds, numbering
 from kafkakv.map.futures import BatchFuture, BatchPart, OpFuture, PutGroup, complete, fail
 from kafkakv.map.keyspace import RESERVED_KEYS, KeySpace, check_update_key
 from kafkakv.map.machine import (
@@ -168,11 +168,15 @@ class ReplicaEngine:
         #: applies through its own record (apply_until). Should that fail (a timeout, a stall),
         #: the follower applies the record at its next wake-up, within _WAIT_SLICE.
         self._own = log.own_appends(self.origin)
-        self._seq = itertools.count()
+        #: Each partition's update numbers (see kafkakv.map.dedup: dense in a partition, so
+        #: the replicas' tables of applied ids stay small; unique in this replica).
+        self._seqs = [iter(numbering(p, partition_count)) for p in range(partition_count)]
         self._lock = ReplicaLock()  # handed over to waiting threads: see map.replicalock
         #: The protocol state of each held partition (see kafkakv.map.machine).
         self.machines = {
-            p: PartitionMachine(p, self.table, self.origin, settings.flush_period, topics.ops)
+            p: PartitionMachine(
+                p, self.table, self.origin, settings.flush_period, topics.ops, partition_count
+            )
             for p in self.held
         }
         self._pending: dict[int, OpFuture] = {}
@@ -479,7 +483,7 @@ class ReplicaEngine:
             self._check_update(p)
         if record_key in RESERVED_KEYS:  # the keys no update may have
             check_update_key(record_key)
-        seq = next(self._seq)
+        seq = next(self._seqs[p])
         value = encode_op(code, self.origin, seq, args)
         if len(record_key) + len(value) > self.max_record_bytes:
             raise RecordTooLargeError(
@@ -612,7 +616,7 @@ class ReplicaEngine:
             (OpCode.WRITE_MANY, ()) if expires is None else (OpCode.WRITE_MANY_TTL, (expires,))
         )
         for p, (ks, vs) in chunks:
-            seq = next(self._seq)
+            seq = next(self._seqs[p])
             args = (ks, vs, *extra)
             value = encode_op(code, self.origin, seq, args)
             record = new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None))
@@ -767,7 +771,7 @@ class ReplicaEngine:
         values: list[bytes | None] = [item[3] for item in run]
         start = 0
         for ks, vs in write_many_chunks(keys, values, self.max_record_bytes - len(state.prefix)):
-            seq = next(self._seq)
+            seq = next(self._seqs[p])
             groups.append((seq, PutGroup([item[4] for item in run[start : start + len(ks)]], p)))
             start += len(ks)
             value = encode_op(OpCode.WRITE_MANY, self.origin, seq, (ks, vs))
@@ -1185,8 +1189,11 @@ class ReplicaEngine:
                 # A key's version is the offset of its last change, which dirty holds.
                 versions = [machine.dirty[k] for k in keys] if self.settings.versions else None
                 deadlines = self._deadlines(keys) if self.settings.expiry else None
+                ids = machine.ids.snapshot()  # as of covered, as the values are
             # Outside the lock, which appliers are waiting for:
-            records, mark = flush_records(keys, values, covered, self.origin, versions, deadlines)
+            records, mark = flush_records(
+                keys, values, covered, self.origin, versions, deadlines, ids
+            )
             del keys, values
             # The mark last: replicas reading the ops wait the least (LogWriter.append).
             writer.append({(data, p): records, (ops, p): [mark]}, timeout=_left(deadline))
@@ -1275,9 +1282,16 @@ class ReplicaEngine:
         """Load partition ``p`` from the data topic and take its flush point as the position
         (ops from there on are still to apply). Raises DataLossError when the ops topic,
         starting at ``start``, no longer holds the ops after that point."""
-        loaded = self._load_data(p)
+        loaded, ids = self._load_data(p)
         where = f"{self.topics.ops}[{p}]"
-        self.machines[p].start_at(start_point(start, None, loaded, where))
+        machine = self.machines[p]
+        try:
+            table = AppliedIds.restore(p, self.partition_count, ids)
+        except ValueError as exc:
+            raise DecodeError(
+                f"the flush point of {self.topics.data}[{p}] holds no table of update ids: {exc}"
+            ) from None
+        machine.start_at(start_point(start, None, loaded, where), table)
 
     def _applied_to_end(self, p: int, deadline: float) -> None:
         machine = self.machines[p]
@@ -1301,21 +1315,25 @@ class ReplicaEngine:
         return first
 
     def _collect_dirty(self, p: int, start: int, stop: int) -> None:
-        """Mark every key of an op in ``[start, stop)`` dirty (see note_resumed)."""
+        """Mark every key of an op in ``[start, stop)`` dirty, and learn the update ids
+        applied up to ``stop`` (see note_resumed)."""
         machine, position = self.machines[p], start
+        replay = machine.resume_replay()
         while position < stop:
             records = self.log.read(self.topics.ops, p, position, max_records=_READ_BATCH)
-            if not records or machine.note_resumed(records, stop):
+            if not records or machine.note_resumed(records, stop, replay):
                 break
             position = (records[-1].offset or 0) + 1
+        machine.ids = replay.table()
 
-    def _load_data(self, p: int) -> int:
-        """Read the data topic of ``p`` to its end into the stores; return the flush point."""
+    def _load_data(self, p: int) -> tuple[int, Any]:
+        """Read the data topic of ``p`` to its end into the stores; return the flush point
+        and the update ids its flush wrote (None: none)."""
         data = self.topics.data
         for state in self.maps:
             if state.store.persistent:
                 state.store.drop_partition(p, self._keys_of(state, p))
-        flushed = -1
+        flushed, ids = -1, None
         position = self.log.start_offset(data, p)
         plain = self.table.plain and not self._headers  # (headers: versions, expiry deadlines)
         load = self._load_latest if plain else self._load_entries
@@ -1327,13 +1345,14 @@ class ReplicaEngine:
             while True:
                 loaded, position = load(p, position)
                 if loaded is None:  # stop on an empty read, not at an offset: gaps cannot stall it
-                    return flushed
+                    return flushed, ids
                 if loaded.errors:
                     self.errors.extend(loaded.errors)
                 for state in self.maps:
                     if id(state) in loaded.changes:
                         state.store.write(loaded.changes[id(state)], {})
-                flushed = max(flushed, loaded.flush_point)
+                if loaded.flush_point > flushed:
+                    flushed, ids = loaded.flush_point, loaded.ids
                 del loaded  # before collection resumes: see gcpause
 
     def _load_latest(self, p: int, position: int) -> tuple[Loaded | None, int]:

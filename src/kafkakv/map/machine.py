@@ -33,9 +33,11 @@ from kafkakv.errors import (
     DataLossError,
     DecodeError,
     OperationFailedError,
+    RepeatedUpdateError,
     UnknownFunctionError,
 )
 from kafkakv.log.base import Entry, Record, new_tuple, records_of
+from kafkakv.map.dedup import AppliedIds, Replay
 from kafkakv.map.keyspace import FLUSH_POINT_KEY, RESERVED_KEYS, SETTINGS_KEY, prefix_of
 from kafkakv.map.ops import (
     KEEP,
@@ -72,6 +74,7 @@ __all__ = [
     "load_headers",
     "load_latest",
     "read_flush_point",
+    "read_flush_point_ids",
     "start_point",
 ]
 
@@ -232,6 +235,8 @@ class PartitionMachine:
     every ``flush_period`` own ops a flush is due. ``topic`` names the ops topic in errors.
     ``updates`` counts the update records applied since the machine was made (see
     :attr:`Step.updates`; the records of a data topic loaded at bootstrap are not updates).
+    ``ids`` are the update ids applied, so that none is applied twice
+    (:mod:`kafkakv.map.dedup`; ``partitions``: the map's partition count).
     """
 
     __slots__ = (
@@ -241,6 +246,7 @@ class PartitionMachine:
         "flush_missed",
         "flush_period",
         "flushed",
+        "ids",
         "maps",
         "next_flush",
         "origin",
@@ -250,7 +256,13 @@ class PartitionMachine:
     )
 
     def __init__(
-        self, partition: int, maps: MapTable, origin: bytes, flush_period: int, topic: str = ""
+        self,
+        partition: int,
+        maps: MapTable,
+        origin: bytes,
+        flush_period: int,
+        topic: str = "",
+        partitions: int = 1,
     ) -> None:
         self.partition = partition
         self.maps = maps
@@ -260,6 +272,7 @@ class PartitionMachine:
         self.applied = 0
         self.flushed = -1
         self.updates = 0
+        self.ids = AppliedIds(partition, partitions)
         self.dirty: dict[bytes, int] = {}
         #: The offset from which an own op makes a flush due.
         self.next_flush = flush_period - 1
@@ -269,10 +282,13 @@ class PartitionMachine:
         #: :meth:`flush_ended` asks again for it, so no mark goes unflushed.
         self.flush_missed = -1
 
-    def start_at(self, positions: Positions) -> None:
-        """Take ``positions`` (from a bootstrap or a resumed store) as the state's."""
+    def start_at(self, positions: Positions, ids: AppliedIds | None = None) -> None:
+        """Take ``positions`` (from a bootstrap or a resumed store) as the state's, and
+        ``ids`` as the update ids applied up to them, when given."""
         self.applied, self.flushed = positions.applied, positions.flushed
         self.next_flush = self.flushed + self.flush_period
+        if ids is not None:
+            self.ids = ids
 
     # -- applying -------------------------------------------------------------------------
     def apply_batch(
@@ -326,7 +342,7 @@ class PartitionMachine:
         self, records: Sequence[Record], after: int, sent: Sequence[Op | None] | None = None
     ) -> Step:
         """:meth:`apply_batch` one record at a time: any batch."""
-        p, ops, origin = self.partition, self.topic, self.origin
+        p, ops, origin, ids = self.partition, self.topic, self.origin, self.ids
         step = Step()
         changes, events, errors = step.changes, step.events, step.errors
         dirty = self.dirty
@@ -356,19 +372,24 @@ class PartitionMachine:
             if code >= OpCode.BARRIER:  # control records
                 skipped += 1
                 if code is OpCode.FLUSHED:
-                    self.mark_flushed(args[0])
+                    self.mark_flushed(args[0], offset, ts)
                     next_flush = self.next_flush
                 continue
             if key is None:
                 skipped += 1
                 continue
             mine = op_origin == origin
+            if ids.is_repeat(op_origin, seq):
+                self._repeated(op_origin, seq, offset, key, mine, step)
+                skipped += 1
+                continue
             if plain is not None:
                 state, user_key, overlay = plain, key, plain_overlay
             else:
                 found = table.state_for(key)
                 if found is None:
                     dirty[key] = offset  # another map's key: this replica cannot flush it
+                    ids.admit(op_origin, seq, offset)
                     continue
                 state = found
                 user_key = key[len(state.prefix) :]
@@ -428,10 +449,12 @@ class PartitionMachine:
                 stalled = True
                 break
             except OperationFailedError as exc:
+                ids.admit(op_origin, seq, offset)
                 errors.append(ApplyError(p, offset, str(exc), key, ops))
                 if mine:
                     events.append((FAILED, seq, exc))
                 continue
+            ids.admit(op_origin, seq, offset)
             if new is not KEEP and new != current:
                 overlay[user_key] = new
                 dirty[key] = offset
@@ -449,6 +472,20 @@ class PartitionMachine:
         decided = [r[5] for r in records].index(last) if stalled else len(records)
         step.updates = decided - skipped
         return step
+
+    def _repeated(
+        self, origin: bytes, seq: int, offset: int, key: bytes, mine: bool, step: Step
+    ) -> None:
+        """The update at ``offset`` repeats one applied before: note it, change nothing. Its
+        writer's future, if still waiting (the record came after its number was forgotten),
+        fails; after a first copy was applied, nobody waits for it any more."""
+        error = RepeatedUpdateError(
+            f"update {seq} of origin {origin.hex()} was applied before (a record the "
+            "transport wrote twice): not applied again"
+        )
+        step.errors.append(ApplyError(self.partition, offset, str(error), key, self.topic))
+        if mine:
+            step.events.append((FAILED, seq, error))
 
     def _changed(
         self,
@@ -660,6 +697,10 @@ class PartitionMachine:
         keys = cast("list[bytes]", [r[0] for r in records])
         if None in keys or len(set(keys)) != len(keys):  # a key twice: decided in order
             return None
+        offsets = cast("list[int]", [r[5] for r in records])
+        runs = self._fresh_runs(ops, offsets)
+        if runs is None:  # a repeat, or numbers out of order: decided one by one
+            return None
         state = self.maps.maps[0]
         values = [op[3] for op in ops]
         if state.values.undecodable(values) or state.keys.undecodable(keys):
@@ -667,7 +708,9 @@ class PartitionMachine:
         if state.unreadable:  # readable values replace unreadable ones
             for key in keys:
                 state.unreadable.pop(key, None)
-        offsets = cast("list[int]", [r[5] for r in records])
+        ids = self.ids
+        for og, seqs, last in runs:
+            ids.take_run(og, seqs, last)
         previous = state.store.get_many(keys)
         versions = state.versions  # a plain map: record keys are store keys
         if previous.count(None) == len(previous):  # all new keys (a bulk load): at C speed
@@ -699,6 +742,26 @@ class PartitionMachine:
         step.updates = len(records)
         return step
 
+    def _fresh_runs(
+        self, ops: Sequence[tuple[int, bytes, int, bytes]], offsets: list[int]
+    ) -> list[tuple[bytes, list[int], int]] | None:
+        """For :meth:`apply_puts`: each origin of a batch with its seqs and the offset of its
+        last record, when each origin's numbers come in order and next after those applied
+        (:meth:`~kafkakv.map.dedup.AppliedIds.fresh_run`); None otherwise."""
+        seqs: dict[bytes, list[int]] = {}
+        last: dict[bytes, int] = {}
+        for (_, og, seq, _), offset in zip(ops, offsets, strict=True):
+            numbers = seqs.get(og)
+            if numbers is None:
+                seqs[og] = [seq]
+            else:
+                numbers.append(seq)
+            last[og] = offset
+        fresh = self.ids.fresh_run
+        if all(fresh(og, numbers) for og, numbers in seqs.items()):
+            return [(og, numbers, last[og]) for og, numbers in seqs.items()]
+        return None
+
     # -- flushing -------------------------------------------------------------------------
     def _crossed(self, offset: int, step: Step) -> None:
         """An own op at ``offset`` crossed the flush mark: a flush is due, unless one is
@@ -721,10 +784,16 @@ class PartitionMachine:
             return True
         return False
 
-    def mark_flushed(self, covered: Any) -> None:
-        """A ``FLUSHED`` mark: a flush covered the ops up to ``covered``. Keys changed at or
-        before it are clean; stale and malformed marks change nothing."""
-        if not isinstance(covered, int) or covered <= self.flushed:
+    def mark_flushed(self, covered: Any, offset: int = -1, ts: int | None = None) -> None:
+        """A ``FLUSHED`` mark at ``offset`` with timestamp ``ts``: a flush covered the ops up
+        to ``covered``. Keys changed at or before it are clean; stale and malformed marks
+        change nothing. Every well-formed mark bounds the update ids kept
+        (:meth:`~kafkakv.map.dedup.AppliedIds.at_mark`): a replica that started after it
+        does the same at the marks after it."""
+        if not isinstance(covered, int):
+            return
+        self.ids.at_mark(offset, ts)
+        if covered <= self.flushed:
             return
         self.flushed = covered
         self.next_flush = max(self.next_flush, covered + self.flush_period)
@@ -762,17 +831,28 @@ class PartitionMachine:
             values.append(state.store.get(key[len(state.prefix) :]))
         return values
 
-    def note_resumed(self, records: Sequence[Record], stop: int) -> bool:
+    def note_resumed(
+        self, records: Sequence[Record], stop: int, replay: Replay | None = None
+    ) -> bool:
         """A replica resumed from its own store does not know which keys changed since the
         last flush: every key of an op below ``stop`` counts as changed (a superset is safe
-        to flush). True once ``stop`` is reached."""
+        to flush). Nor which update ids it applied: ``replay`` gets them (see
+        :class:`~kafkakv.map.dedup.Replay`). True once ``stop`` is reached."""
         dirty = self.dirty
         for record in records:
-            assert record.offset is not None
-            if record.offset >= stop:
+            offset = record.offset
+            assert offset is not None
+            if offset >= stop:
                 return True
-            dirty.update(zip(self.keys_of(record), repeat(record.offset)))
+            dirty.update(zip(self.keys_of(record), repeat(offset)))
+            if replay is not None:
+                _replay_ids(replay, record, offset)
         return False
+
+    def resume_replay(self) -> Replay:
+        """A :class:`~kafkakv.map.dedup.Replay` for :meth:`note_resumed` from the flush point
+        taken by :meth:`start_at`."""
+        return Replay(self.partition, self.ids.stride, self.flushed)
 
     def keys_of(self, record: Record) -> list[bytes]:
         """The record keys an ops record may change: its own, and for ``WRITE_MANY`` and
@@ -791,6 +871,21 @@ class PartitionMachine:
             return [key]
         prefix = b"" if self.maps.plain else prefix_of(key)
         return [key, *(prefix + k for k in keys)]
+
+
+def _replay_ids(replay: Replay, record: Record, offset: int) -> None:
+    """Give ``replay`` what :meth:`PartitionMachine.apply_records` notes of the update ids of
+    ``record``: an update with a key is applied (or decided as failed) once; a mark bounds
+    the table."""
+    try:
+        code, origin, seq, args = decode_op(record.value)
+    except DecodeError:
+        return
+    if code is OpCode.FLUSHED:
+        if isinstance(args[0], int):
+            replay.mark(args[0], args[1] if len(args) == 2 else None, offset, record.timestamp)
+    elif code < OpCode.BARRIER and record.key is not None:
+        replay.update(origin, seq, offset)
 
 
 def _expiries_of(state: MapState) -> dict[bytes, int]:
@@ -855,6 +950,9 @@ class Loaded:
     #: The highest flush point among the records (-1: none).
     flush_point: int
     errors: list[ApplyError]
+    #: The update ids applied up to that flush point, as the flush wrote them (an
+    #: :meth:`~kafkakv.map.dedup.AppliedIds.snapshot`; None: none written).
+    ids: Any = None
 
 
 def load_batch(
@@ -872,19 +970,24 @@ def load_batch(
         batch: dict[bytes | None, bytes | None] = {e[0]: e[1] for e in entries}
         batch.pop(None, None)
         batch.pop(SETTINGS_KEY, None)
-        flushed = -1
+        flushed, ids = -1, None
         if FLUSH_POINT_KEY in batch:
             del batch[FLUSH_POINT_KEY]
-            flushed = max(read_flush_point(e[1]) for e in entries if e[0] == FLUSH_POINT_KEY)
+            flushed, ids = max(
+                (read_flush_point_ids(e[1]) for e in entries if e[0] == FLUSH_POINT_KEY),
+                key=lambda point: point[0],
+            )
         loaded = cast("dict[bytes, bytes | None]", batch)
         _note_loaded(state, p, entries, loaded, errors, topic)
-        return Loaded({id(state): loaded}, flushed, errors)
-    flushed = -1
+        return Loaded({id(state): loaded}, flushed, errors, ids)
+    flushed, ids = -1, None
     changes: dict[int, dict[bytes, bytes | None]] = {}
     for entry in entries:
         key = entry[0]
         if key == FLUSH_POINT_KEY:
-            flushed = max(flushed, read_flush_point(entry[1]))
+            covered, point_ids = read_flush_point_ids(entry[1])
+            if covered > flushed:
+                flushed, ids = covered, point_ids
             continue
         if key == SETTINGS_KEY:
             continue
@@ -894,7 +997,7 @@ def load_batch(
         user_key = key[len(owner.prefix) :]
         _note_value(owner, p, entry, user_key, errors, topic)
         changes.setdefault(id(owner), {})[user_key] = entry[1]
-    return Loaded(changes, flushed, errors)
+    return Loaded(changes, flushed, errors, ids)
 
 
 def load_headers(table: MapTable, records: Sequence[Record]) -> list[tuple[int, bytes]]:
@@ -957,13 +1060,13 @@ def load_latest(table: MapTable, p: int, latest: dict[bytes | None, bytes | None
     state = table.maps[0]
     latest.pop(None, None)
     latest.pop(SETTINGS_KEY, None)
-    flushed = -1
+    flushed, ids = -1, None
     if FLUSH_POINT_KEY in latest:
-        flushed = read_flush_point(latest.pop(FLUSH_POINT_KEY))
+        flushed, ids = read_flush_point_ids(latest.pop(FLUSH_POINT_KEY))
     batch = cast("dict[bytes, bytes | None]", latest)
     if not _reads_all(state, batch):
         return None
-    return Loaded({id(state): batch}, flushed, [])
+    return Loaded({id(state): batch}, flushed, [], ids)
 
 
 def _reads_all(state: MapState, batch: dict[bytes, bytes | None]) -> bool:
@@ -1055,11 +1158,14 @@ def flush_records(
     origin: bytes,
     versions: Sequence[int] | None = None,
     deadlines: Sequence[int | None] | None = None,
+    ids: Any = None,
 ) -> tuple[list[Record], Record]:
     """The records of a flush covering the ops up to ``covered``: for the data topic the
     latest value of each key, then the flush point; for the ops topic the ``FLUSHED`` mark.
     A value carries its key's version (``versions``, a map with versions) and deadline
-    (``deadlines``, a map with expiry; None: none) in headers.
+    (``deadlines``, a map with expiry; None: none) in headers. The flush point and the mark
+    carry ``ids``, the update ids applied up to ``covered`` (an
+    :meth:`~kafkakv.map.dedup.AppliedIds.snapshot`), when given: ``[covered, ids]``.
 
     >>> data, mark = flush_records([b"k"], [b"v"], 7, b"o" * 8)
     >>> [r.key for r in data], read_flush_point(data[-1].value), decode_op(mark.value).args
@@ -1079,15 +1185,25 @@ def flush_records(
                 if deadlines is not None and deadlines[i] is not None:
                     headers.append((EXPIRES_HEADER, int(deadlines[i] or 0).to_bytes(8, "big")))
             records.append(Record(k, v, tuple(headers)))
-    records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
-    return records, Record(None, encode_op(OpCode.FLUSHED, origin, -1, [covered]))
+    point = [covered] if ids is None else [covered, ids]
+    records.append(Record(FLUSH_POINT_KEY, msgpack.packb(point)))
+    return records, Record(None, encode_op(OpCode.FLUSHED, origin, -1, point))
 
 
 def read_flush_point(value: bytes | None) -> int:
     """The ops offset a flush point record says its flush covered. Raises
     :class:`~kafkakv.errors.DecodeError` for a value that is not one."""
+    return read_flush_point_ids(value)[0]
+
+
+def read_flush_point_ids(value: bytes | None) -> tuple[int, Any]:
+    """The ops offset a flush point record says its flush covered, and the update ids it
+    carries (None: a flush written without them). Raises
+    :class:`~kafkakv.errors.DecodeError` for a value that is not one."""
     try:
-        (covered,) = msgpack.unpackb(value or b"", raw=False)
-        return int(covered)
+        point = msgpack.unpackb(value or b"", raw=False)
+        if not isinstance(point, list) or len(point) not in (1, 2):
+            raise ValueError(f"not [covered] or [covered, ids]: {point!r}")
+        return int(point[0]), point[1] if len(point) == 2 else None
     except Exception as exc:
         raise DecodeError(f"a flush point record that does not decode: {exc}") from exc

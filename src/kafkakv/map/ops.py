@@ -108,7 +108,7 @@ class OpCode(enum.IntEnum):
     WRITE_MANY_TTL = 13  # args (store keys, values, deadline): WRITE_MANY whose puts expire
     EXPIRE = 14  # args (deadline,): remove the key if it still expires at deadline
     BARRIER = 16  # no key, no args: "how far does the log reach now"
-    FLUSHED = 17  # no key, args (covered ops offset,): a flush covering it landed
+    FLUSHED = 17  # no key, args (covered ops offset[, update ids]): a flush covering it landed
 
     @property
     def control(self) -> bool:
@@ -201,7 +201,7 @@ _ARITY = {
     OpCode.WRITE_MANY_TTL: frozenset({3}),
     OpCode.EXPIRE: frozenset({1}),
     OpCode.BARRIER: frozenset({0}),
-    OpCode.FLUSHED: frozenset({1}),
+    OpCode.FLUSHED: frozenset({1, 2}),
 }
 
 
