@@ -4,6 +4,7 @@ after a snapshot, bounded by the marks' clock, and rebuilt alike from the ops af
 from __future__ import annotations
 
 import random
+from typing import cast
 
 import msgpack
 import pytest
@@ -140,9 +141,8 @@ def test_a_replay_from_a_flush_mark_rebuilds_the_live_table(
             stream.append((offset, ("update", what, n)))
             apply(live, what, n, offset)
         tables.append(live.snapshot())
-    points = [-1, *sorted({e[1] for _, e in stream if e[0] == "mark"})]
+    points = [-1, *sorted({cast(int, e[1]) for _, e in stream if e[0] == "mark"})]
     flushed = points[min(cut, len(points) - 1)]
-    assert isinstance(flushed, int)
     replay = Replay(0, 1, flushed)
     for offset, event in stream:
         if offset <= flushed:

@@ -38,7 +38,7 @@ def _apply(machine: PartitionMachine, state: MapState, *ops: tuple[Any, ...]) ->
     """Apply ``(key, code, args, timestamp)`` ops as one batch and write the step."""
     first = machine.applied
     records = [
-        Record(k, encode_op(code, b"other!!!", i, args), (), ts, 0, first + i)
+        Record(k, encode_op(code, b"other!!!", first + i, args), (), ts, 0, first + i)
         for i, (k, code, args, ts) in enumerate(ops)
     ]
     step = machine.apply_batch(records, first + len(records))
@@ -222,7 +222,7 @@ def test_a_removed_key_keeps_its_deadline_until_the_store_no_longer_holds_it() -
     machine, state = _machine()
     _apply(machine, state, (b"k", OpCode.PUT_TTL, (b"1", 5000), 1000))
     first = machine.applied
-    record = Record(b"k", encode_op(OpCode.EXPIRE, b"other!!!", 0, (5000,)), (), 5000, 0, first)
+    record = Record(b"k", encode_op(OpCode.EXPIRE, b"other!!!", first, (5000,)), (), 5000, 0, first)
     step = machine.apply_batch([record], first + 1)
     # Decided, not yet carried out: the store still holds the key, so its deadline stays.
     assert state.store.get(b"k") == b"1" and state.expiries == {b"k": 5000}

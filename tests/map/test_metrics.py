@@ -140,7 +140,8 @@ def test_the_machine_counts_update_records_whatever_their_outcome(failing: str) 
     machine.advance(step)
     assert machine.updates == 4
     # The bulk path (16 puts or more) counts as the record loop does.
-    puts = _records([(b"k%d" % i, encode_op(OpCode.PUT, me, i, [b"1"])) for i in range(20)], 7)
+    # (numbers 6 on: the writer's next, after those of the batch above)
+    puts = _records([(b"k%d" % i, encode_op(OpCode.PUT, me, i, [b"1"])) for i in range(6, 26)], 7)
     bulk = machine.apply_puts(puts, 27)
     assert bulk is not None and bulk.updates == 20
     machine.advance(bulk)

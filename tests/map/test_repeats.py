@@ -98,12 +98,15 @@ def test_a_replicas_numbers_stay_dense_in_each_partition(open_map: OpenMap) -> N
     other = open_map(partitions=3)
 
     def work(t: int) -> None:
+        sent = []
         for i in range(60):
             if i % 3:
-                writer.put_async(f"t{t}-{i}", i)
+                sent.append(writer.put_async(f"t{t}-{i}", i))
             else:
                 writer[f"t{t}-{i}"] = i
         writer.put_all({f"b{t}-{i}": i for i in range(30)})
+        for future in sent:
+            future.result(timeout=30)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
     for thread in threads:
@@ -115,6 +118,7 @@ def test_a_replicas_numbers_stay_dense_in_each_partition(open_map: OpenMap) -> N
     origin = writer._engine.origin
     for replica in (writer, other):
         for p, machine in replica._engine.machines.items():
-            marks, rows = machine.ids.snapshot()
+            _, rows = machine.ids.snapshot()
             assert [(row[0], row[1], row[4]) for row in rows] == [(origin, p, [])]
     assert len(other) == 4 * 90
+    assert not [e for e in other.errors() if "applied before" in e.error]

@@ -45,7 +45,6 @@ and replays the ids of the ops after that (see :mod:`kafkakv.map.engine`).
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import msgspec
@@ -72,13 +71,15 @@ def numbering(partition: int, partitions: int) -> range:
 
 
 class _Origin:
-    """What one ``(origin, seq mod P)`` has applied: numbers up to ``top`` but ``holes``
-    (``[lo, hi]`` ranges, oldest first), the last at ops offset ``last``."""
+    """What one ``(origin, seq mod P)`` has applied: numbers up to ``nxt // P - 1`` (its
+    top) but ``holes`` (``[lo, hi]`` ranges of numbers, oldest first), the last at ops offset
+    ``last``. ``nxt`` is the seq that comes next, kept as a seq: the common case compares it
+    with no arithmetic."""
 
-    __slots__ = ("holes", "last", "top")
+    __slots__ = ("holes", "last", "nxt")
 
-    def __init__(self, top: int, holes: list[list[int]], last: int) -> None:
-        self.top = top
+    def __init__(self, nxt: int, holes: list[list[int]], last: int) -> None:
+        self.nxt = nxt
         self.holes = holes
         self.last = last
 
@@ -87,41 +88,64 @@ class AppliedIds:
     """The ids of the updates partition ``partition`` applied (see the module docstring);
     ``stride`` is the map's partition count. Pure: no I/O, no clock."""
 
-    __slots__ = ("_origins", "marks", "partition", "stride")
+    __slots__ = ("_origins", "marks", "partition", "stride", "writers")
 
     def __init__(self, partition: int, stride: int) -> None:
         self.partition = partition
         self.stride = max(1, stride)
-        self._origins: dict[tuple[bytes, int], _Origin] = {}
+        #: By origin for the numbers of this partition's numbering (``seq mod P`` is the
+        #: partition: no tuple to make, and the bytes hash once), else by ``(origin, seq mod
+        #: P)``.
+        self._origins: dict[bytes | tuple[bytes, int], _Origin] = {}
+        #: The same dict: the machine's loop does :meth:`take`'s common case inline (a
+        #: writer's next number: ``writers[origin].nxt == seq``; then ``nxt += stride`` and
+        #: ``last = offset``), a Python call fewer per update.
+        self.writers = self._origins
         #: ``[offset, timestamp]`` of the ``FLUSHED`` marks that may still bound the horizon.
         self.marks: list[list[int]] = []
 
     def __len__(self) -> int:
         return len(self._origins)
 
+    def _find(self, origin: bytes, seq: int) -> tuple[int, bytes | tuple[bytes, int]]:
+        n, rest = divmod(seq, self.stride)
+        return n, origin if rest == self.partition else (origin, rest)
+
+    def take(self, origin: bytes, seq: int, offset: int) -> bool:
+        """:meth:`is_repeat` and :meth:`admit` in one call: False for a repeat; else True,
+        the update noted as applied at ops ``offset``. O(1) for the next number of a writer."""
+        seen = self._origins.get(origin)
+        if seen is not None and seq == seen.nxt:
+            seen.nxt = seq + self.stride
+            seen.last = offset
+            return True
+        if self.is_repeat(origin, seq):
+            return False
+        self.admit(origin, seq, offset)
+        return True
+
     def is_repeat(self, origin: bytes, seq: int) -> bool:
         """Whether update ``(origin, seq)`` was applied before. O(1) as a rule; O(holes) for
         a number below the origin's highest."""
-        n, rest = divmod(seq, self.stride)
-        seen = self._origins.get((origin, rest))
-        if seen is None or n > seen.top:
+        n, key = self._find(origin, seq)
+        seen = self._origins.get(key)
+        if seen is None or n >= seen.nxt // self.stride:
             return False
         return all(not lo <= n <= hi for lo, hi in seen.holes)
 
     def admit(self, origin: bytes, seq: int, offset: int) -> None:
         """Note update ``(origin, seq)``, not a repeat (:meth:`is_repeat`), as applied at ops
         ``offset``."""
-        n, rest = divmod(seq, self.stride)
-        key = (origin, rest)
+        n, key = self._find(origin, seq)
         seen = self._origins.get(key)
         if seen is None:
-            self._origins[key] = _Origin(n, [[0, n - 1]] if n > 0 else [], offset)
+            self._origins[key] = _Origin(seq + self.stride, [[0, n - 1]] if n > 0 else [], offset)
             return
         seen.last = offset
-        top = seen.top
+        top = seen.nxt // self.stride - 1
         holes = seen.holes
         if n > top:
-            seen.top = n
+            seen.nxt = seq + self.stride
             if n > top + 1:
                 holes.append([top + 1, n - 1])
         else:
@@ -144,25 +168,23 @@ class AppliedIds:
         """Whether ``seqs`` of ``origin``, in order, each come next after the one before
         (the first next after the origin's highest, or the origin unseen): the bulk path's
         check that a batch holds no repeat. Changes nothing."""
-        stride = self.stride
-        first = seqs[0]
-        if any(b - a != stride for a, b in itertools.pairwise(seqs)):
+        stride, first = self.stride, seqs[0]
+        if seqs != list(range(first, first + len(seqs) * stride, stride)):
             return False
-        seen = self._origins.get((origin, first % stride))
-        return seen is None or first // stride == seen.top + 1
+        seen = self._origins.get(self._find(origin, first)[1])
+        return seen is None or first == seen.nxt
 
     def take_run(self, origin: bytes, seqs: list[int], offset: int) -> None:
         """Note ``seqs`` of ``origin``, a run :meth:`fresh_run` accepted, the last at ops
         ``offset``."""
-        n, rest = divmod(seqs[-1], self.stride)
-        seen = self._origins.get((origin, rest))
+        key = self._find(origin, seqs[-1])[1]
+        seen = self._origins.get(key)
+        nxt = seqs[-1] + self.stride
         if seen is None:
             first = seqs[0] // self.stride
-            self._origins[(origin, rest)] = _Origin(
-                n, [[0, first - 1]] if first > 0 else [], offset
-            )
+            self._origins[key] = _Origin(nxt, [[0, first - 1]] if first > 0 else [], offset)
         else:
-            seen.top = n
+            seen.nxt = nxt
             seen.last = offset
 
     def at_mark(self, offset: int, timestamp: int | None) -> None:
@@ -182,16 +204,18 @@ class AppliedIds:
                 del origins[key]
         if len(self._origins) > MAX_ORIGINS:
             by_age = sorted(self._origins.items(), key=lambda item: item[1].last)
-            self._origins = dict(by_age[len(by_age) - MAX_ORIGINS :])
+            self._origins.clear()  # in place: it is also ``writers``
+            self._origins.update(by_age[len(by_age) - MAX_ORIGINS :])
 
     # -- persistence ----------------------------------------------------------------------
     def snapshot(self) -> list[Any]:
         """The table as plain msgpack-able lists: ``[marks, [[origin, rest, top, last,
         holes], ...]]``, in the table's order (which later limits keep)."""
-        rows = [
-            [origin, rest, seen.top, seen.last, [list(h) for h in seen.holes]]
-            for (origin, rest), seen in self._origins.items()
-        ]
+        rows = []
+        for key, seen in self._origins.items():
+            origin, rest = (key, self.partition) if type(key) is bytes else key
+            top = seen.nxt // self.stride - 1
+            rows.append([origin, rest, top, seen.last, [list(h) for h in seen.holes]])
         return [[list(m) for m in self.marks], rows]
 
     @classmethod
@@ -207,7 +231,9 @@ class AppliedIds:
             raise ValueError(f"not a table of applied update ids: {exc}") from None
         ids.marks = [list(m) for m in converted[0]]
         for origin, rest, top, last, holes in converted[1]:
-            ids._origins[(origin, rest)] = _Origin(top, [list(h) for h in holes], last)
+            key = origin if rest == partition else (origin, rest)
+            nxt = (top + 1) * ids.stride + rest
+            ids._origins[key] = _Origin(nxt, [list(h) for h in holes], last)
         return ids
 
     def copy(self) -> AppliedIds:
