@@ -409,6 +409,12 @@ class Log(Closeable):
     #: them when this holds.
     stores_on_send: bool = True
 
+    #: True when a record appended without a timestamp is stamped by the producing client
+    #: with its own clock, unless the topic has ``message.timestamp.type=LogAppendTime``
+    #: (Kafka: librdkafka stamps it when it is produced); False where the log stamps it when
+    #: it stores it (the embedded and memory logs, with the appending process's clock).
+    producer_timestamps: bool = False
+
     #: True when :meth:`append` stores its records at consecutive offsets, the first at the
     #: offset it returns, with no other writer's record between them (one lock around the
     #: whole batch, as the embedded and memory logs take). A map then applies a batch it
