@@ -64,6 +64,7 @@ from kafkakv.map import metrics
 from kafkakv.map.barriers import SharedBarriers
 from kafkakv.map.futures import BatchFuture, BatchPart, OpFuture, PutGroup, complete, fail
 from kafkakv.map.keyspace import RESERVED_KEYS, KeySpace, check_update_key
+from kafkakv.map.logclock import LogClock
 from kafkakv.map.machine import (
     CHANGE,
     RESULT,
@@ -159,8 +160,12 @@ class ReplicaEngine:
         self._applies_own_batches = log.appends_contiguously
         #: The data topic's headers say something (versions, deadlines): read them.
         self._headers = bool(settings.versions or settings.expiry)
-        #: Keys to reap, ``(when, deadline, record key)``, earliest first (a map with expiry).
-        self._deadline_heap: list[tuple[float, int, bytes]] = []
+        #: Keys to reap, ``(when, deadline, record key, partition)``, earliest first, ``when``
+        #: by the log's clock (a map with expiry); ``_reaping`` holds each ``(deadline, key)``.
+        self._deadline_heap: list[tuple[float, int, bytes, int]] = []
+        self._reaping: set[tuple[int, bytes]] = set()
+        #: The log's clock as this replica can tell (see kafkakv.map.logclock).
+        self.log_clock = LogClock()
         self._reaper_wake = threading.Condition(threading.Lock())
         self.origin = os.urandom(8)
         #: The log's calls for the appends this replica applies itself, which do not wake its
@@ -578,7 +583,8 @@ class ReplicaEngine:
         records, one per partition (``partitions[i]`` is the partition of ``keys[i]``; None:
         every key in partition 0) and size limit, and return one future for them all, whose
         result is how many keys had a value before. With ``wait``, apply up to them first.
-        With ``expires`` (a map with expiry), the puts expire then (``WRITE_MANY_TTL``).
+        With ``expires`` (a map with expiry), the puts expire that many ms after their record's
+        timestamp (``PUT_FOR``).
         Every record is encoded, and checked against the size limit, before any is appended.
         """
         if self._closed or self._failure is not None:
@@ -608,9 +614,7 @@ class ReplicaEngine:
         records: dict[int, list[Record]] = {}
         own_ops: dict[int, list[Op | None]] = {}  # each record's op, as decoding it would give
         parts: list[tuple[int, BatchPart, Record]] = []
-        code, extra = (
-            (OpCode.WRITE_MANY, ()) if expires is None else (OpCode.WRITE_MANY_TTL, (expires,))
-        )
+        code, extra = (OpCode.WRITE_MANY, ()) if expires is None else (OpCode.PUT_FOR, (expires,))
         for p, (ks, vs) in chunks:
             seq = next(self._seq)
             args = (ks, vs, *extra)
@@ -917,8 +921,8 @@ class ReplicaEngine:
         self.machines[p].advance(step)
         if step.flush_due:
             self._flush_queue.put(p)
-        if step.expiring:
-            self._schedule(step.expiring)
+        if step.expiring or step.log_time:
+            self._expiry_step(p, step)
         events, pending = self._events, self._pending
         events.extend(step.events)
         freed = 0
@@ -1196,17 +1200,39 @@ class ReplicaEngine:
         return covered
 
     # -- expiry (a map with expiry=True) ------------------------------------------------
+    def _expiry_step(self, p: int, step: Step) -> None:
+        """What a step of ``p`` tells the reaper: the log's clock at the latest expiry record
+        it applied (an ``EXPIRE`` decided too early says the estimate ran ahead: measure the
+        clock again before the next proposal), and the keys to reap. Lock held."""
+        if step.log_time:
+            mono = _mono_ms()
+            if step.early:
+                self.log_clock.contradicted(p, step.early, mono)
+            self.log_clock.observe(p, step.log_time, mono)
+        self._schedule(step.expiring)
+
     def _schedule(self, expiring: Sequence[tuple[int, bytes]], delay: float = 0.0) -> None:
-        """Reap each ``(deadline, record key)`` ``delay`` ms after its deadline."""
+        """Reap each ``(deadline, record key)`` ``delay`` ms after its deadline, by the log's
+        clock (a key already waiting with that deadline is not added twice)."""
         if not expiring:
             return
         with self._reaper_wake:
-            heap = self._deadline_heap
+            heap, reaping = self._deadline_heap, self._reaping
             earliest = heap[0][0] if heap else None
             for deadline, key in expiring:
-                heapq.heappush(heap, (deadline + delay, deadline, key))
-            if earliest is None or heap[0][0] < earliest:
+                if (deadline, key) in reaping:
+                    continue
+                reaping.add((deadline, key))
+                heapq.heappush(heap, (deadline + delay, deadline, key, self.partition_of(key)))
+            if earliest is None or (heap and heap[0][0] < earliest):
                 self._reaper_wake.notify()
+
+    def log_now(self) -> float:
+        """The log's clock now as this replica can tell (ms since the epoch; a lower bound:
+        see kafkakv.map.logclock), for reads; this process's wall clock while it knows
+        nothing of the log's. Costs a min over the held partitions."""
+        now = self.log_clock.earliest(_mono_ms())
+        return time.time() * 1000 if now is None else now
 
     def _deadlines(self, record_keys: Sequence[bytes]) -> list[int | None]:
         """The deadline of each record key (None: none). Lock held."""
@@ -1220,26 +1246,65 @@ class ReplicaEngine:
         return out
 
     def _reap(self) -> None:
-        """Background: when a key's deadline passes, append an ``EXPIRE`` op for it (every
-        replica removes it when applying that op, so stores and the data topic converge).
-        Sleeps until the earliest deadline: an idle map costs no CPU. Replicas reap the same
-        key independently, each after a random 0-50 ms, and skip a key already removed."""
-        heap = self._deadline_heap
+        """Background: when a key's deadline passes by the log's clock (this replica's lower
+        bound of it, :class:`~kafkakv.map.logclock.LogClock`), append an ``EXPIRE`` op for
+        it (every replica removes it when applying that op, so stores and the data topic
+        converge; the op's own timestamp decides, so one proposed early changes nothing and
+        the key comes back here). Sleeps until the earliest deadline: an idle map costs no
+        CPU. Replicas reap the same key independently, each after a random 0-50 ms, and skip
+        a key already removed. Before the first proposal for a partition, and after one
+        came too early, it measures the log's clock there (:meth:`_measure_clock`)."""
+        heap, clock = self._deadline_heap, self.log_clock
         while not self._stopped:
+            measure = None
+            due: list[tuple[float, int, bytes, int]] = []
             with self._reaper_wake:
-                now = time.time() * 1000
-                if not heap or heap[0][0] > now:
-                    wait = None if not heap else (heap[0][0] - now) / 1000
-                    self._reaper_wake.wait(_WAIT_SLICE if wait is None else min(wait, _WAIT_SLICE))
-                    continue
-                due = []
-                while heap and heap[0][0] <= now:
+                while heap and not self._stopped:
+                    when, _, _, p = heap[0]
+                    if not clock.fresh(p):
+                        measure = p
+                        break
+                    now = clock.now(p, _mono_ms())
+                    assert now is not None  # fresh: measured
+                    if when > now:
+                        break
                     due.append(heapq.heappop(heap))
+                    self._reaping.discard(due[-1][1:3])
+                if not due and measure is None:
+                    wait = _WAIT_SLICE
+                    if heap:
+                        now = clock.now(heap[0][3], _mono_ms())
+                        wait = min(wait, (heap[0][0] - (now or 0)) / 1000)
+                    self._reaper_wake.wait(max(wait, 0.001))
+                    continue
+            if measure is not None and not self._measure_clock(measure):
+                time.sleep(_RETRY_PAUSE)  # the log did not answer: try again later
+            if not due:
+                continue
             time.sleep(random.uniform(0, _REAP_JITTER))
-            for _, deadline, key in due:
+            for _, deadline, key, _ in due:
                 if self._stopped:
                     return
                 self._expire(deadline, key)
+
+    def _measure_clock(self, p: int) -> bool:
+        """Append a barrier to ``p`` and read back the timestamp the log gave it: a fresh
+        sample of the log's clock there (one append and one read). False when the log did
+        not answer within the map's timeout."""
+        ops = self.topics.ops
+        deadline = time.monotonic() + self.settings.timeout
+        try:
+            offset = self.log.append(ops, p, [Record(None, _BARRIER)], timeout=_left(deadline))
+            while time.monotonic() < deadline and not self._stopped:
+                records, _ = self.log.read_batch(ops, p, offset, max_records=1)
+                if records and records[0].offset == offset:
+                    self.log_clock.measured(p, records[0].timestamp or 0, _mono_ms())
+                    return True
+                time.sleep(0.01)  # a reader not caught up with the append yet
+        except KafkaKVError as exc:
+            if not self._stopped:
+                log.warning("could not read the clock of %s[%d]: %s", ops, p, exc)
+        return False
 
     def _expire(self, deadline: int, key: bytes) -> None:
         state = self.table.state_for(key)
@@ -1255,7 +1320,8 @@ class ReplicaEngine:
         except KafkaKVError as exc:  # closing, or too many in flight: the next replica reaps
             if not self._stopped:
                 log.warning("could not reap key %r of %s: %s", key, state.name, exc)
-                self._schedule([(deadline, key)], time.time() * 1000 - deadline + 1000)
+                now = self.log_clock.now(p, _mono_ms()) or float(deadline)
+                self._schedule([(deadline, key)], max(0.0, now - deadline) + 1000.0)
 
     # -- bootstrap ----------------------------------------------------------------------
     def _bootstrap(self, p: int, deadline: float) -> None:
@@ -1389,6 +1455,12 @@ class ReplicaEngine:
 
 
 _BARRIER = encode_op(OpCode.BARRIER, b"", 0)
+
+
+def _mono_ms() -> float:
+    """This process's monotonic clock in ms: what the log's clock is estimated against (it
+    does not move when the wall clock is set)."""
+    return time.monotonic() * 1000
 
 
 def _left(deadline: float) -> float:
