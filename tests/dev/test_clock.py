@@ -20,9 +20,25 @@ libc = ctypes.CDLL(None)
 class Timeval(ctypes.Structure):
     _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
 
+def waited(wait, *objects):
+    # A timed wait until 0.2 s from now by the (shifted) wall clock, as librdkafka waits.
+    at = time.time() + 0.2
+    when = Timeval(int(at), int(at % 1 * 1e9))  # a timespec: seconds, nanoseconds
+    started = time.monotonic()
+    wait(*objects, ctypes.byref(when))
+    return time.monotonic() - started
+
 tv = Timeval()
 libc.gettimeofday(ctypes.byref(tv), None)
+cond, mutex = ctypes.create_string_buffer(64), ctypes.create_string_buffer(64)  # zero: init
+libc.pthread_mutex_lock(mutex)
+cnd, mtx = ctypes.create_string_buffer(64), ctypes.create_string_buffer(64)
+libc.mtx_init(mtx, 0)
+libc.cnd_init(cnd)
+libc.mtx_lock(mtx)
 print(json.dumps({
+    "pthread_cond_timedwait": waited(libc.pthread_cond_timedwait, cond, mutex),
+    "cnd_timedwait": waited(libc.cnd_timedwait, cnd, mtx),
     "time": time.time(),
     "coarse": time.clock_gettime(getattr(time, "CLOCK_REALTIME_COARSE", 5)),
     "libc_time": libc.time(None),
@@ -58,6 +74,8 @@ def test_a_child_reads_its_wall_clocks_shifted_and_its_monotonic_clock_not(
     ]:
         assert wall_before + skew - slack <= seen[clock] <= wall_after + skew, clock
     assert mono_before <= seen["monotonic"] <= mono_after
+    for wait in ("pthread_cond_timedwait", "cnd_timedwait"):  # librdkafka's waits
+        assert 0.19 <= seen[wait] < 2.0, wait
 
 
 def test_the_shim_is_built_once_and_goes_first_in_ld_preload(tmp_path: Path) -> None:
