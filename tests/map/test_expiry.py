@@ -258,7 +258,7 @@ def test_len_counts_from_one_state_while_expire_ops_apply(open_map: OpenMap) -> 
     after = []  # each len taken past the deadline while the store still held expired keys
     limit = time.monotonic() + 20
     while held := sum(1 for k in keys if m._state.store.get(k) is not None):
-        started_ms = m._engine.log_now()  # reads go by the replica's log clock
+        started_ms = m._engine.read_now()  # reads go by the replica's log clock
         n = len(m)
         if started_ms > expires_ms:
             after.append(n)

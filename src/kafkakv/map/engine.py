@@ -33,6 +33,7 @@ import functools
 import heapq
 import itertools
 import logging
+import math
 import os
 import queue
 import random
@@ -1227,12 +1228,17 @@ class ReplicaEngine:
             if earliest is None or (heap and heap[0][0] < earliest):
                 self._reaper_wake.notify()
 
-    def log_now(self) -> float:
-        """The log's clock now as this replica can tell (ms since the epoch; a lower bound:
-        see kafkakv.map.logclock), for reads; this process's wall clock while it knows
-        nothing of the log's. Costs a min over the held partitions."""
+    def log_now(self) -> float | None:
+        """The log's clock now as this replica can tell (ms since the epoch; the least over
+        the held partitions, a lower bound: see kafkakv.map.logclock); None while it has no
+        sample (no record with a ttl applied, the reaper has not measured yet)."""
+        return self.log_clock.earliest(_mono_ms())
+
+    def read_now(self) -> float:
+        """:meth:`log_now` for reads of a map with expiry: while there is no sample, no key
+        reads as expired (late, never early; the reaper measures the clock at once)."""
         now = self.log_clock.earliest(_mono_ms())
-        return time.time() * 1000 if now is None else now
+        return -math.inf if now is None else now
 
     def _deadlines(self, record_keys: Sequence[bytes]) -> list[int | None]:
         """The deadline of each record key (None: none). Lock held."""

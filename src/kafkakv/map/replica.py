@@ -80,7 +80,7 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         self._store = (
             state.store
             if state.expiries is None
-            else view_of(state.store, state.expiries, engine.paused(), engine.log_now)
+            else view_of(state.store, state.expiries, engine.paused(), engine.read_now)
         )
         self._keys = state.keys
         self._values = state.values
@@ -283,7 +283,12 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
             present = self._store.get(encoded) is not None
         if not present:
             raise KeyError(key)
-        return None if deadline is None else max(0.0, (deadline - self._engine.log_now()) / 1000)
+        if deadline is None:
+            return None
+        now = self._engine.log_now()
+        if now is None:  # nothing learned of the log's clock yet: this process's clock
+            now = time.time() * 1000
+        return max(0.0, (deadline - now) / 1000)
 
     def __setitem__(self, key: K, value: V) -> None:
         # The previous value is not returned, so not decoded: replacing one that does not
