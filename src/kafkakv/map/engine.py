@@ -161,9 +161,9 @@ class ReplicaEngine:
         self._applies_own_batches = log.appends_contiguously
         #: The data topic's headers say something (versions, deadlines): read them.
         self._headers = bool(settings.versions or settings.expiry)
-        #: Keys to reap, ``(when, deadline, record key, partition)``, earliest first, ``when``
-        #: by the log's clock (a map with expiry); ``_reaping`` holds each ``(deadline, key)``.
-        self._deadline_heap: list[tuple[float, int, bytes, int]] = []
+        #: Keys to reap, ``(when, deadline, record key)``, earliest first, ``when`` by the
+        #: log's clock (a map with expiry); ``_reaping`` holds each ``(deadline, key)``.
+        self._deadline_heap: list[tuple[float, int, bytes]] = []
         self._reaping: set[tuple[int, bytes]] = set()
         #: The log's clock as this replica can tell (see kafkakv.map.logclock).
         self.log_clock = LogClock()
@@ -1224,7 +1224,7 @@ class ReplicaEngine:
                 if (deadline, key) in reaping:
                     continue
                 reaping.add((deadline, key))
-                heapq.heappush(heap, (deadline + delay, deadline, key, self.partition_of(key)))
+                heapq.heappush(heap, (deadline + delay, deadline, key))
             if earliest is None or (heap and heap[0][0] < earliest):
                 self._reaper_wake.notify()
 
@@ -1263,24 +1263,23 @@ class ReplicaEngine:
         heap, clock = self._deadline_heap, self.log_clock
         while not self._stopped:
             measure = None
-            due: list[tuple[float, int, bytes, int]] = []
+            due: list[tuple[float, int, bytes]] = []
             with self._reaper_wake:
+                wait = _WAIT_SLICE
                 while heap and not self._stopped:
-                    when, _, _, p = heap[0]
+                    when, deadline, key = heap[0]
+                    p = self.partition_of(key)
                     if not clock.fresh(p):
                         measure = p
                         break
                     now = clock.now(p, _mono_ms())
                     assert now is not None  # fresh: measured
                     if when > now:
+                        wait = min(wait, (when - now) / 1000)
                         break
                     due.append(heapq.heappop(heap))
-                    self._reaping.discard(due[-1][1:3])
+                    self._reaping.discard((deadline, key))
                 if not due and measure is None:
-                    wait = _WAIT_SLICE
-                    if heap:
-                        now = clock.now(heap[0][3], _mono_ms())
-                        wait = min(wait, (heap[0][0] - (now or 0)) / 1000)
                     self._reaper_wake.wait(max(wait, 0.001))
                     continue
             if measure is not None and not self._measure_clock(measure):
@@ -1288,7 +1287,7 @@ class ReplicaEngine:
             if not due:
                 continue
             time.sleep(random.uniform(0, _REAP_JITTER))
-            for _, deadline, key, _ in due:
+            for _, deadline, key in due:
                 if self._stopped:
                     return
                 self._expire(deadline, key)

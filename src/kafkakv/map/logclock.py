@@ -17,8 +17,8 @@ it saw), never early. The monotonic clock does not move when the wall clock is s
 replica's own wall clock plays no part. Should the log's clock step back (another leader
 whose clock is behind, a clock set back), an ``EXPIRE`` proposed by the estimate is stamped
 before its deadline and changes nothing; :meth:`LogClock.contradicted` then takes that
-record's sample as the estimate, and the key is proposed again once that later estimate
-passes its deadline.
+record's sample as the estimate and asks for a measurement, and the key is proposed again
+once the new estimate passes its deadline: one early proposal per step back, no busy loop.
 
 Until a partition has a sample that is known to be fresh (:meth:`LogClock.fresh`, taken
 from a record appended for the purpose and read back at once), its estimate may be far
