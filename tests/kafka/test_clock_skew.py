@@ -19,6 +19,7 @@ their ttl by 30 s elsewhere.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import subprocess
@@ -30,9 +31,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import kafkakv
 from kafkakv.dev import Cluster
 from kafkakv.dev.clock import run_skewed
+from kafkakv.map.topics import MapTopics
 
 SKEWS = {"fast": 30.0, "slow": -30.0, "true": 0.0}
 SHORT, LONG = (2.0, 4.0), (45.0, 90.0)
@@ -140,3 +144,25 @@ def test_skewed_clients_neither_shorten_nor_lengthen_a_keys_life(kafka_cluster: 
         assert final["held"] == long_lived, reader
         assert final["stored"] == [k.decode() for k in fresh_stored], reader
     assert fresh_held == long_lived and [k.decode() for k in fresh_stored] == long_lived
+
+
+def test_the_ops_topic_is_stamped_by_the_broker_and_an_older_one_is_warned_about(
+    kafka_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kafkakv creates the ops topic with ``LogAppendTime``; a map with expiry on an ops
+    topic with ``CreateTime`` (made by an earlier kafkakv) opens, and says how to fix it."""
+    url = "kafka://" + kafka_cluster.bootstrap
+    new, old = (f"clock-{uuid.uuid4().hex[:10]}" for _ in range(2))
+    with kafkakv.connect(url, timeout=20) as db:
+        db.map(new, expiry=True)
+        assert db.log.topic_config(f"{new}_ops")["message.timestamp.type"] == "LogAppendTime"
+        topics = MapTopics.for_name(old)
+        for name, config in topics.settings(db.log.new_topic_replication()).items():
+            config = {k: v for k, v in config.items() if k != "message.timestamp.type"}
+            db.log.create_topic(name, 1, config)
+        assert db.log.topic_config(topics.ops)["message.timestamp.type"] == "CreateTime"
+        with caplog.at_level(logging.WARNING, logger="kafkakv.map"):
+            m = db.map(old, expiry=True)
+        assert f"--entity-name {old}_ops" in caplog.text and "CreateTime" in caplog.text
+        m.put("k", 1, ttl=60)
+        assert 58 < (m.ttl("k") or 0) <= 60
