@@ -24,7 +24,7 @@ from kafkakv.log.base import Record
 from kafkakv.log.kafka import KafkaLog
 from kafkakv.map import SortedReplicaMap
 from kafkakv.map.machine import MapState, MapTable, PartitionMachine, Step
-from kafkakv.map.ops import OpCode, encode_op
+from kafkakv.map.ops import OpCode, decode_op, encode_op
 from kafkakv.store.memory import DictStore
 from tests.map.conftest import OpenMap, compact_if_possible, local_logs, shared_logs
 from tests.map.test_map_protocol import read_all
@@ -242,6 +242,32 @@ def test_expired_keys_read_as_absent_then_every_replica_removes_them(open_map: O
         told = [(c.key, c.new) for c in feed if c.new is None]
         assert {k for k, _ in told} == gone
     assert 40 < reader.ttl("e") <= 60  # type: ignore[operator]
+
+
+@local_logs
+def test_a_reaper_whose_estimate_runs_ahead_proposes_in_vain_then_measures_and_waits(
+    open_map: OpenMap,
+) -> None:
+    """A replica whose estimate of the log's clock runs 30 s ahead (a leader whose clock was
+    ahead, then a new one that is not) proposes an ``EXPIRE`` at once: the log stamps it
+    before the deadline, so it changes nothing; every replica hands the key back, this one
+    measures the clock again, and the key goes once its ttl has passed, after a few records,
+    not a loop of them."""
+    m = open_map(expiry=True, flush_period=100_000)
+    engine = m._engine
+    engine.log_clock.measured(0, int(time.time() * 1000) + 30_000, time.monotonic() * 1000)
+    put_at = time.monotonic()
+    m.put("k", 1, ttl=1.0)
+    store = m._state.store
+    wait_for(lambda: store.get(b"k") is None, 10, "the key to be reaped")
+    gone_after = time.monotonic() - put_at
+    assert 1.0 <= gone_after < 3.0, gone_after
+    ops = read_all(engine.log, engine.topics.ops, 0)
+    expires = [r for r in ops if decode_op(r.value).code is OpCode.EXPIRE]
+    assert 2 <= len(expires) <= 4, len(expires)  # the early one(s), then the one on time
+    assert engine.log_clock.fresh(0)
+    now = engine.log_now()
+    assert now is not None and now <= time.time() * 1000  # measured again: behind, not ahead
 
 
 @local_logs
