@@ -259,4 +259,4 @@ def test_an_ops_topic_is_created_with_log_append_time_and_local_logs_need_no_war
         for name, config in old.settings().items():
             db.log.create_topic(name, 1, {k: v for k, v in config.items() if "timestamp" not in k})
         assert db.log.topic_config("old_ops")["message.timestamp.type"] == "CreateTime"
-        assert not db.log.producer_timestamps and check_ops_clock(db.log, old) is None
+        assert db.log.clock_is_local and check_ops_clock(db.log, old) is None

@@ -409,11 +409,12 @@ class Log(Closeable):
     #: them when this holds.
     stores_on_send: bool = True
 
-    #: True when a record appended without a timestamp is stamped by the producing client
-    #: with its own clock, unless the topic has ``message.timestamp.type=LogAppendTime``
-    #: (Kafka: librdkafka stamps it when it is produced); False where the log stamps it when
-    #: it stores it (the embedded and memory logs, with the appending process's clock).
-    producer_timestamps: bool = False
+    #: True when the log stamps a record appended without a timestamp with this machine's
+    #: wall clock as it stores it (the embedded and memory logs: every process that appends
+    #: runs here, and they all read one kernel clock). False for Kafka, where the producing
+    #: client stamps it (``message.timestamp.type=CreateTime``) or the leader broker
+    #: (``LogAppendTime``). A map with expiry reads the log's clock directly where it holds.
+    clock_is_local: bool = True
 
     #: True when :meth:`append` stores its records at consecutive offsets, the first at the
     #: offset it returns, with no other writer's record between them (one lock around the

@@ -165,8 +165,10 @@ class ReplicaEngine:
         #: log's clock (a map with expiry); ``_reaping`` holds each ``(deadline, key)``.
         self._deadline_heap: list[tuple[float, int, bytes]] = []
         self._reaping: set[tuple[int, bytes]] = set()
-        #: The log's clock as this replica can tell (see kafkakv.map.logclock).
+        #: The log's clock as this replica can tell (see kafkakv.map.logclock), unless the
+        #: log stamps records with this machine's clock (Log.clock_is_local): then read it.
         self.log_clock = LogClock()
+        self._clock_is_local = log.clock_is_local
         self._reaper_wake = threading.Condition(threading.Lock())
         self.origin = os.urandom(8)
         #: The log's calls for the appends this replica applies itself, which do not wake its
@@ -1229,16 +1231,29 @@ class ReplicaEngine:
                 self._reaper_wake.notify()
 
     def log_now(self) -> float | None:
-        """The log's clock now as this replica can tell (ms since the epoch; the least over
-        the held partitions, a lower bound: see kafkakv.map.logclock); None while it has no
-        sample (no record with a ttl applied, the reaper has not measured yet)."""
+        """The log's clock now as this replica can tell, in ms since the epoch: this
+        machine's wall clock where the log stamps with it (Log.clock_is_local), else the
+        estimate (the least over the held partitions, a lower bound: see
+        kafkakv.map.logclock); None while it has no sample (no record with a ttl applied,
+        the reaper has not measured yet)."""
+        if self._clock_is_local:
+            return time.time() * 1000
         return self.log_clock.earliest(_mono_ms())
 
     def read_now(self) -> float:
         """:meth:`log_now` for reads of a map with expiry: while there is no sample, no key
         reads as expired (late, never early; the reaper measures the clock at once)."""
-        now = self.log_clock.earliest(_mono_ms())
+        now = self.log_now()
         return -math.inf if now is None else now
+
+    def _partition_now(self, p: int) -> float | None:
+        """The log's clock of partition ``p`` for the reaper (see :meth:`log_now`); None until
+        measured, and again after an ``EXPIRE`` that the estimate made too early."""
+        if self._clock_is_local:
+            return time.time() * 1000
+        if not self.log_clock.fresh(p):
+            return None
+        return self.log_clock.now(p, _mono_ms())
 
     def _deadlines(self, record_keys: Sequence[bytes]) -> list[int | None]:
         """The deadline of each record key (None: none). Lock held."""
@@ -1259,8 +1274,9 @@ class ReplicaEngine:
         the key comes back here). Sleeps until the earliest deadline: an idle map costs no
         CPU. Replicas reap the same key independently, each after a random 0-50 ms, and skip
         a key already removed. Before the first proposal for a partition, and after one
-        came too early, it measures the log's clock there (:meth:`_measure_clock`)."""
-        heap, clock = self._deadline_heap, self.log_clock
+        came too early, it measures the log's clock there (:meth:`_measure_clock`), unless
+        the log stamps with this machine's clock (then it reads that)."""
+        heap = self._deadline_heap
         while not self._stopped:
             measure = None
             due: list[tuple[float, int, bytes]] = []
@@ -1269,11 +1285,10 @@ class ReplicaEngine:
                 while heap and not self._stopped:
                     when, deadline, key = heap[0]
                     p = self.partition_of(key)
-                    if not clock.fresh(p):
+                    now = self._partition_now(p)
+                    if now is None:
                         measure = p
                         break
-                    now = clock.now(p, _mono_ms())
-                    assert now is not None  # fresh: measured
                     if when > now:
                         wait = min(wait, (when - now) / 1000)
                         break
@@ -1325,7 +1340,7 @@ class ReplicaEngine:
         except KafkaKVError as exc:  # closing, or too many in flight: the next replica reaps
             if not self._stopped:
                 log.warning("could not reap key %r of %s: %s", key, state.name, exc)
-                now = self.log_clock.now(p, _mono_ms()) or float(deadline)
+                now = self._partition_now(p) or float(deadline)
                 self._schedule([(deadline, key)], max(0.0, now - deadline) + 1000.0)
 
     # -- bootstrap ----------------------------------------------------------------------

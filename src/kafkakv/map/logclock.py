@@ -1,4 +1,6 @@
-"""What time it is by the log's clock, as one replica can tell: the clock expiry goes by.
+"""What time it is by the log's clock, as one replica can tell: the clock expiry goes by on
+Kafka (a log that stamps records with this machine's clock, the embedded log, is read
+directly: :attr:`~kafkakv.log.base.Log.clock_is_local`).
 
 A map with expiry decides by record timestamps (see :mod:`kafkakv.map.ops`): on Kafka with
 ``message.timestamp.type=LogAppendTime`` the leader broker of each ops partition stamps its

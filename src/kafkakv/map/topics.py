@@ -254,9 +254,10 @@ def check_ops_clock(log: Log, topics: MapTopics) -> str | None:
     stamp of the client that produced each record, so a client whose clock runs ahead
     removes keys early for every replica. kafkakv does not change the topic itself (altering
     a topic's config takes rights a client may lack, and other programs may rely on it): the
-    warning gives the command. Logs that stamp records when they store them (the embedded
-    log: the appending process's clock) need nothing. Cost: one config look-up."""
-    if not log.producer_timestamps:
+    warning gives the command. Logs that stamp records with this machine's clock when they
+    store them (:attr:`~kafkakv.log.base.Log.clock_is_local`: the embedded log) need
+    nothing. Cost: one config look-up."""
+    if log.clock_is_local:
         return None
     kind = log.topic_config(topics.ops).get("message.timestamp.type", "CreateTime")
     if kind == "LogAppendTime":
