@@ -1,10 +1,11 @@
 """What readers of a map with expiry see: its store without the keys past their deadline.
 
 The replica's state machine decides each op by the op record's timestamp (see
-:mod:`kafkakv.map.ops`), so every replica decides alike; reads go by the replica's estimate of
-the log's clock (:mod:`kafkakv.map.logclock`, a lower bound: never ahead of the clock that
-decides), so that a key reads as absent as soon as its deadline passes by that estimate,
-before the ``EXPIRE`` op that removes it is applied. :class:`LiveView` (and :class:`OrderedLiveView` over an ordered store)
+:mod:`kafkakv.map.ops`), so every replica decides alike; reads go by the log's clock as the
+replica can tell (the machine's clock on the embedded log; on Kafka an estimate,
+:mod:`kafkakv.map.logclock`, a lower bound: never ahead of the clock that decides), so that a
+key reads as absent as soon as its deadline passes by it, before the ``EXPIRE`` op that
+removes it is applied. :class:`LiveView` (and :class:`OrderedLiveView` over an ordered store)
 wraps the store for :class:`~kafkakv.map.ReplicaMap`'s reads: every read skips expired keys;
 writes are the engine's and go to the store itself. A read that looks at the store more than
 once (``len``, a step over expired keys in order) holds the replica's lock meanwhile, so its

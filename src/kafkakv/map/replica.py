@@ -248,7 +248,8 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def put(self, key: K, value: V, ttl: float | None = None) -> V | None:
         """Set ``key``; return the previous value or None. One append, one read. With ``ttl``
-        (a map with ``expiry=True``), the key expires after ``ttl`` seconds: it then reads as
+        (a map with ``expiry=True``), the key expires ``ttl`` seconds after the log stamped
+        the update (the log's clock decides, not this process's): it then reads as
         absent everywhere and is removed (see docs/maps.md, "Expiry"); a put without
         ``ttl`` clears an expiry."""
         if ttl is not None:
