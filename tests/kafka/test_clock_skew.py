@@ -166,3 +166,19 @@ def test_the_ops_topic_is_stamped_by_the_broker_and_an_older_one_is_warned_about
         assert f"--entity-name {old}_ops" in caplog.text and "CreateTime" in caplog.text
         m.put("k", 1, ttl=60)
         assert 58 < (m.ttl("k") or 0) <= 60
+
+
+def test_a_replica_that_opens_has_measured_the_log_clock_where_keys_expire(
+    kafka_cluster: Cluster,
+) -> None:
+    """A new replica replays records stamped long before it applies them: it measures the
+    log's clock while it opens, so its first reads and ``ttl()`` count from now."""
+    url = "kafka://" + kafka_cluster.bootstrap
+    name = f"clock-{uuid.uuid4().hex[:10]}"
+    with kafkakv.connect(url, timeout=20) as db:
+        db.map(name, expiry=True, partitions=2).put("k", 1, ttl=60)
+        time.sleep(2.0)
+        with kafkakv.connect(url, timeout=20) as other:
+            m = other.map(name)
+            assert any(m._engine.log_clock.fresh(p) for p in (0, 1))
+            assert 55 < (m.ttl("k") or 0) < 58.5

@@ -242,6 +242,7 @@ class ReplicaEngine:
         deadline = time.monotonic() + self.settings.timeout * max(1, len(self.held))
         for p in self.held:
             self._bootstrap(p, deadline)
+        self._measure_clocks()
         metrics.track(self)
         threads = [
             (self._follow, "follower"),
@@ -1306,6 +1307,25 @@ class ReplicaEngine:
                 if self._stopped:
                     return
                 self._expire(deadline, key)
+
+    def _measure_clocks(self) -> None:
+        """At open, after bootstrap: measure the log's clock of each partition whose keys
+        have deadlines (one barrier each), so that reads and ``ttl()`` right after open go
+        by a fresh estimate rather than by records replayed long after they were stamped.
+        Nothing for a map without expiry or a log that stamps with this machine's clock;
+        should the log not answer, the reaper measures later."""
+        if not self.settings.expiry or self._clock_is_local:
+            return
+        with self._reaper_wake:
+            keys = [key for _, _, key in self._deadline_heap]
+        found: set[int] = set()
+        for key in keys:  # until every held partition is found: one key will do for most
+            found.add(self.partition_of(key))
+            if len(found) == len(self.held):
+                break
+        for p in sorted(found):
+            if not self._measure_clock(p):
+                return
 
     def _measure_clock(self, p: int) -> bool:
         """Append a barrier to ``p`` and read back the timestamp the log gave it: a fresh
