@@ -1338,7 +1338,9 @@ class ReplicaEngine:
             while time.monotonic() < deadline and not self._stopped:
                 records, _ = self.log.read_batch(ops, p, offset, max_records=1)
                 if records and records[0].offset == offset:
-                    self.log_clock.measured(p, records[0].timestamp or 0, _mono_ms())
+                    mono = _mono_ms()
+                    with self._lock:  # the clock changes under the replica lock only
+                        self.log_clock.measured(p, records[0].timestamp or 0, mono)
                     return True
                 time.sleep(0.01)  # a reader not caught up with the append yet
         except KafkaKVError as exc:

@@ -26,7 +26,8 @@ Until a partition has a sample that is known to be fresh (:meth:`LogClock.fresh`
 from a record appended for the purpose and read back at once), its estimate may be far
 behind (records replayed at open are old): the reaper measures it first.
 
-No threads, no I/O: the caller passes the monotonic time.
+No threads, no I/O: the caller passes the monotonic time, and changes the estimate from one
+thread at a time (the engine: under the replica lock); reads need no lock.
 
 >>> clock = LogClock()
 >>> clock.now(0, 5_000.0) is None
