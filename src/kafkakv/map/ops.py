@@ -3,7 +3,8 @@
 An ops record is one update attempt. Its key is the map's record key (the map prefix, if any,
 then the encoded key); its value is a msgpack array ``[code, origin, seq, *args]`` where
 ``origin`` identifies the replica that appended it and ``seq`` that replica's request, so the
-writer recognises its own record when it applies it. Control records (barriers, flush marks)
+writer recognises its own record when it applies it, and every replica a record written twice
+(:mod:`kafkakv.map.dedup`). Control records (barriers, flush marks)
 have no key.
 
 A ``WRITE_MANY`` record carries a batch of one map in one partition: its args are two arrays of
