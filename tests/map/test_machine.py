@@ -833,3 +833,21 @@ def test_a_computed_value_is_held_to_the_room_its_op_carries() -> None:
         decide(OpCode.MERGE, (*unbounded, "5"), None, b"k", STR, bytes_codec)
     with pytest.raises(DecodeError, match="takes 2 or 3 arguments, not 4"):
         decode_op(encode_op(OpCode.COMPUTE, ME, 1, ("f", b"\x90", 5, 6)))
+
+
+def test_keys_of_names_every_key_a_batch_writes() -> None:
+    """What a resumed replica marks dirty and a deep check's replay compares: every key of a
+    batch, with a time to live too (the ttl batches were read as their first key only)."""
+    machine = new_machine(new_state())
+    keys, values = [b"a", b"b", b"c"], [b"1", None, b"3"]
+    batches = [
+        encode_op(OpCode.WRITE_MANY, ME, 1, (keys, values)),
+        encode_op(OpCode.WRITE_MANY_TTL, ME, 2, (keys, values, 9_000)),
+        encode_op(OpCode.PUT_FOR, ME, 3, (keys, values, 9_000)),
+        encode_op(OpCode.TRANSACT, ME, 4, ([], [], [], [], keys, values)),
+    ]
+    for value in batches:
+        assert set(machine.keys_of(Record(b"a", value))) == {b"a", b"b", b"c"}, decode_op(value)
+    single = encode_op(OpCode.PUT_FOR, ME, 5, (b"1", 9_000))
+    assert machine.keys_of(Record(b"a", single)) == [b"a"]
+    assert machine.keys_of(Record(None, encode_op(OpCode.BARRIER, ME, 6))) == []

@@ -232,10 +232,18 @@ BULK_MIN = 16
 _PUT, _COMPUTE, _MERGE, _BARRIER = OpCode.PUT, OpCode.COMPUTE, OpCode.MERGE, OpCode.BARRIER
 _ORIGIN_OF, _SEQ_OF = operator.itemgetter(1), operator.itemgetter(2)  # of a decoded op
 
-#: How a ``WRITE_MANY`` ops value starts: a msgpack array of 5, then the code.
-_WRITE_MANY_HEAD = bytes([0x95, OpCode.WRITE_MANY])
-#: How a ``TRANSACT`` ops value starts: a msgpack array of 7, then the code.
-_TRANSACT_HEAD = bytes([0x97, OpCode.TRANSACT])
+
+def _head(code: OpCode, args: int) -> bytes:
+    """How the ops value of ``code`` with ``args`` args starts (its array's header, then the
+    code), as encode_op writes it: counted by hand, TRANSACT's was an array of 7, not 9, and
+    keys_of never saw the keys a transaction writes."""
+    return encode_op(code, b"", 0, [None] * args)[:2]
+
+
+#: How batches' ops values start: keys and values as their last two args (``WRITE_MANY``,
+#: ``TRANSACT``), or as their first two (``WRITE_MANY_TTL``, ``PUT_FOR`` of several keys).
+_LAST_PAIRS_HEADS = (_head(OpCode.WRITE_MANY, 2), _head(OpCode.TRANSACT, 6))
+_FIRST_PAIRS_HEADS = (_head(OpCode.WRITE_MANY_TTL, 3), _head(OpCode.PUT_FOR, 3))
 #: Decodes the value of a PUT of bytes (``[code, origin, seq, value]``) and refuses any other.
 _decode_put = msgspec.msgpack.Decoder(tuple[Literal[1], bytes, int, bytes]).decode
 assert OpCode.PUT.value == 1
@@ -901,18 +909,22 @@ class PartitionMachine:
         return Replay(self.partition, self.ids.stride, self.flushed)
 
     def keys_of(self, record: Record) -> list[bytes]:
-        """The record keys an ops record may change: its own, and for ``WRITE_MANY`` and
-        ``TRANSACT`` those it writes (none for control records and records that do not
-        decode)."""
+        """The record keys an ops record may change: its own, and for a batch
+        (``WRITE_MANY``, ``WRITE_MANY_TTL``, ``PUT_FOR`` of several keys) and ``TRANSACT``
+        those it writes (none for control records and records that do not decode)."""
         key, value = record.key, record.value
         if key is None:
             return []
         head = value[:2] if value else b""
-        if head != _WRITE_MANY_HEAD and head != _TRANSACT_HEAD:
+        if head in _LAST_PAIRS_HEADS:
+            pairs = slice(-2, None)
+        elif head in _FIRST_PAIRS_HEADS:
+            pairs = slice(0, 2)
+        else:
             return [key]
         try:
             op = decode_op(value)
-            keys = write_many_args(op.args[-2:])[0]
+            keys = write_many_args(op.args[pairs])[0]
         except (DecodeError, OperationFailedError):
             return [key]
         prefix = b"" if self.maps.plain else prefix_of(key)
