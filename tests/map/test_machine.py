@@ -18,7 +18,6 @@ example to replay it).
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +32,7 @@ from kafkakv.codecs import codec_for
 from kafkakv.errors import DataLossError, DecodeError, OperationFailedError, ResultTooLargeError
 from kafkakv.log.base import Record
 from kafkakv.map import machine as machine_module
-from kafkakv.map.dedup import AppliedIds
+from kafkakv.map.dedup import AppliedIds, numbering
 from kafkakv.map.keyspace import FLUSH_POINT_KEY, SETTINGS_KEY
 from kafkakv.map.machine import (
     BULK_MIN,
@@ -359,7 +358,7 @@ def test_the_bulk_path_and_the_record_loop_decide_the_same(
 ) -> None:
     """Distinct keys, plain puts, each origin's numbers in order: the batch the bulk path
     takes, applied both ways."""
-    numbers = {ME: itertools.count(), OTHER: itertools.count()}
+    numbers = {ME: iter(numbering(0, 1)), OTHER: iter(numbering(0, 1))}
     items = [
         (key, encode_op(OpCode.PUT, origin, next(numbers[origin]), [value]))
         for key, (value, origin) in zip(KEYS, puts, strict=False)
@@ -395,14 +394,17 @@ def test_apply_batch_takes_the_bulk_path_only_for_plain_put_batches(
 ) -> None:
     state = new_state()
     machine = new_machine(state)
-    puts = numbered([(k, encode_op(OpCode.PUT, ME, i, [b"1"])) for i, k in enumerate(KEYS)])
+    lane = numbering(0, 1)  # a writer's numbers of its updates waited for
+    puts = numbered([(k, encode_op(OpCode.PUT, ME, lane[i], [b"1"])) for i, k in enumerate(KEYS)])
     assert machine.apply_puts(puts, 5) is not None
     twice = numbered([(b"a", encode_op(OpCode.PUT, ME, i, [b"1"])) for i in range(3)])
     assert machine.apply_puts(twice, 3) is None  # a key twice: decided in order
     removal = numbered([(b"a", encode_op(OpCode.REMOVE, ME, 0))])
     assert machine.apply_puts(removal, 1) is None
     assert machine.apply_puts(puts, 5) is None  # repeats: the record loop skips them
-    later = numbered([(k, encode_op(OpCode.PUT, ME, i, [b"1"])) for i, k in enumerate(KEYS, 9)])
+    later = numbered(
+        [(k, encode_op(OpCode.PUT, ME, lane[i], [b"1"])) for i, k in enumerate(KEYS, 9)]
+    )
     assert machine.apply_puts(later, 5) is None  # numbers 5-8 skipped: decided one by one
     machine = new_machine(new_state())
     monkeypatch.setattr(machine_module, "BULK_MIN", 1)

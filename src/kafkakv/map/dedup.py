@@ -8,17 +8,21 @@ it applied, and an update whose id is among them changes nothing: every replica 
 alike, because the table is a function of the records applied and of nothing else.
 
 **The table.** A writer numbers its updates of partition ``p`` of a map of ``P`` partitions
-``p, p + P, p + 2P, ...`` (seqs unique in the writer, dense in each partition). For each
-``(origin, seq mod P)`` the table holds the highest ``seq // P`` applied (``top``) and the
-holes below it, ranges of numbers not applied yet: a writer's records reach the log in another
-order than it numbered them (several threads, several producers), so a number below ``top``
-may still come for the first time, and it is applied then. A number neither above ``top`` nor
-in a hole is a repeat. Any numbering is recognised exactly; the writers' numbering only keeps
-the table small (one range, no holes, as a rule).
+in :data:`LANES` lanes, lane ``l`` taking ``lP + p, lP + p + LP, lP + p + 2LP, ...``
+(:func:`numbering`: seqs unique in the writer, dense in each lane of each partition). A replica
+sends its blocking updates in lane 0 and hands the others to a pipelined producer in lane 1:
+the two reach the log in another order than they were numbered (on Kafka through two
+producers, one of them batching), so each lane keeps its own count. With ``S = LP``, the table
+holds for each ``(origin, seq mod S)`` the highest ``seq // S`` applied (``top``) and the holes
+below it, ranges of numbers not applied yet: within a lane too a writer's threads overtake
+each other, so a number below ``top`` may still come for the first time, and it is applied
+then. A number neither above ``top`` nor in a hole is a repeat. Any numbering is recognised
+exactly; the writers' numbering only keeps the table small (a range per lane, as a rule
+without holes; as many holes as updates were overtaken while in flight).
 
 **Bounds.** An origin keeps at most :data:`MAX_HOLES` holes; past that its oldest holes go, and
 a record that would have filled one is refused as a repeat (never applied twice; the writer
-learns it failed). An origin is forgotten once no record of it came for :data:`HORIZON_MS` of
+learns it failed). Holes that stay are those of updates that never reached the log. An origin is forgotten once no record of it came for :data:`HORIZON_MS` of
 the log's time, measured at ``FLUSHED`` marks (the only records every replica reads from the
 log with their timestamp): a repeat later than that would be applied again. librdkafka stops
 retrying a record at ``message.timeout.ms`` (the map's timeout), far within the horizon. At
@@ -30,16 +34,18 @@ covers (:meth:`AppliedIds.snapshot`). A new replica loads it with the data and r
 after; a replica resumed from its own store takes it from the mark of its store's flush point
 and replays the ids of the ops after that (see :mod:`kafkakv.map.engine`).
 
->>> ids = AppliedIds(partition=1, stride=3)
+>>> ids = AppliedIds(partition=1, partitions=3)
+>>> list(numbering(1, 3)[:3]), list(numbering(1, 3, lane=1)[:3])
+([1, 7, 13], [4, 10, 16])
 >>> def apply(seq, offset):
 ...     if ids.is_repeat(b"w", seq):
 ...         return "repeat"
 ...     ids.admit(b"w", seq, offset)
 ...     return "applied"
->>> [apply(seq, offset) for offset, seq in enumerate([1, 7, 4, 7, 4, 10])]
-['applied', 'applied', 'applied', 'repeat', 'repeat', 'applied']
+>>> [apply(seq, offset) for offset, seq in enumerate([1, 13, 7, 13, 4, 7, 19])]
+['applied', 'applied', 'applied', 'repeat', 'applied', 'repeat', 'applied']
 >>> copy = AppliedIds.restore(1, 3, ids.snapshot())
->>> copy.is_repeat(b"w", 7), copy.is_repeat(b"w", 13), copy == ids
+>>> copy.is_repeat(b"w", 7), copy.is_repeat(b"w", 25), copy == ids
 (True, False, True)
 """
 
@@ -49,25 +55,27 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["HORIZON_MS", "MAX_HOLES", "MAX_ORIGINS", "AppliedIds", "Replay", "numbering"]
+__all__ = ["HORIZON_MS", "LANES", "MAX_HOLES", "MAX_ORIGINS", "AppliedIds", "Replay", "numbering"]
 
 #: How long (ms of the log's time, at ``FLUSHED`` marks) an origin is remembered after its
 #: last record.
 HORIZON_MS = 3_600_000
-#: Ranges of not-yet-applied numbers kept per origin.
-MAX_HOLES = 16
+#: Ranges of not-yet-applied numbers kept per origin and lane.
+MAX_HOLES = 1024
+#: Numbering lanes of a writer (see the module docstring).
+LANES = 2
 #: Origins kept per partition.
 MAX_ORIGINS = 4096
 
 
-def numbering(partition: int, partitions: int) -> range:
-    """A writer's seqs for ``partition`` of a map of ``partitions``: dense in the partition,
-    unique across partitions (see the module docstring).
+def numbering(partition: int, partitions: int, lane: int = 0) -> range:
+    """A writer's seqs for ``partition`` of a map of ``partitions`` in ``lane``: dense in the
+    lane of the partition, unique across lanes and partitions (see the module docstring).
 
     >>> list(numbering(1, 3)[:3])
-    [1, 4, 7]
+    [1, 7, 13]
     """
-    return range(partition, 1 << 62, partitions)
+    return range(lane * partitions + partition, 1 << 62, LANES * partitions)
 
 
 class _Origin:
@@ -85,14 +93,16 @@ class _Origin:
 
 
 class AppliedIds:
-    """The ids of the updates partition ``partition`` applied (see the module docstring);
-    ``stride`` is the map's partition count. Pure: no I/O, no clock."""
+    """The ids of the updates partition ``partition`` of a map of ``partitions`` applied
+    (see the module docstring). Pure: no I/O, no clock."""
 
-    __slots__ = ("_origins", "marks", "partition", "stride", "writers")
+    __slots__ = ("_origins", "marks", "partition", "partitions", "stride", "writers")
 
-    def __init__(self, partition: int, stride: int) -> None:
+    def __init__(self, partition: int, partitions: int) -> None:
         self.partition = partition
-        self.stride = max(1, stride)
+        self.partitions = max(1, partitions)
+        #: Numbers of one lane of one partition are this far apart.
+        self.stride = LANES * self.partitions
         #: By origin for the numbers of this partition's numbering (``seq mod P`` is the
         #: partition: no tuple to make, and the bytes hash once), else by ``(origin, seq mod
         #: P)``.
@@ -219,10 +229,10 @@ class AppliedIds:
         return [[list(m) for m in self.marks], rows]
 
     @classmethod
-    def restore(cls, partition: int, stride: int, rows: Any) -> AppliedIds:
+    def restore(cls, partition: int, partitions: int, rows: Any) -> AppliedIds:
         """The table a :meth:`snapshot` holds (from a flush); an empty one for None (a flush
         written before tables were). Raises ``ValueError`` for rows that are not one."""
-        ids = cls(partition, stride)
+        ids = cls(partition, partitions)
         if rows is None:
             return ids
         try:
@@ -237,7 +247,7 @@ class AppliedIds:
         return ids
 
     def copy(self) -> AppliedIds:
-        return AppliedIds.restore(self.partition, self.stride, self.snapshot())
+        return AppliedIds.restore(self.partition, self.partitions, self.snapshot())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, AppliedIds):
@@ -247,7 +257,7 @@ class AppliedIds:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"AppliedIds(partition={self.partition}, stride={self.stride}, {self.snapshot()!r})"
+        return f"AppliedIds({self.partition}, {self.partitions}, {self.snapshot()!r})"
 
 
 _Rows = tuple[list[tuple[int, int]], list[tuple[bytes, int, int, int, list[tuple[int, int]]]]]
@@ -265,13 +275,13 @@ class Replay:
     >>> replay.update(b"w", 6, 5)
     >>> replay.mark(4, AppliedIds(0, 1).snapshot(), 6, 1000)
     >>> replay.update(b"w", 6, 7)  # a repeat: it changes nothing
-    >>> replay.table().is_repeat(b"w", 6), replay.table().is_repeat(b"w", 5)
+    >>> replay.table().is_repeat(b"w", 6), replay.table().is_repeat(b"w", 4)
     (True, False)
     """
 
-    def __init__(self, partition: int, stride: int, flushed: int) -> None:
-        self.partition, self.stride, self.flushed = partition, stride, flushed
-        self._table = AppliedIds(partition, stride) if flushed < 0 else None
+    def __init__(self, partition: int, partitions: int, flushed: int) -> None:
+        self.partition, self.partitions, self.flushed = partition, partitions, flushed
+        self._table = AppliedIds(partition, partitions) if flushed < 0 else None
         self._held: list[tuple[bytes, int, int] | tuple[int, int | None]] = []
 
     def update(self, origin: bytes, seq: int, offset: int) -> None:
@@ -289,14 +299,14 @@ class Replay:
             if covered != self.flushed or rows is None:
                 self._held.append((offset, ts))
                 return
-            self._table = AppliedIds.restore(self.partition, self.stride, rows)
+            self._table = AppliedIds.restore(self.partition, self.partitions, rows)
             self._release()
         self._table.at_mark(offset, ts)
 
     def table(self) -> AppliedIds:
         """The table rebuilt from what was fed."""
         if self._table is None:
-            self._table = AppliedIds(self.partition, self.stride)
+            self._table = AppliedIds(self.partition, self.partitions)
             self._release()
         return self._table
 

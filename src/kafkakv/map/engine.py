@@ -177,8 +177,11 @@ class ReplicaEngine:
         #: the follower applies the record at its next wake-up, within _WAIT_SLICE.
         self._own = log.own_appends(self.origin)
         #: Each partition's update numbers (see kafkakv.map.dedup: dense in a partition, so
-        #: the replicas' tables of applied ids stay small; unique in this replica).
+        #: the replicas' tables of applied ids stay small; unique in this replica): lane 0
+        #: for the updates appended here and waited for, lane 1 for those the sender hands
+        #: to the log (a pipelined producer on Kafka), which overtake each other.
         self._seqs = [iter(numbering(p, partition_count)) for p in range(partition_count)]
+        self._sent_seqs = [iter(numbering(p, partition_count, 1)) for p in range(partition_count)]
         self._lock = ReplicaLock()  # handed over to waiting threads: see map.replicalock
         #: The protocol state of each held partition (see kafkakv.map.machine).
         self.machines = {
@@ -492,7 +495,7 @@ class ReplicaEngine:
             self._check_update(p)
         if record_key in RESERVED_KEYS:  # the keys no update may have
             check_update_key(record_key)
-        seq = next(self._seqs[p])
+        seq = next(self._seqs[p] if wait else self._sent_seqs[p])
         value = encode_op(code, self.origin, seq, args)
         if len(record_key) + len(value) > self.max_record_bytes:
             raise RecordTooLargeError(
@@ -623,8 +626,9 @@ class ReplicaEngine:
         own_ops: dict[int, list[Op | None]] = {}  # each record's op, as decoding it would give
         parts: list[tuple[int, BatchPart, Record]] = []
         code, extra = (OpCode.WRITE_MANY, ()) if expires is None else (OpCode.PUT_FOR, (expires,))
+        lane = self._seqs if wait else self._sent_seqs
         for p, (ks, vs) in chunks:
-            seq = next(self._seqs[p])
+            seq = next(lane[p])
             args = (ks, vs, *extra)
             value = encode_op(code, self.origin, seq, args)
             record = new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None))
@@ -779,7 +783,7 @@ class ReplicaEngine:
         values: list[bytes | None] = [item[3] for item in run]
         start = 0
         for ks, vs in write_many_chunks(keys, values, self.max_record_bytes - len(state.prefix)):
-            seq = next(self._seqs[p])
+            seq = next(self._sent_seqs[p])
             groups.append((seq, PutGroup([item[4] for item in run[start : start + len(ks)]], p)))
             start += len(ks)
             value = encode_op(OpCode.WRITE_MANY, self.origin, seq, (ks, vs))

@@ -229,7 +229,18 @@ BULK_MIN = 16
 
 #: The codes the record loop compares every record with, as globals: a member looked up on
 #: its enum class costs about 1,000 instructions in Python 3.11 (callgrind), a global a few.
-_PUT, _COMPUTE, _MERGE, _BARRIER = OpCode.PUT, OpCode.COMPUTE, OpCode.MERGE, OpCode.BARRIER
+_BARRIER = OpCode.BARRIER
+_COMPUTE = OpCode.COMPUTE
+_EXPIRE = OpCode.EXPIRE
+_FLUSHED = OpCode.FLUSHED
+_MERGE = OpCode.MERGE
+_PUT = OpCode.PUT
+_PUT_FOR = OpCode.PUT_FOR
+_PUT_TTL = OpCode.PUT_TTL
+_SET_IF_VERSION = OpCode.SET_IF_VERSION
+_TRANSACT = OpCode.TRANSACT
+_WRITE_MANY = OpCode.WRITE_MANY
+_WRITE_MANY_TTL = OpCode.WRITE_MANY_TTL
 _ORIGIN_OF, _SEQ_OF = operator.itemgetter(1), operator.itemgetter(2)  # of a decoded op
 
 
@@ -395,7 +406,7 @@ class PartitionMachine:
                     continue
             if code >= _BARRIER:  # control records
                 skipped += 1
-                if code is OpCode.FLUSHED:
+                if code is _FLUSHED:
                     self.mark_flushed(args[0], offset, ts)
                     next_flush = self.next_flush
                 continue
@@ -436,9 +447,9 @@ class PartitionMachine:
                 if code is _PUT and type(args[0]) is bytes:  # the common case, inline
                     result, new = current, args[0]
                 elif (
-                    code is OpCode.WRITE_MANY
-                    or code is OpCode.WRITE_MANY_TTL
-                    or (code is OpCode.PUT_FOR and len(args) == 3)
+                    code is _WRITE_MANY
+                    or code is _WRITE_MANY_TTL
+                    or (code is _PUT_FOR and len(args) == 3)
                 ):
                     # Its changes are made; the result is the previous value of each pair.
                     result = self._write_many(
@@ -448,21 +459,21 @@ class PartitionMachine:
                     if mine:  # toward the flush period, a batch counts as its pairs
                         next_flush -= len(args[0]) - 1
                         self.next_flush = next_flush
-                elif code is OpCode.TRANSACT:  # its changes are made; the result is a bool
+                elif code is _TRANSACT:  # its changes are made; the result is a bool
                     t = transaction_args(args)
                     result = self._transact(state, overlay, t, offset, mine, step, ts or 0)
                     new = KEEP
                     if mine and len(t.keys) > 1:  # as a batch
                         next_flush -= len(t.keys) - 1
                         self.next_flush = next_flush
-                elif code is OpCode.SET_IF_VERSION:
+                elif code is _SET_IF_VERSION:
                     expected_version, value = args
                     (version,) = _versions_of(state, [user_key])
                     result = (None if current is None else version) == expected_version
                     new = value if result and type(value) is bytes else KEEP
                     if result and new is KEEP:
                         raise OperationFailedError("SET_IF_VERSION needs a bytes value")
-                elif code is OpCode.PUT_TTL or code is OpCode.PUT_FOR:
+                elif code is _PUT_TTL or code is _PUT_FOR:
                     _expiries_of(state)
                     value = args[0]
                     put_deadline(code, args, ts or 0)  # raises for a malformed one
@@ -470,7 +481,7 @@ class PartitionMachine:
                         raise OperationFailedError(f"{code.name} needs a bytes value")
                     result, new = current, value
                     step.log_time = max(step.log_time, ts or 0)
-                elif code is OpCode.EXPIRE:
+                elif code is _EXPIRE:
                     (deadline,) = args
                     result = (
                         current is None
@@ -906,7 +917,7 @@ class PartitionMachine:
     def resume_replay(self) -> Replay:
         """A :class:`~kafkakv.map.dedup.Replay` for :meth:`note_resumed` from the flush point
         taken by :meth:`start_at`."""
-        return Replay(self.partition, self.ids.stride, self.flushed)
+        return Replay(self.partition, self.ids.partitions, self.flushed)
 
     def keys_of(self, record: Record) -> list[bytes]:
         """The record keys an ops record may change: its own, and for a batch
