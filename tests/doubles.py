@@ -54,8 +54,8 @@ class ForwardingLogWriter(LogWriter):
 
 class ForwardingLog(Log):
     """A log that forwards every call to ``inner``, and takes its class-level facts
-    (``end_offset_is_linearizable``, ``appends_contiguously``, ``private``, ``stores_on_send``).
-    Closing it closes ``inner``."""
+    (``end_offset_is_linearizable``, ``appends_contiguously``, ``private``, ``stores_on_send``,
+    ``clock_is_local``). Closing it closes ``inner``."""
 
     def __init__(self, inner: Log) -> None:
         self.inner = inner
@@ -63,6 +63,7 @@ class ForwardingLog(Log):
         self.appends_contiguously = inner.appends_contiguously
         self.private = inner.private
         self.stores_on_send = inner.stores_on_send
+        self.clock_is_local = inner.clock_is_local
 
     # -- topics ---------------------------------------------------------------------------
     def create_topic(

@@ -35,7 +35,13 @@ from kafkakv.map.keyspace import map_prefix
 from kafkakv.map.machine import FLUSH_HEADERS_MAX, MapState
 from kafkakv.map.replica import ReplicaMap, SortedReplicaMap
 from kafkakv.map.settings import MapSettings
-from kafkakv.map.topics import MapTopics, check_map_settings, check_topics, create_topics
+from kafkakv.map.topics import (
+    MapTopics,
+    check_map_settings,
+    check_ops_clock,
+    check_topics,
+    create_topics,
+)
 from kafkakv.store import OrderedStore, Store, open_store
 
 __all__ = ["Database", "check_target", "connect"]
@@ -576,6 +582,8 @@ class Database(Closeable):
             versions=created["versions"],
             expiry=created["expiry"],
         )
+        if settings.expiry:
+            check_ops_clock(self.log, topics)
         states = [spec.state(shared, private=self.log.private) for spec in specs]
         # What one ops record may hold, so that the value it carries flushes too.
         max_bytes = min(

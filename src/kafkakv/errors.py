@@ -79,6 +79,8 @@
             ├── FunctionError             a registered compute/merge function raised
             ├── ResultTooLargeError (RecordTooLargeError)
             │                             a computed value too large for a record
+            ├── RepeatedUpdateError       an update whose id the partition applied already
+            │                             (a record the transport wrote twice)
             └── UnknownFunctionError (KeyError)
                                           a function name that is not registered
 
@@ -127,6 +129,7 @@ __all__ = [
     "PartitionStalledError",
     "PipelineError",
     "RecordTooLargeError",
+    "RepeatedUpdateError",
     "ResultDecodeError",
     "ResultTooLargeError",
     "StoreError",
@@ -397,6 +400,13 @@ class FunctionError(OperationFailedError):
 class ResultTooLargeError(OperationFailedError, RecordTooLargeError):
     """A compute or merge gave a value that, with its key, is larger than a record of the
     map's topics may hold; nothing changed, on every replica."""
+
+
+class RepeatedUpdateError(OperationFailedError):
+    """An ops record whose update id (origin and sequence number) its partition applied
+    already: every replica skips it alike (see :mod:`kafkakv.map.dedup`). A caller sees it
+    only for a record of its own that reached the log so late that the replicas had stopped
+    waiting for its number; it was not applied."""
 
 
 class UnknownFunctionError(OperationFailedError, KeyError):

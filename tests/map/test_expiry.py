@@ -1,9 +1,12 @@
 """Expiry (``expiry=True``): keys put with a time to live read as absent once their deadline
 passes, are removed by ``EXPIRE`` ops that every replica applies, and leave the data topic.
 
-Two clocks are involved, and the tests pin each down: the state machine decides by the op
-record's timestamp (pure tests drive it with chosen timestamps), and reads go by the reader's
-clock (map tests wait for real deadlines, short ones).
+One clock decides, the log's: the state machine takes a ``PUT_FOR``'s deadline from its
+record's timestamp and decides each op by its record's timestamp (pure tests drive it with
+chosen timestamps, and a Hypothesis model checks that no key is removed before its record's
+stamp plus its ttl); reads and reapers go by the replica's estimate of the log's clock (map
+tests wait for real deadlines, short ones; tests/map/test_logclock.py tests the estimate,
+tests/kafka/test_clock_skew.py clients with skewed clocks).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafkakv.codecs import codec_for
 from kafkakv.errors import ConfigError, TopicMismatchError
@@ -19,7 +24,7 @@ from kafkakv.log.base import Record
 from kafkakv.log.kafka import KafkaLog
 from kafkakv.map import SortedReplicaMap
 from kafkakv.map.machine import MapState, MapTable, PartitionMachine, Step
-from kafkakv.map.ops import OpCode, encode_op
+from kafkakv.map.ops import OpCode, decode_op, encode_op
 from kafkakv.store.memory import DictStore
 from tests.map.conftest import OpenMap, compact_if_possible, local_logs, shared_logs
 from tests.map.test_map_protocol import read_all
@@ -38,7 +43,7 @@ def _apply(machine: PartitionMachine, state: MapState, *ops: tuple[Any, ...]) ->
     """Apply ``(key, code, args, timestamp)`` ops as one batch and write the step."""
     first = machine.applied
     records = [
-        Record(k, encode_op(code, b"other!!!", i, args), (), ts, 0, first + i)
+        Record(k, encode_op(code, b"other!!!", first + i, args), (), ts, 0, first + i)
         for i, (k, code, args, ts) in enumerate(ops)
     ]
     step = machine.apply_batch(records, first + len(records))
@@ -71,6 +76,122 @@ def test_ops_decide_by_their_records_time_and_expire_removes_only_its_own_deadli
     step = _apply(machine, state, (b"a", OpCode.PUT, (b"1",), 2))
     assert state.expiries == {} and state.store.get(b"a") == b"1"
     assert not step.expiring
+
+
+def test_put_for_takes_its_deadline_from_its_records_stamp_whatever_the_writer_clock() -> None:
+    """A ``PUT_FOR`` carries a ttl: the deadline is its record's stamp plus the ttl, on every
+    replica. An ``EXPIRE`` stamped before it changes nothing and hands the key back to the
+    reapers (``Step.expiring``, ``Step.early``); one stamped at it removes the key."""
+    machine, state = _machine()
+    step = _apply(machine, state, (b"k", OpCode.PUT_FOR, (b"1", 30_000), 1_000_000))
+    assert state.expiries == {b"k": 1_030_000} and step.expiring == [(1_030_000, b"k")]
+    assert step.log_time == 1_000_000 and step.early == 0
+    # A reaper whose clock ran 30 s ahead proposed at once: stamped by the log, too early.
+    step = _apply(machine, state, (b"k", OpCode.EXPIRE, (1_030_000,), 1_000_040))
+    assert state.store.get(b"k") == b"1" and state.expiries == {b"k": 1_030_000}
+    assert step.expiring == [(1_030_000, b"k")] and step.early == 1_000_040
+    assert step.log_time == 1_000_040 and step.errors == []
+    # Ops stamped before the deadline find the key; at the deadline it is absent.
+    _apply(machine, state, (b"k", OpCode.PUT_IF_ABSENT, (b"2",), 1_029_999))
+    assert state.store.get(b"k") == b"1"
+    step = _apply(machine, state, (b"k", OpCode.EXPIRE, (1_030_000,), 1_030_000))
+    assert state.store.get(b"k") is None and state.expiries == {}
+    assert not step.expiring and step.early == 0
+    # An EXPIRE of a key put again (another deadline) or absent is no reason to reap again.
+    _apply(machine, state, (b"j", OpCode.PUT_FOR, (b"1", 10), 5))
+    step = _apply(machine, state, (b"j", OpCode.EXPIRE, (999,), 6))
+    assert not step.expiring and step.early == 0
+    # A batch: every put gets the record's stamp plus the ttl; a remove gets none.
+    many = ((b"a", b"b", b"c"), (b"1", b"2", None), 500)
+    step = _apply(machine, state, (b"a", OpCode.PUT_FOR, many, 7_000))
+    assert state.expiries == {b"a": 7_500, b"b": 7_500, b"j": 15}
+    assert sorted(step.expiring) == [(7_500, b"a"), (7_500, b"b")] and step.log_time == 7_000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(b"1", 0), (b"1", -5), (b"1", 1.5), (b"1", None), ("str", 10), ((b"a",), (b"1",), 0)],
+)
+def test_a_malformed_put_for_fails_alike_and_changes_nothing(args: tuple[Any, ...]) -> None:
+    machine, state = _machine()
+    step = _apply(machine, state, (b"a", OpCode.PUT_FOR, args, 1000))
+    assert len(step.errors) == 1 and state.store.get(b"a") is None and state.expiries == {}
+
+
+def test_records_of_the_older_format_still_carry_the_writers_deadline() -> None:
+    """``PUT_TTL`` and ``WRITE_MANY_TTL``, written by replicas before ``PUT_FOR``, keep their
+    meaning: the deadline they carry, whatever their record's stamp."""
+    machine, state = _machine()
+    _apply(
+        machine,
+        state,
+        (b"k", OpCode.PUT_TTL, (b"1", 5000), 900_000),
+        (b"a", OpCode.WRITE_MANY_TTL, ((b"a",), (b"1",), 9000), 900_001),
+    )
+    assert state.expiries == {b"k": 5000, b"a": 9000}
+
+
+@st.composite
+def _expiry_log(draw: st.DrawFn) -> list[tuple[bytes, OpCode, tuple[Any, ...], int]]:
+    """Ops of two keys with log stamps that mostly go up, sometimes back (a new leader whose
+    clock is behind); ``EXPIRE`` of the key's deadline, or of another."""
+    ops: list[tuple[bytes, OpCode, tuple[Any, ...], int]] = []
+    ts = 1_000
+    deadlines: dict[bytes, int] = {}
+    for _ in range(draw(st.integers(1, 30))):
+        ts = max(1, ts + draw(st.integers(-20, 60)))
+        key = draw(st.sampled_from([b"a", b"b"]))
+        kind = draw(st.sampled_from(["for", "for", "put", "remove", "expire", "expire"]))
+        if kind == "for":
+            ttl = draw(st.integers(1, 100))
+            ops.append((key, OpCode.PUT_FOR, (b"v%d" % ts, ttl), ts))
+            deadlines[key] = ts + ttl
+        elif kind == "put":
+            ops.append((key, OpCode.PUT, (b"p",), ts))
+        elif kind == "remove":
+            ops.append((key, OpCode.REMOVE, (), ts))
+        else:
+            deadline = deadlines.get(key, ts) + draw(st.sampled_from([0, 0, 0, 1, -1]))
+            ops.append((key, OpCode.EXPIRE, (deadline,), ts))
+    return ops
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(_expiry_log(), st.integers(1, 5))
+def test_no_key_is_removed_before_its_records_stamp_plus_its_ttl(
+    ops: list[tuple[bytes, OpCode, tuple[Any, ...], int]], cut: int
+) -> None:
+    """A model of expiry by the log's clock, against the machine, in batches of any size: a
+    key put for ttl ms at stamp t lives until an op stamped t + ttl or later; an ``EXPIRE``
+    removes it only then, and one stamped earlier hands it back to the reapers."""
+    machine, state = _machine()
+    model: dict[bytes, tuple[bytes, int | None]] = {}  # key -> (value, deadline)
+    for start in range(0, len(ops), cut):
+        batch = ops[start : start + cut]
+        step = _apply(machine, state, *batch)
+        rearmed: list[tuple[int, bytes]] = []
+        for key, code, args, ts in batch:
+            held = model.get(key)
+            live = held is not None and (held[1] is None or held[1] > ts)
+            if code is OpCode.PUT_FOR:
+                model[key] = (args[0], ts + args[1])
+            elif code is OpCode.PUT:
+                model[key] = (args[0], None)
+            elif code is OpCode.REMOVE and live:
+                del model[key]
+            elif code is OpCode.EXPIRE and held is not None and held[1] == args[0]:
+                if args[0] <= ts:
+                    del model[key]
+                else:
+                    rearmed.append((args[0], key))
+        assert {k: state.store.get(k) for k in (b"a", b"b")} == {
+            k: model[k][0] if k in model else None for k in (b"a", b"b")
+        }
+        assert state.expiries == {k: d for k, (_, d) in model.items() if d is not None}
+        assert set(rearmed) <= set(step.expiring)
+        assert step.log_time == max(
+            [ts for _, c, _, ts in batch if c in (OpCode.PUT_FOR, OpCode.EXPIRE)], default=0
+        )
 
 
 def test_a_map_without_expiry_refuses_expiring_ops_alike() -> None:
@@ -124,6 +245,33 @@ def test_expired_keys_read_as_absent_then_every_replica_removes_them(open_map: O
 
 
 @local_logs
+def test_a_reaper_whose_estimate_runs_ahead_proposes_in_vain_then_measures_and_waits(
+    open_map: OpenMap,
+) -> None:
+    """A replica whose estimate of the log's clock runs 30 s ahead (a leader whose clock was
+    ahead, then a new one that is not) proposes an ``EXPIRE`` at once: the log stamps it
+    before the deadline, so it changes nothing; every replica hands the key back, this one
+    measures the clock again, and the key goes once its ttl has passed, after a few records,
+    not a loop of them."""
+    m = open_map(expiry=True, flush_period=100_000)
+    engine = m._engine
+    engine._clock_is_local = False  # go by the estimate, as on Kafka
+    engine.log_clock.measured(0, int(time.time() * 1000) + 30_000, time.monotonic() * 1000)
+    put_at = time.monotonic()
+    m.put("k", 1, ttl=0.5)
+    store = m._state.store
+    wait_for(lambda: store.get(b"k") is None, 10, "the key to be reaped")
+    gone_after = time.monotonic() - put_at
+    assert 0.5 <= gone_after < 2.5, gone_after
+    ops = read_all(engine.log, engine.topics.ops, 0)
+    expires = [r for r in ops if decode_op(r.value).code is OpCode.EXPIRE]
+    assert 2 <= len(expires) <= 4, len(expires)  # the early one(s), then the one on time
+    assert engine.log_clock.fresh(0)
+    now = engine.log_now()
+    assert now is not None and now <= time.time() * 1000  # measured again: behind, not ahead
+
+
+@local_logs
 def test_len_counts_from_one_state_while_expire_ops_apply(open_map: OpenMap) -> None:
     """len of a map with expiry takes the store's size and its expired keys from one state:
     taken apart, an EXPIRE op applied in between made it count a key twice (CI, len 1 for
@@ -137,7 +285,7 @@ def test_len_counts_from_one_state_while_expire_ops_apply(open_map: OpenMap) -> 
     after = []  # each len taken past the deadline while the store still held expired keys
     limit = time.monotonic() + 20
     while held := sum(1 for k in keys if m._state.store.get(k) is not None):
-        started_ms = time.time() * 1000
+        started_ms = m._engine.read_now()  # reads go by the replica's log clock
         n = len(m)
         if started_ms > expires_ms:
             after.append(n)
@@ -222,7 +370,7 @@ def test_a_removed_key_keeps_its_deadline_until_the_store_no_longer_holds_it() -
     machine, state = _machine()
     _apply(machine, state, (b"k", OpCode.PUT_TTL, (b"1", 5000), 1000))
     first = machine.applied
-    record = Record(b"k", encode_op(OpCode.EXPIRE, b"other!!!", 0, (5000,)), (), 5000, 0, first)
+    record = Record(b"k", encode_op(OpCode.EXPIRE, b"other!!!", first, (5000,)), (), 5000, 0, first)
     step = machine.apply_batch([record], first + 1)
     # Decided, not yet carried out: the store still holds the key, so its deadline stays.
     assert state.store.get(b"k") == b"1" and state.expiries == {b"k": 5000}

@@ -32,6 +32,7 @@ from kafkakv.codecs import codec_for
 from kafkakv.errors import DataLossError, DecodeError, OperationFailedError, ResultTooLargeError
 from kafkakv.log.base import Record
 from kafkakv.map import machine as machine_module
+from kafkakv.map.dedup import AppliedIds, numbering
 from kafkakv.map.keyspace import FLUSH_POINT_KEY, SETTINGS_KEY
 from kafkakv.map.machine import (
     BULK_MIN,
@@ -87,7 +88,9 @@ def ops_records(draw: st.DrawFn) -> tuple[bytes | None, bytes | None, bytes]:
     """One ops record's (key, value) and its origin: an update of any kind, a barrier, or
     bytes that are no op at all."""
     origin = draw(st.sampled_from([ME, OTHER]))
-    seq = draw(st.integers(0, 1 << 30))
+    # Few numbers: updates repeat (a transport writing a record twice) and come out of
+    # order, within the holes a table of applied ids keeps (30 numbers: 15 holes at most).
+    seq = draw(st.integers(0, 30))
     key = draw(st.sampled_from(KEYS))
     value = draw(st.sampled_from(VALUES))
     kind = draw(
@@ -165,6 +168,8 @@ class Run:
     flushes: list[tuple[int, dict[bytes, bytes | None]]] = field(default_factory=list)
     data: dict[bytes, bytes | None] = field(default_factory=dict)
     steps: list[Step] = field(default_factory=list)
+    #: After each step: the store's contents and positions, as a store on disk keeps them.
+    stored: list[tuple[dict[bytes, bytes], Positions]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.machine = new_machine(self.state)
@@ -178,6 +183,7 @@ class Run:
             step = self.machine.apply_batch(chunk, (chunk[-1].offset or 0) + 1)
             carry_out(self.machine, self.state, step)
             self.steps.append(step)
+            self.stored.append((contents(self.state), step.positions))
             assert self.machine.applied >= before.applied, "applied went back"
             assert self.machine.flushed >= before.flushed, "flushed went back"
             if step.flush_due:
@@ -188,7 +194,8 @@ class Run:
         plan = self.machine.flush_plan()
         if plan is not None:
             covered, keys = plan
-            data, mark = flush_records(keys, self.machine.flush_values(keys), covered, ME)
+            values, ids = self.machine.flush_values(keys), self.machine.ids.snapshot()
+            data, mark = flush_records(keys, values, covered, ME, ids=ids)
             for record in data:
                 assert record.key is not None
                 self.data[record.key] = record.value
@@ -200,12 +207,14 @@ class Run:
 def fold(
     records: list[Record], start: dict[bytes, bytes] | None = None
 ) -> tuple[dict[bytes, bytes], dict[int, Any], dict[bytes, int]]:
-    """The plain fold of an ops log through ``decide``, from ``start`` (default: empty):
-    final contents, this replica's outcomes by seq ("failed" for a failure), and the offset
-    of each key's last change."""
+    """The plain fold of an ops log through ``decide``, from ``start`` (default: empty), each
+    update applied at most once (the first record of an ``(origin, seq)``): final contents,
+    this replica's outcomes by seq ("failed" for a failure), and the offset of each key's
+    last change."""
     state: dict[bytes, bytes] = dict(start or {})
     outcomes: dict[int, Any] = {}
     changed: dict[bytes, int] = {}
+    applied: set[tuple[bytes, int]] = set()
     for record in records:
         try:
             op = decode_op(record.value)
@@ -213,6 +222,9 @@ def fold(
             continue
         if op.code.control or record.key is None:
             continue
+        if (op.origin, op.seq) in applied:
+            continue
+        applied.add((op.origin, op.seq))
         if op.code is OpCode.WRITE_MANY:  # each pair a put, or a remove where None
             found = []  # its result: what each pair found
             for key, value in zip(*op.args, strict=True):
@@ -258,9 +270,9 @@ def test_live_state_and_own_results_match_a_plain_fold(
     assert contents(run.state) == expected
     seen: dict[int, Any] = {}
     for step in run.steps:
-        for kind, seq, arg in own_outcomes(step):
-            seen[seq] = "failed" if kind == FAILED else arg
-    assert seen == outcomes  # seqs repeat in drawn logs: the last own op of a seq counts
+        for kind, seq, arg in own_outcomes(step):  # the first outcome is the future's
+            seen.setdefault(seq, "failed" if kind == FAILED else arg)
+    assert seen == outcomes
     assert run.machine.applied == len(items)
 
 
@@ -296,12 +308,41 @@ def test_a_replay_from_any_flush_point_equals_the_live_state(
             state.store.write(loaded.changes[id(state)], {})
             assert loaded.flush_point == covered
         machine = new_machine(state)
-        machine.start_at(start_point(0, None, covered if loaded is not None else -1))
+        ids = AppliedIds.restore(0, 1, loaded.ids if loaded is not None else None)
+        machine.start_at(start_point(0, None, covered if loaded is not None else -1), ids)
         assert machine.applied == covered + 1
         tail = run.log[machine.applied :]
         if tail:
             carry_out(machine, state, machine.apply_batch(tail, len(run.log)))
         assert contents(state) == contents(run.state), f"replay from {covered}"
+
+
+@SETTINGS
+@given(items=log_items, batch=st.integers(1, 40), at=st.integers(0, 200))
+def test_a_replica_resumed_from_its_store_skips_the_repeats_the_live_one_skips(
+    items: list[tuple[bytes | None, bytes | None, bytes]], batch: int, at: int
+) -> None:
+    """A store that persisted the state and positions of any step resumes there: it learns
+    the update ids applied from the ops after its flush point (the FLUSHED mark of that point
+    carries the table as of it), so the rest of the log leaves it equal to the live replica."""
+    run = Run()
+    run.feed([(k, v) for k, v, _ in items], batch)
+    while run.machine.applied < len(run.log):  # the marks of the last flushes
+        tail = run.log[run.machine.applied :]
+        carry_out(run.machine, run.state, run.machine.apply_batch(tail, len(run.log)))
+    stored, positions = run.stored[at % len(run.stored)]
+    state = new_state()
+    state.store.write(stored, {0: positions})
+    machine = new_machine(state)
+    machine.start_at(positions)
+    replay = machine.resume_replay()
+    machine.note_resumed(run.log[positions.flushed + 1 :], positions.applied, replay)
+    machine.ids = replay.table()
+    tail = run.log[machine.applied :]
+    if tail:
+        carry_out(machine, state, machine.apply_batch(tail, len(run.log)))
+    assert contents(state) == contents(run.state)
+    assert machine.ids == run.machine.ids
 
 
 @SETTINGS
@@ -315,10 +356,12 @@ def test_a_replay_from_any_flush_point_equals_the_live_state(
 def test_the_bulk_path_and_the_record_loop_decide_the_same(
     puts: list[tuple[bytes, bytes]], before: dict[bytes, bytes], first: int
 ) -> None:
-    """Distinct keys, plain puts: the batch the bulk path takes, applied both ways."""
+    """Distinct keys, plain puts, each origin's numbers in order: the batch the bulk path
+    takes, applied both ways."""
+    numbers = {ME: iter(numbering(0, 1)), OTHER: iter(numbering(0, 1))}
     items = [
-        (key, encode_op(OpCode.PUT, origin, seq, [value]))
-        for seq, (key, (value, origin)) in enumerate(zip(KEYS, puts, strict=False))
+        (key, encode_op(OpCode.PUT, origin, next(numbers[origin]), [value]))
+        for key, (value, origin) in zip(KEYS, puts, strict=False)
     ]
     records = numbered(list(items), first)
     outcomes = []
@@ -351,12 +394,19 @@ def test_apply_batch_takes_the_bulk_path_only_for_plain_put_batches(
 ) -> None:
     state = new_state()
     machine = new_machine(state)
-    puts = numbered([(k, encode_op(OpCode.PUT, ME, i, [b"1"])) for i, k in enumerate(KEYS)])
+    lane = numbering(0, 1)  # a writer's numbers of its updates waited for
+    puts = numbered([(k, encode_op(OpCode.PUT, ME, lane[i], [b"1"])) for i, k in enumerate(KEYS)])
     assert machine.apply_puts(puts, 5) is not None
     twice = numbered([(b"a", encode_op(OpCode.PUT, ME, i, [b"1"])) for i in range(3)])
     assert machine.apply_puts(twice, 3) is None  # a key twice: decided in order
     removal = numbered([(b"a", encode_op(OpCode.REMOVE, ME, 0))])
     assert machine.apply_puts(removal, 1) is None
+    assert machine.apply_puts(puts, 5) is None  # repeats: the record loop skips them
+    later = numbered(
+        [(k, encode_op(OpCode.PUT, ME, lane[i], [b"1"])) for i, k in enumerate(KEYS, 9)]
+    )
+    assert machine.apply_puts(later, 5) is None  # numbers 5-8 skipped: decided one by one
+    machine = new_machine(new_state())
     monkeypatch.setattr(machine_module, "BULK_MIN", 1)
     taken: list[bool] = []
     original = PartitionMachine.apply_puts
@@ -567,7 +617,7 @@ def test_flush_marks_and_requests_follow_the_period() -> None:
     step = machine.apply_batch(records, 5)
     assert step.flush_due and machine.flush_asked  # offset 3 crossed the first mark
     carry_out(machine, state, step)
-    more = numbered([(b"z", encode_op(OpCode.PUT, ME, 9, [b"2"]))] * 5, 5)
+    more = numbered([(b"z", encode_op(OpCode.PUT, ME, seq, [b"2"])) for seq in range(9, 14)], 5)
     step = machine.apply_batch(more[:1], 6)
     carry_out(machine, state, step)
     step = machine.apply_batch(more[1:], 10)  # crosses 3 + PERIOD while the flush runs
@@ -785,3 +835,21 @@ def test_a_computed_value_is_held_to_the_room_its_op_carries() -> None:
         decide(OpCode.MERGE, (*unbounded, "5"), None, b"k", STR, bytes_codec)
     with pytest.raises(DecodeError, match="takes 2 or 3 arguments, not 4"):
         decode_op(encode_op(OpCode.COMPUTE, ME, 1, ("f", b"\x90", 5, 6)))
+
+
+def test_keys_of_names_every_key_a_batch_writes() -> None:
+    """What a resumed replica marks dirty and a deep check's replay compares: every key of a
+    batch, with a time to live too (the ttl batches were read as their first key only)."""
+    machine = new_machine(new_state())
+    keys, values = [b"a", b"b", b"c"], [b"1", None, b"3"]
+    batches = [
+        encode_op(OpCode.WRITE_MANY, ME, 1, (keys, values)),
+        encode_op(OpCode.WRITE_MANY_TTL, ME, 2, (keys, values, 9_000)),
+        encode_op(OpCode.PUT_FOR, ME, 3, (keys, values, 9_000)),
+        encode_op(OpCode.TRANSACT, ME, 4, ([], [], [], [], keys, values)),
+    ]
+    for value in batches:
+        assert set(machine.keys_of(Record(b"a", value))) == {b"a", b"b", b"c"}, decode_op(value)
+    single = encode_op(OpCode.PUT_FOR, ME, 5, (b"1", 9_000))
+    assert machine.keys_of(Record(b"a", single)) == [b"a"]
+    assert machine.keys_of(Record(None, encode_op(OpCode.BARRIER, ME, 6))) == []

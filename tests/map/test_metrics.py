@@ -140,7 +140,10 @@ def test_the_machine_counts_update_records_whatever_their_outcome(failing: str) 
     machine.advance(step)
     assert machine.updates == 4
     # The bulk path (16 puts or more) counts as the record loop does.
-    puts = _records([(b"k%d" % i, encode_op(OpCode.PUT, me, i, [b"1"])) for i in range(20)], 7)
+    # (numbers 6, 8, ...: the writer's next in lane 0, after those of the batch above)
+    puts = _records(
+        [(b"k%d" % i, encode_op(OpCode.PUT, me, 2 * i, [b"1"])) for i in range(3, 23)], 7
+    )
     bulk = machine.apply_puts(puts, 27)
     assert bulk is not None and bulk.updates == 20
     machine.advance(bulk)
@@ -149,10 +152,10 @@ def test_the_machine_counts_update_records_whatever_their_outcome(failing: str) 
     step = machine.apply_batch(
         _records(
             [
-                (b"x", encode_op(OpCode.PUT, me, 30, [b"1"])),
-                (None, encode_op(OpCode.BARRIER, me, 31)),
-                (b"x", encode_op(OpCode.COMPUTE, me, 32, ["test_metrics.nowhere", NO_ARGS])),
-                (b"y", encode_op(OpCode.PUT, me, 33, [b"1"])),
+                (b"x", encode_op(OpCode.PUT, me, 60, [b"1"])),
+                (None, encode_op(OpCode.BARRIER, me, 61)),
+                (b"x", encode_op(OpCode.COMPUTE, me, 62, ["test_metrics.nowhere", NO_ARGS])),
+                (b"y", encode_op(OpCode.PUT, me, 63, [b"1"])),
             ],
             27,
         ),

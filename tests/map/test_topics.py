@@ -20,6 +20,7 @@ from kafkakv.map import FLUSH_POINT_KEY
 from kafkakv.map.topics import (
     MapTopics,
     adopt_existing,
+    check_ops_clock,
     check_topics,
     create_topics,
     min_insync_replicas,
@@ -246,3 +247,16 @@ def test_a_directory_named_like_an_address_still_opens(
     with kafkakv.connect("./host:2") as db:  # spelled as a path: created
         db.map("m")["k"] = 1
     assert sorted(os.listdir(tmp_path)) == ["data:1", "host:2"]
+
+
+def test_an_ops_topic_is_created_with_log_append_time_and_local_logs_need_no_warning() -> None:
+    """The embedded and memory logs stamp ops records when they store them, whatever the
+    topic says: an ops topic with ``CreateTime`` (an earlier kafkakv) is no reason to warn."""
+    with kafkakv.connect("memory://") as db:
+        db.map("fresh", expiry=True)
+        assert db.log.topic_config("fresh_ops")["message.timestamp.type"] == "LogAppendTime"
+        old = MapTopics.for_name("old")
+        for name, config in old.settings().items():
+            db.log.create_topic(name, 1, {k: v for k, v in config.items() if "timestamp" not in k})
+        assert db.log.topic_config("old_ops")["message.timestamp.type"] == "CreateTime"
+        assert db.log.clock_is_local and check_ops_clock(db.log, old) is None

@@ -31,7 +31,7 @@ from kafkakv.log import partition_for
 from kafkakv.map.keyspace import SETTINGS_KEY, KeySpace, map_prefix
 from kafkakv.map.ops import OpCode, decode_op, transaction_args
 from tests.map.conftest import OpenMap, compact_if_possible, local_logs, shared_logs
-from tests.map.test_map_protocol import _seed, read_all
+from tests.map.test_map_protocol import _seed, data_view, read_all
 
 
 def _end(m: Any) -> int:
@@ -256,3 +256,26 @@ def test_transactions_racing_with_plain_puts_from_other_processes_are_told_the_t
         assert dict(m) == state
         with kafkakv.connect(target, **options) as other:
             assert dict(other.map(map_name, hash_tags=True)) == state
+
+
+@pytest.mark.parametrize("store_kind", ["lmdb"], indirect=True)
+def test_a_resumed_store_flushes_every_key_a_transaction_wrote_before_it_stopped(
+    open_map: OpenMap, tmp_path: Path
+) -> None:
+    """A replica resumed from its own store marks dirty every key of the ops since its flush
+    point, so that its next flush writes them. The keys a transaction wrote were missed (its
+    record's head was counted as an array of 7): only the record key was flushed, and the
+    data topic kept older values of the others."""
+    path = str(tmp_path / "resumed")
+    m = open_map(partitions=1, store_path=path, flush_period=1_000_000)
+    m.put_all({"a": 0, "b": 0, "c": 0})
+    m.flush()
+    assert m.transaction(put={"a": 1, "b": 2, "c": 3}) is True
+    m.close()
+    resumed = open_map(partitions=1, store_path=path, flush_period=1_000_000)
+    resumed.flush()
+    engine = resumed._engine
+    values, points = data_view(read_all(engine.log, engine.topics.data, 0))
+    decode = resumed._values.decode
+    assert {k.decode(): decode(v) for k, v in values.items()} == {"a": 1, "b": 2, "c": 3}
+    assert len(points) == 2

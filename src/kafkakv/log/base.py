@@ -409,6 +409,13 @@ class Log(Closeable):
     #: them when this holds.
     stores_on_send: bool = True
 
+    #: True when the log stamps a record appended without a timestamp with this machine's
+    #: wall clock as it stores it (the embedded and memory logs: every process that appends
+    #: runs here, and they all read one kernel clock). False for Kafka, where the producing
+    #: client stamps it (``message.timestamp.type=CreateTime``) or the leader broker
+    #: (``LogAppendTime``). A map with expiry reads the log's clock directly where it holds.
+    clock_is_local: bool = True
+
     #: True when :meth:`append` stores its records at consecutive offsets, the first at the
     #: offset it returns, with no other writer's record between them (one lock around the
     #: whole batch, as the embedded and memory logs take). A map then applies a batch it

@@ -22,7 +22,11 @@ Settings the embedded log honours:
 
 Kafka settings that only mean something on a cluster (``min.insync.replicas``,
 ``unclean.leader.election.enable``) are accepted and kept so that one topic description works on
-both backends; the embedded log has a single copy and ignores them.
+both backends; the embedded log has a single copy and ignores them. So is
+``message.timestamp.type`` (``CreateTime`` or ``LogAppendTime``): on Kafka ``LogAppendTime``
+has the leader broker stamp every record with its clock when it stores it, where
+``CreateTime`` keeps the producer's stamp; the embedded log stamps a record that comes
+without a timestamp with the appending process's clock when it stores it, whichever is set.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class TopicConfig:
     file_delete_delay_ms: int = 60000
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    message_timestamp_type: str = "CreateTime"
 
     @property
     def compact(self) -> bool:
@@ -122,6 +127,12 @@ def _as_bool(name: str, raw: object) -> bool:
     raise ConfigError(f"{name} must be true or false, not {raw!r}")
 
 
+def _as_timestamp_type(name: str, raw: object) -> str:
+    if raw not in ("CreateTime", "LogAppendTime"):
+        raise ConfigError(f"{name} must be 'CreateTime' or 'LogAppendTime', not {raw!r}")
+    return str(raw)
+
+
 def _as_policy(name: str, raw: object) -> frozenset[str]:
     parts: Iterable[object]
     if isinstance(raw, str):
@@ -151,6 +162,7 @@ _PARSERS: dict[str, Callable[[str, object], object]] = {
     "file.delete.delay.ms": lambda n, v: _as_int(n, v, 0, _MAX_LONG),
     "min.insync.replicas": lambda n, v: _as_int(n, v, 1, _MAX_INT),
     "unclean.leader.election.enable": _as_bool,
+    "message.timestamp.type": _as_timestamp_type,
 }
 
 

@@ -31,8 +31,8 @@ import collections
 import contextlib
 import functools
 import heapq
-import itertools
 import logging
+import math
 import os
 import queue
 import random
@@ -62,8 +62,10 @@ from kafkakv.log.base import Entry, Log, LogWriter, Record, new_tuple
 from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
 from kafkakv.map.barriers import SharedBarriers
+from kafkakv.map.dedup import AppliedIds, numbering
 from kafkakv.map.futures import BatchFuture, BatchPart, OpFuture, PutGroup, complete, fail
 from kafkakv.map.keyspace import RESERVED_KEYS, KeySpace, check_update_key
+from kafkakv.map.logclock import LogClock
 from kafkakv.map.machine import (
     CHANGE,
     RESULT,
@@ -159,8 +161,14 @@ class ReplicaEngine:
         self._applies_own_batches = log.appends_contiguously
         #: The data topic's headers say something (versions, deadlines): read them.
         self._headers = bool(settings.versions or settings.expiry)
-        #: Keys to reap, ``(when, deadline, record key)``, earliest first (a map with expiry).
+        #: Keys to reap, ``(when, deadline, record key)``, earliest first, ``when`` by the
+        #: log's clock (a map with expiry); ``_reaping`` holds each ``(deadline, key)``.
         self._deadline_heap: list[tuple[float, int, bytes]] = []
+        self._reaping: set[tuple[int, bytes]] = set()
+        #: The log's clock as this replica can tell (see kafkakv.map.logclock), unless the
+        #: log stamps records with this machine's clock (Log.clock_is_local): then read it.
+        self.log_clock = LogClock()
+        self._clock_is_local = log.clock_is_local
         self._reaper_wake = threading.Condition(threading.Lock())
         self.origin = os.urandom(8)
         #: The log's calls for the appends this replica applies itself, which do not wake its
@@ -168,11 +176,18 @@ class ReplicaEngine:
         #: applies through its own record (apply_until). Should that fail (a timeout, a stall),
         #: the follower applies the record at its next wake-up, within _WAIT_SLICE.
         self._own = log.own_appends(self.origin)
-        self._seq = itertools.count()
+        #: Each partition's update numbers (see kafkakv.map.dedup: dense in a partition, so
+        #: the replicas' tables of applied ids stay small; unique in this replica): lane 0
+        #: for the updates appended here and waited for, lane 1 for those the sender hands
+        #: to the log (a pipelined producer on Kafka), which overtake each other.
+        self._seqs = [iter(numbering(p, partition_count)) for p in range(partition_count)]
+        self._sent_seqs = [iter(numbering(p, partition_count, 1)) for p in range(partition_count)]
         self._lock = ReplicaLock()  # handed over to waiting threads: see map.replicalock
         #: The protocol state of each held partition (see kafkakv.map.machine).
         self.machines = {
-            p: PartitionMachine(p, self.table, self.origin, settings.flush_period, topics.ops)
+            p: PartitionMachine(
+                p, self.table, self.origin, settings.flush_period, topics.ops, partition_count
+            )
             for p in self.held
         }
         self._pending: dict[int, OpFuture] = {}
@@ -234,6 +249,7 @@ class ReplicaEngine:
         deadline = time.monotonic() + self.settings.timeout * max(1, len(self.held))
         for p in self.held:
             self._bootstrap(p, deadline)
+        self._measure_clocks()
         metrics.track(self)
         threads = [
             (self._follow, "follower"),
@@ -479,7 +495,7 @@ class ReplicaEngine:
             self._check_update(p)
         if record_key in RESERVED_KEYS:  # the keys no update may have
             check_update_key(record_key)
-        seq = next(self._seq)
+        seq = next(self._seqs[p] if wait else self._sent_seqs[p])
         value = encode_op(code, self.origin, seq, args)
         if len(record_key) + len(value) > self.max_record_bytes:
             raise RecordTooLargeError(
@@ -578,7 +594,8 @@ class ReplicaEngine:
         records, one per partition (``partitions[i]`` is the partition of ``keys[i]``; None:
         every key in partition 0) and size limit, and return one future for them all, whose
         result is how many keys had a value before. With ``wait``, apply up to them first.
-        With ``expires`` (a map with expiry), the puts expire then (``WRITE_MANY_TTL``).
+        With ``expires`` (a map with expiry), the puts expire that many ms after their record's
+        timestamp (``PUT_FOR``).
         Every record is encoded, and checked against the size limit, before any is appended.
         """
         if self._closed or self._failure is not None:
@@ -608,11 +625,10 @@ class ReplicaEngine:
         records: dict[int, list[Record]] = {}
         own_ops: dict[int, list[Op | None]] = {}  # each record's op, as decoding it would give
         parts: list[tuple[int, BatchPart, Record]] = []
-        code, extra = (
-            (OpCode.WRITE_MANY, ()) if expires is None else (OpCode.WRITE_MANY_TTL, (expires,))
-        )
+        code, extra = (OpCode.WRITE_MANY, ()) if expires is None else (OpCode.PUT_FOR, (expires,))
+        lane = self._seqs if wait else self._sent_seqs
         for p, (ks, vs) in chunks:
-            seq = next(self._seq)
+            seq = next(lane[p])
             args = (ks, vs, *extra)
             value = encode_op(code, self.origin, seq, args)
             record = new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None))
@@ -767,7 +783,7 @@ class ReplicaEngine:
         values: list[bytes | None] = [item[3] for item in run]
         start = 0
         for ks, vs in write_many_chunks(keys, values, self.max_record_bytes - len(state.prefix)):
-            seq = next(self._seq)
+            seq = next(self._sent_seqs[p])
             groups.append((seq, PutGroup([item[4] for item in run[start : start + len(ks)]], p)))
             start += len(ks)
             value = encode_op(OpCode.WRITE_MANY, self.origin, seq, (ks, vs))
@@ -917,8 +933,8 @@ class ReplicaEngine:
         self.machines[p].advance(step)
         if step.flush_due:
             self._flush_queue.put(p)
-        if step.expiring:
-            self._schedule(step.expiring)
+        if step.expiring or step.log_time:
+            self._expiry_step(p, step)
         events, pending = self._events, self._pending
         events.extend(step.events)
         freed = 0
@@ -1185,8 +1201,11 @@ class ReplicaEngine:
                 # A key's version is the offset of its last change, which dirty holds.
                 versions = [machine.dirty[k] for k in keys] if self.settings.versions else None
                 deadlines = self._deadlines(keys) if self.settings.expiry else None
+                ids = machine.ids.snapshot()  # as of covered, as the values are
             # Outside the lock, which appliers are waiting for:
-            records, mark = flush_records(keys, values, covered, self.origin, versions, deadlines)
+            records, mark = flush_records(
+                keys, values, covered, self.origin, versions, deadlines, ids
+            )
             del keys, values
             # The mark last: replicas reading the ops wait the least (LogWriter.append).
             writer.append({(data, p): records, (ops, p): [mark]}, timeout=_left(deadline))
@@ -1196,17 +1215,57 @@ class ReplicaEngine:
         return covered
 
     # -- expiry (a map with expiry=True) ------------------------------------------------
+    def _expiry_step(self, p: int, step: Step) -> None:
+        """What a step of ``p`` tells the reaper: the log's clock at the latest expiry record
+        it applied (an ``EXPIRE`` decided too early says the estimate ran ahead: measure the
+        clock again before the next proposal), and the keys to reap. Lock held."""
+        if step.log_time:
+            mono = _mono_ms()
+            if step.early:
+                self.log_clock.contradicted(p, step.early, mono)
+            self.log_clock.observe(p, step.log_time, mono)
+        self._schedule(step.expiring)
+
     def _schedule(self, expiring: Sequence[tuple[int, bytes]], delay: float = 0.0) -> None:
-        """Reap each ``(deadline, record key)`` ``delay`` ms after its deadline."""
+        """Reap each ``(deadline, record key)`` ``delay`` ms after its deadline, by the log's
+        clock (a key already waiting with that deadline is not added twice)."""
         if not expiring:
             return
         with self._reaper_wake:
-            heap = self._deadline_heap
+            heap, reaping = self._deadline_heap, self._reaping
             earliest = heap[0][0] if heap else None
             for deadline, key in expiring:
+                if (deadline, key) in reaping:
+                    continue
+                reaping.add((deadline, key))
                 heapq.heappush(heap, (deadline + delay, deadline, key))
-            if earliest is None or heap[0][0] < earliest:
+            if earliest is None or (heap and heap[0][0] < earliest):
                 self._reaper_wake.notify()
+
+    def log_now(self) -> float | None:
+        """The log's clock now as this replica can tell, in ms since the epoch: this
+        machine's wall clock where the log stamps with it (Log.clock_is_local), else the
+        estimate (the least over the held partitions, a lower bound: see
+        kafkakv.map.logclock); None while it has no sample (no record with a ttl applied,
+        the reaper has not measured yet)."""
+        if self._clock_is_local:
+            return time.time() * 1000
+        return self.log_clock.earliest(_mono_ms())
+
+    def read_now(self) -> float:
+        """:meth:`log_now` for reads of a map with expiry: while there is no sample, no key
+        reads as expired (late, never early; the reaper measures the clock at once)."""
+        now = self.log_now()
+        return -math.inf if now is None else now
+
+    def _partition_now(self, p: int) -> float | None:
+        """The log's clock of partition ``p`` for the reaper (see :meth:`log_now`); None until
+        measured, and again after an ``EXPIRE`` that the estimate made too early."""
+        if self._clock_is_local:
+            return time.time() * 1000
+        if not self.log_clock.fresh(p):
+            return None
+        return self.log_clock.now(p, _mono_ms())
 
     def _deadlines(self, record_keys: Sequence[bytes]) -> list[int | None]:
         """The deadline of each record key (None: none). Lock held."""
@@ -1220,26 +1279,85 @@ class ReplicaEngine:
         return out
 
     def _reap(self) -> None:
-        """Background: when a key's deadline passes, append an ``EXPIRE`` op for it (every
-        replica removes it when applying that op, so stores and the data topic converge).
-        Sleeps until the earliest deadline: an idle map costs no CPU. Replicas reap the same
-        key independently, each after a random 0-50 ms, and skip a key already removed."""
+        """Background: when a key's deadline passes by the log's clock (this replica's lower
+        bound of it, :class:`~kafkakv.map.logclock.LogClock`), append an ``EXPIRE`` op for
+        it (every replica removes it when applying that op, so stores and the data topic
+        converge; the op's own timestamp decides, so one proposed early changes nothing and
+        the key comes back here). Sleeps until the earliest deadline: an idle map costs no
+        CPU. Replicas reap the same key independently, each after a random 0-50 ms, and skip
+        a key already removed. Before the first proposal for a partition, and after one
+        came too early, it measures the log's clock there (:meth:`_measure_clock`), unless
+        the log stamps with this machine's clock (then it reads that)."""
         heap = self._deadline_heap
         while not self._stopped:
+            measure = None
+            due: list[tuple[float, int, bytes]] = []
             with self._reaper_wake:
-                now = time.time() * 1000
-                if not heap or heap[0][0] > now:
-                    wait = None if not heap else (heap[0][0] - now) / 1000
-                    self._reaper_wake.wait(_WAIT_SLICE if wait is None else min(wait, _WAIT_SLICE))
-                    continue
-                due = []
-                while heap and heap[0][0] <= now:
+                wait = _WAIT_SLICE
+                while heap and not self._stopped:
+                    when, deadline, key = heap[0]
+                    p = self.partition_of(key)
+                    now = self._partition_now(p)
+                    if now is None:
+                        measure = p
+                        break
+                    if when > now:
+                        wait = min(wait, (when - now) / 1000)
+                        break
                     due.append(heapq.heappop(heap))
+                    self._reaping.discard((deadline, key))
+                if not due and measure is None:
+                    self._reaper_wake.wait(max(wait, 0.001))
+                    continue
+            if measure is not None and not self._measure_clock(measure):
+                time.sleep(_RETRY_PAUSE)  # the log did not answer: try again later
+            if not due:
+                continue
             time.sleep(random.uniform(0, _REAP_JITTER))
             for _, deadline, key in due:
                 if self._stopped:
                     return
                 self._expire(deadline, key)
+
+    def _measure_clocks(self) -> None:
+        """At open, after bootstrap: measure the log's clock of each partition whose keys
+        have deadlines (one barrier each), so that reads and ``ttl()`` right after open go
+        by a fresh estimate rather than by records replayed long after they were stamped.
+        Nothing for a map without expiry or a log that stamps with this machine's clock;
+        should the log not answer, the reaper measures later."""
+        if not self.settings.expiry or self._clock_is_local:
+            return
+        with self._reaper_wake:
+            keys = [key for _, _, key in self._deadline_heap]
+        found: set[int] = set()
+        for key in keys:  # until every held partition is found: one key will do for most
+            found.add(self.partition_of(key))
+            if len(found) == len(self.held):
+                break
+        for p in sorted(found):
+            if not self._measure_clock(p):
+                return
+
+    def _measure_clock(self, p: int) -> bool:
+        """Append a barrier to ``p`` and read back the timestamp the log gave it: a fresh
+        sample of the log's clock there (one append and one read). False when the log did
+        not answer within the map's timeout."""
+        ops = self.topics.ops
+        deadline = time.monotonic() + self.settings.timeout
+        try:
+            offset = self.log.append(ops, p, [Record(None, _BARRIER)], timeout=_left(deadline))
+            while time.monotonic() < deadline and not self._stopped:
+                records, _ = self.log.read_batch(ops, p, offset, max_records=1)
+                if records and records[0].offset == offset:
+                    mono = _mono_ms()
+                    with self._lock:  # the clock changes under the replica lock only
+                        self.log_clock.measured(p, records[0].timestamp or 0, mono)
+                    return True
+                time.sleep(0.01)  # a reader not caught up with the append yet
+        except KafkaKVError as exc:
+            if not self._stopped:
+                log.warning("could not read the clock of %s[%d]: %s", ops, p, exc)
+        return False
 
     def _expire(self, deadline: int, key: bytes) -> None:
         state = self.table.state_for(key)
@@ -1255,7 +1373,8 @@ class ReplicaEngine:
         except KafkaKVError as exc:  # closing, or too many in flight: the next replica reaps
             if not self._stopped:
                 log.warning("could not reap key %r of %s: %s", key, state.name, exc)
-                self._schedule([(deadline, key)], time.time() * 1000 - deadline + 1000)
+                now = self._partition_now(p) or float(deadline)
+                self._schedule([(deadline, key)], max(0.0, now - deadline) + 1000.0)
 
     # -- bootstrap ----------------------------------------------------------------------
     def _bootstrap(self, p: int, deadline: float) -> None:
@@ -1275,9 +1394,16 @@ class ReplicaEngine:
         """Load partition ``p`` from the data topic and take its flush point as the position
         (ops from there on are still to apply). Raises DataLossError when the ops topic,
         starting at ``start``, no longer holds the ops after that point."""
-        loaded = self._load_data(p)
+        loaded, ids = self._load_data(p)
         where = f"{self.topics.ops}[{p}]"
-        self.machines[p].start_at(start_point(start, None, loaded, where))
+        machine = self.machines[p]
+        try:
+            table = AppliedIds.restore(p, self.partition_count, ids)
+        except ValueError as exc:
+            raise DecodeError(
+                f"the flush point of {self.topics.data}[{p}] holds no table of update ids: {exc}"
+            ) from None
+        machine.start_at(start_point(start, None, loaded, where), table)
 
     def _applied_to_end(self, p: int, deadline: float) -> None:
         machine = self.machines[p]
@@ -1301,21 +1427,25 @@ class ReplicaEngine:
         return first
 
     def _collect_dirty(self, p: int, start: int, stop: int) -> None:
-        """Mark every key of an op in ``[start, stop)`` dirty (see note_resumed)."""
+        """Mark every key of an op in ``[start, stop)`` dirty, and learn the update ids
+        applied up to ``stop`` (see note_resumed)."""
         machine, position = self.machines[p], start
+        replay = machine.resume_replay()
         while position < stop:
             records = self.log.read(self.topics.ops, p, position, max_records=_READ_BATCH)
-            if not records or machine.note_resumed(records, stop):
+            if not records or machine.note_resumed(records, stop, replay):
                 break
             position = (records[-1].offset or 0) + 1
+        machine.ids = replay.table()
 
-    def _load_data(self, p: int) -> int:
-        """Read the data topic of ``p`` to its end into the stores; return the flush point."""
+    def _load_data(self, p: int) -> tuple[int, Any]:
+        """Read the data topic of ``p`` to its end into the stores; return the flush point
+        and the update ids its flush wrote (None: none)."""
         data = self.topics.data
         for state in self.maps:
             if state.store.persistent:
                 state.store.drop_partition(p, self._keys_of(state, p))
-        flushed = -1
+        flushed, ids = -1, None
         position = self.log.start_offset(data, p)
         plain = self.table.plain and not self._headers  # (headers: versions, expiry deadlines)
         load = self._load_latest if plain else self._load_entries
@@ -1327,13 +1457,14 @@ class ReplicaEngine:
             while True:
                 loaded, position = load(p, position)
                 if loaded is None:  # stop on an empty read, not at an offset: gaps cannot stall it
-                    return flushed
+                    return flushed, ids
                 if loaded.errors:
                     self.errors.extend(loaded.errors)
                 for state in self.maps:
                     if id(state) in loaded.changes:
                         state.store.write(loaded.changes[id(state)], {})
-                flushed = max(flushed, loaded.flush_point)
+                if loaded.flush_point > flushed:
+                    flushed, ids = loaded.flush_point, loaded.ids
                 del loaded  # before collection resumes: see gcpause
 
     def _load_latest(self, p: int, position: int) -> tuple[Loaded | None, int]:
@@ -1389,6 +1520,12 @@ class ReplicaEngine:
 
 
 _BARRIER = encode_op(OpCode.BARRIER, b"", 0)
+
+
+def _mono_ms() -> float:
+    """This process's monotonic clock in ms: what the log's clock is estimated against (it
+    does not move when the wall clock is set)."""
+    return time.monotonic() * 1000
 
 
 def _left(deadline: float) -> float:

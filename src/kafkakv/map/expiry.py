@@ -1,8 +1,10 @@
 """What readers of a map with expiry see: its store without the keys past their deadline.
 
 The replica's state machine decides each op by the op record's timestamp (see
-:mod:`kafkakv.map.ops`), so every replica decides alike; reads go by the reader's own clock, so
-that a key reads as absent as soon as its deadline passes here, before the ``EXPIRE`` op that
+:mod:`kafkakv.map.ops`), so every replica decides alike; reads go by the log's clock as the
+replica can tell (the machine's clock on the embedded log; on Kafka an estimate,
+:mod:`kafkakv.map.logclock`, a lower bound: never ahead of the clock that decides), so that a
+key reads as absent as soon as its deadline passes by it, before the ``EXPIRE`` op that
 removes it is applied. :class:`LiveView` (and :class:`OrderedLiveView` over an ordered store)
 wraps the store for :class:`~kafkakv.map.ReplicaMap`'s reads: every read skips expired keys;
 writes are the engine's and go to the store itself. A read that looks at the store more than
@@ -15,7 +17,7 @@ or stepped over.
 >>> store, deadlines = DictStore(), {}
 >>> store.write({b"old": b"1", b"new": b"2", b"forever": b"3"}, {})
 >>> deadlines.update({b"old": 1000, b"new": now_ms() + 60_000})
->>> view = LiveView(store, deadlines, threading.RLock())
+>>> view = LiveView(store, deadlines, threading.RLock(), now_ms)
 >>> view.get(b"old"), view.get(b"new"), len(view), sorted(view)
 (None, b'2', 2, [b'forever', b'new'])
 """
@@ -33,27 +35,33 @@ __all__ = ["LiveView", "OrderedLiveView", "now_ms", "view_of"]
 
 
 def now_ms() -> float:
-    """This process's clock, in milliseconds since the epoch (what deadlines are in)."""
+    """This process's wall clock, in milliseconds since the epoch (the unit of deadlines)."""
     return time.time() * 1000
 
 
 class LiveView(Store):
     """``store`` as readers see it: keys whose deadline (in ``deadlines``, ms) has passed by
-    this process's clock are absent. Reads cost one dict look-up more per key while any key
-    has a deadline, nothing more otherwise. ``lock`` is the replica's (reentrant): nothing is
-    applied while it is held."""
+    ``now()`` (ms since the epoch: the replica's estimate of the log's clock) are absent.
+    Reads cost one dict look-up more per key while any key has a deadline, and a call of
+    ``now`` per key that has one, nothing more otherwise. ``lock`` is the replica's
+    (reentrant): nothing is applied while it is held."""
 
     def __init__(
-        self, store: Store, deadlines: Mapping[bytes, int], lock: AbstractContextManager[Any]
+        self,
+        store: Store,
+        deadlines: Mapping[bytes, int],
+        lock: AbstractContextManager[Any],
+        now: Callable[[], float] = now_ms,
     ) -> None:
         self.store = store
         self.deadlines = deadlines
         self.lock = lock
+        self.now = now
         self.persistent = store.persistent
 
     def _expired(self, key: bytes) -> bool:
         deadline = self.deadlines.get(key)
-        return deadline is not None and deadline <= now_ms()
+        return deadline is not None and deadline <= self.now()
 
     def get(self, key: bytes) -> bytes | None:
         if self.deadlines and self._expired(key):
@@ -73,7 +81,7 @@ class LiveView(Store):
         with self.lock:  # the expired keys the store still holds, and its size, of one state
             if not self.deadlines:
                 return len(self.store)
-            now, get = now_ms(), self.store.get
+            now, get = self.now(), self.store.get
             gone = sum(1 for k, d in self.deadlines.items() if d <= now and get(k) is not None)
             return len(self.store) - gone
 
@@ -131,10 +139,13 @@ class OrderedLiveView(LiveView, OrderedStore):
 
 
 def view_of(
-    store: Store, deadlines: Mapping[bytes, int], lock: AbstractContextManager[Any]
+    store: Store,
+    deadlines: Mapping[bytes, int],
+    lock: AbstractContextManager[Any],
+    now: Callable[[], float] = now_ms,
 ) -> Store:
     """The live view of ``store`` (ordered when it is), reading under the replica's ``lock``
-    where it looks more than once."""
+    where it looks more than once, keys past their deadline by ``now()``."""
     if isinstance(store, OrderedStore):
-        return OrderedLiveView(store, deadlines, lock)
-    return LiveView(store, deadlines, lock)
+        return OrderedLiveView(store, deadlines, lock, now)
+    return LiveView(store, deadlines, lock, now)

@@ -20,6 +20,7 @@ No threads, no log, no clock: ``tests/map/test_machine.py`` drives it with Hypot
 from __future__ import annotations
 
 import collections
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -33,9 +34,11 @@ from kafkakv.errors import (
     DataLossError,
     DecodeError,
     OperationFailedError,
+    RepeatedUpdateError,
     UnknownFunctionError,
 )
 from kafkakv.log.base import Entry, Record, new_tuple, records_of
+from kafkakv.map.dedup import AppliedIds, Replay
 from kafkakv.map.keyspace import FLUSH_POINT_KEY, RESERVED_KEYS, SETTINGS_KEY, prefix_of
 from kafkakv.map.ops import (
     KEEP,
@@ -47,6 +50,7 @@ from kafkakv.map.ops import (
     decode_op,
     encode_op,
     expectations_hold,
+    put_deadline,
     transaction_args,
     write_many_args,
 )
@@ -72,6 +76,7 @@ __all__ = [
     "load_headers",
     "load_latest",
     "read_flush_point",
+    "read_flush_point_ids",
     "start_point",
 ]
 
@@ -180,12 +185,14 @@ class Step:
     __slots__ = (
         "applied",
         "changes",
+        "early",
         "errors",
         "events",
         "expiring",
         "flush_due",
         "flushed",
         "forgotten",
+        "log_time",
         "stall",
         "updates",
     )
@@ -204,6 +211,12 @@ class Step:
         #: ``(map state, key)`` of each removed key whose deadline goes once the store no
         #: longer holds it (:meth:`PartitionMachine._expire_at`); an empty tuple until one.
         self.forgotten: list[tuple[MapState, bytes]] | tuple[()] = ()
+        #: The latest timestamp of the expiry records (a put with a ttl, ``EXPIRE``) decided
+        #: (0: none): the engine learns the log's clock from it (:mod:`kafkakv.map.logclock`).
+        self.log_time = 0
+        #: The timestamp of the last ``EXPIRE`` decided as too early (0: none): the reaper
+        #: that proposed it went by a clock ahead of the log's.
+        self.early = 0
         self.updates = 0
 
     @property
@@ -214,10 +227,34 @@ class Step:
 #: Batches at least this long try the bulk path of :meth:`PartitionMachine.apply_batch`.
 BULK_MIN = 16
 
-#: How a ``WRITE_MANY`` ops value starts: a msgpack array of 5, then the code.
-_WRITE_MANY_HEAD = bytes([0x95, OpCode.WRITE_MANY])
-#: How a ``TRANSACT`` ops value starts: a msgpack array of 7, then the code.
-_TRANSACT_HEAD = bytes([0x97, OpCode.TRANSACT])
+#: The codes the record loop compares every record with, as globals: a member looked up on
+#: its enum class costs about 1,000 instructions in Python 3.11 (callgrind), a global a few.
+_BARRIER = OpCode.BARRIER
+_COMPUTE = OpCode.COMPUTE
+_EXPIRE = OpCode.EXPIRE
+_FLUSHED = OpCode.FLUSHED
+_MERGE = OpCode.MERGE
+_PUT = OpCode.PUT
+_PUT_FOR = OpCode.PUT_FOR
+_PUT_TTL = OpCode.PUT_TTL
+_SET_IF_VERSION = OpCode.SET_IF_VERSION
+_TRANSACT = OpCode.TRANSACT
+_WRITE_MANY = OpCode.WRITE_MANY
+_WRITE_MANY_TTL = OpCode.WRITE_MANY_TTL
+_ORIGIN_OF, _SEQ_OF = operator.itemgetter(1), operator.itemgetter(2)  # of a decoded op
+
+
+def _head(code: OpCode, args: int) -> bytes:
+    """How the ops value of ``code`` with ``args`` args starts (its array's header, then the
+    code), as encode_op writes it: counted by hand, TRANSACT's was an array of 7, not 9, and
+    keys_of never saw the keys a transaction writes."""
+    return encode_op(code, b"", 0, [None] * args)[:2]
+
+
+#: How batches' ops values start: keys and values as their last two args (``WRITE_MANY``,
+#: ``TRANSACT``), or as their first two (``WRITE_MANY_TTL``, ``PUT_FOR`` of several keys).
+_LAST_PAIRS_HEADS = (_head(OpCode.WRITE_MANY, 2), _head(OpCode.TRANSACT, 6))
+_FIRST_PAIRS_HEADS = (_head(OpCode.WRITE_MANY_TTL, 3), _head(OpCode.PUT_FOR, 3))
 #: Decodes the value of a PUT of bytes (``[code, origin, seq, value]``) and refuses any other.
 _decode_put = msgspec.msgpack.Decoder(tuple[Literal[1], bytes, int, bytes]).decode
 assert OpCode.PUT.value == 1
@@ -232,6 +269,8 @@ class PartitionMachine:
     every ``flush_period`` own ops a flush is due. ``topic`` names the ops topic in errors.
     ``updates`` counts the update records applied since the machine was made (see
     :attr:`Step.updates`; the records of a data topic loaded at bootstrap are not updates).
+    ``ids`` are the update ids applied, so that none is applied twice
+    (:mod:`kafkakv.map.dedup`; ``partitions``: the map's partition count).
     """
 
     __slots__ = (
@@ -241,6 +280,7 @@ class PartitionMachine:
         "flush_missed",
         "flush_period",
         "flushed",
+        "ids",
         "maps",
         "next_flush",
         "origin",
@@ -250,7 +290,13 @@ class PartitionMachine:
     )
 
     def __init__(
-        self, partition: int, maps: MapTable, origin: bytes, flush_period: int, topic: str = ""
+        self,
+        partition: int,
+        maps: MapTable,
+        origin: bytes,
+        flush_period: int,
+        topic: str = "",
+        partitions: int = 1,
     ) -> None:
         self.partition = partition
         self.maps = maps
@@ -260,6 +306,7 @@ class PartitionMachine:
         self.applied = 0
         self.flushed = -1
         self.updates = 0
+        self.ids = AppliedIds(partition, partitions)
         self.dirty: dict[bytes, int] = {}
         #: The offset from which an own op makes a flush due.
         self.next_flush = flush_period - 1
@@ -269,10 +316,13 @@ class PartitionMachine:
         #: :meth:`flush_ended` asks again for it, so no mark goes unflushed.
         self.flush_missed = -1
 
-    def start_at(self, positions: Positions) -> None:
-        """Take ``positions`` (from a bootstrap or a resumed store) as the state's."""
+    def start_at(self, positions: Positions, ids: AppliedIds | None = None) -> None:
+        """Take ``positions`` (from a bootstrap or a resumed store) as the state's, and
+        ``ids`` as the update ids applied up to them, when given."""
         self.applied, self.flushed = positions.applied, positions.flushed
         self.next_flush = self.flushed + self.flush_period
+        if ids is not None:
+            self.ids = ids
 
     # -- applying -------------------------------------------------------------------------
     def apply_batch(
@@ -326,7 +376,8 @@ class PartitionMachine:
         self, records: Sequence[Record], after: int, sent: Sequence[Op | None] | None = None
     ) -> Step:
         """:meth:`apply_batch` one record at a time: any batch."""
-        p, ops, origin = self.partition, self.topic, self.origin
+        p, ops, origin, ids = self.partition, self.topic, self.origin, self.ids
+        writers, stride = ids.writers, ids.stride  # the next number of a writer, inline
         step = Step()
         changes, events, errors = step.changes, step.events, step.errors
         dirty = self.dirty
@@ -353,22 +404,35 @@ class PartitionMachine:
                     errors.append(ApplyError(p, offset, str(exc), key, ops))
                     skipped += 1
                     continue
-            if code >= OpCode.BARRIER:  # control records
+            if code >= _BARRIER:  # control records
                 skipped += 1
-                if code is OpCode.FLUSHED:
-                    self.mark_flushed(args[0])
+                if code is _FLUSHED:
+                    self.mark_flushed(args[0], offset, ts)
                     next_flush = self.next_flush
                 continue
             if key is None:
                 skipped += 1
                 continue
             mine = op_origin == origin
+            # Noted as applied as it is decided; one that may stall (a function not
+            # registered here) only once decided, since applying resumes at it.
+            late = code is _COMPUTE or code is _MERGE
+            writer = writers.get(op_origin)
+            if writer is not None and seq == writer.nxt and not late:  # AppliedIds.take
+                writer.nxt = seq + stride
+                writer.last = offset
+            elif ids.is_repeat(op_origin, seq) if late else not ids.take(op_origin, seq, offset):
+                self._repeated(op_origin, seq, offset, key, mine, step)
+                skipped += 1
+                continue
             if plain is not None:
                 state, user_key, overlay = plain, key, plain_overlay
             else:
                 found = table.state_for(key)
                 if found is None:
                     dirty[key] = offset  # another map's key: this replica cannot flush it
+                    if late:
+                        ids.admit(op_origin, seq, offset)
                     continue
                 state = found
                 user_key = key[len(state.prefix) :]
@@ -380,36 +444,44 @@ class PartitionMachine:
             new: bytes | Keep | None
             result: Any
             try:
-                if code is OpCode.PUT and type(args[0]) is bytes:  # the common case, inline
+                if code is _PUT and type(args[0]) is bytes:  # the common case, inline
                     result, new = current, args[0]
-                elif code is OpCode.WRITE_MANY or code is OpCode.WRITE_MANY_TTL:
+                elif (
+                    code is _WRITE_MANY
+                    or code is _WRITE_MANY_TTL
+                    or (code is _PUT_FOR and len(args) == 3)
+                ):
                     # Its changes are made; the result is the previous value of each pair.
-                    result = self._write_many(state, overlay, args, offset, mine, step, ts or 0)
+                    result = self._write_many(
+                        state, overlay, args, offset, mine, step, ts or 0, code
+                    )
                     new = KEEP
                     if mine:  # toward the flush period, a batch counts as its pairs
                         next_flush -= len(args[0]) - 1
                         self.next_flush = next_flush
-                elif code is OpCode.TRANSACT:  # its changes are made; the result is a bool
+                elif code is _TRANSACT:  # its changes are made; the result is a bool
                     t = transaction_args(args)
                     result = self._transact(state, overlay, t, offset, mine, step, ts or 0)
                     new = KEEP
                     if mine and len(t.keys) > 1:  # as a batch
                         next_flush -= len(t.keys) - 1
                         self.next_flush = next_flush
-                elif code is OpCode.SET_IF_VERSION:
+                elif code is _SET_IF_VERSION:
                     expected_version, value = args
                     (version,) = _versions_of(state, [user_key])
                     result = (None if current is None else version) == expected_version
                     new = value if result and type(value) is bytes else KEEP
                     if result and new is KEEP:
                         raise OperationFailedError("SET_IF_VERSION needs a bytes value")
-                elif code is OpCode.PUT_TTL:
+                elif code is _PUT_TTL or code is _PUT_FOR:
                     _expiries_of(state)
-                    value, deadline = args
-                    if type(value) is not bytes or type(deadline) is not int:
-                        raise OperationFailedError("PUT_TTL needs a bytes value and an int")
+                    value = args[0]
+                    put_deadline(code, args, ts or 0)  # raises for a malformed one
+                    if type(value) is not bytes:
+                        raise OperationFailedError(f"{code.name} needs a bytes value")
                     result, new = current, value
-                elif code is OpCode.EXPIRE:
+                    step.log_time = max(step.log_time, ts or 0)
+                elif code is _EXPIRE:
                     (deadline,) = args
                     result = (
                         current is None
@@ -419,7 +491,10 @@ class PartitionMachine:
                     )
                     if result:
                         current = stored  # removed: the change is from the expired value
+                    else:
+                        _expire_too_early(step, expiries, key, user_key, args[0], current, ts)
                     new = None if result else KEEP
+                    step.log_time = max(step.log_time, ts or 0)
                 else:
                     result, new = decide(code, args, current, user_key, state.keys, state.values)
             except UnknownFunctionError as exc:
@@ -428,16 +503,20 @@ class PartitionMachine:
                 stalled = True
                 break
             except OperationFailedError as exc:
+                if late:
+                    ids.admit(op_origin, seq, offset)
                 errors.append(ApplyError(p, offset, str(exc), key, ops))
                 if mine:
                     events.append((FAILED, seq, exc))
                 continue
+            if late:
+                ids.admit(op_origin, seq, offset)
             if new is not KEEP and new != current:
                 overlay[user_key] = new
                 dirty[key] = offset
                 self._changed(state, key, user_key, current, new, offset, mine, step)
             if expiries is not None and new is not KEEP:
-                deadline = args[1] if code is OpCode.PUT_TTL else None
+                deadline = _put_deadline(code, args, ts or 0)
                 self._expire_at(state, key, user_key, deadline, offset, step, new is None)
             if mine:
                 events.append((RESULT, seq, result))
@@ -449,6 +528,20 @@ class PartitionMachine:
         decided = [r[5] for r in records].index(last) if stalled else len(records)
         step.updates = decided - skipped
         return step
+
+    def _repeated(
+        self, origin: bytes, seq: int, offset: int, key: bytes, mine: bool, step: Step
+    ) -> None:
+        """The update at ``offset`` repeats one applied before: note it, change nothing. Its
+        writer's future, if still waiting (the record came after its number was forgotten),
+        fails; after a first copy was applied, nobody waits for it any more."""
+        error = RepeatedUpdateError(
+            f"update {seq} of origin {origin.hex()} was applied before (a record the "
+            "transport wrote twice): not applied again"
+        )
+        step.errors.append(ApplyError(self.partition, offset, str(error), key, self.topic))
+        if mine:
+            step.events.append((FAILED, seq, error))
 
     def _changed(
         self,
@@ -499,18 +592,19 @@ class PartitionMachine:
         mine: bool,
         step: Step,
         ts: int = 0,
+        code: OpCode = OpCode.WRITE_MANY,
     ) -> list[bytes | None]:
-        """Apply a ``WRITE_MANY`` op at ``offset``, pair by pair, as puts and removes would be;
+        """Apply a ``WRITE_MANY`` op at ``offset`` (or a ``WRITE_MANY_TTL`` or a batch's
+        ``PUT_FOR``, ``code``, stamped ``ts``), pair by pair, as puts and removes would be;
         return the value each pair found (None: absent), as its put or remove would. A batch
         of new values for distinct keys, with no listener, takes C-level passes instead of a
         loop per pair. Raises OperationFailedError for a malformed op (nothing changed)."""
         keys, values = write_many_args(args[:2])
         deadline = None
-        if len(args) == 3:  # WRITE_MANY_TTL
+        if len(args) == 3:  # WRITE_MANY_TTL, PUT_FOR
             _expiries_of(state)
-            deadline = args[2]
-            if type(deadline) is not int:
-                raise OperationFailedError("WRITE_MANY_TTL needs an int deadline")
+            deadline = put_deadline(code, args, ts)
+            step.log_time = max(step.log_time, ts)
         prefix, dirty, store = state.prefix, self.dirty, state.store
         if (
             not (state.listeners or state.taps or state.expiries or deadline is not None)
@@ -660,6 +754,18 @@ class PartitionMachine:
         keys = cast("list[bytes]", [r[0] for r in records])
         if None in keys or len(set(keys)) != len(keys):  # a key twice: decided in order
             return None
+        offsets = cast("list[int]", [r[5] for r in records])
+        origins = list(map(_ORIGIN_OF, ops))  # C-level passes, no Python per record
+        writer = origins[0]
+        runs: list[tuple[bytes, list[int], int]] | None
+        if origins.count(writer) == len(origins):  # one writer's batch, as a rule
+            runs = [(writer, list(map(_SEQ_OF, ops)), offsets[-1])]
+            if not self.ids.fresh_run(writer, runs[0][1]):
+                runs = None
+        else:
+            runs = self._fresh_runs(ops, offsets)
+        if runs is None:  # a repeat, or numbers out of order: decided one by one
+            return None
         state = self.maps.maps[0]
         values = [op[3] for op in ops]
         if state.values.undecodable(values) or state.keys.undecodable(keys):
@@ -667,7 +773,9 @@ class PartitionMachine:
         if state.unreadable:  # readable values replace unreadable ones
             for key in keys:
                 state.unreadable.pop(key, None)
-        offsets = cast("list[int]", [r[5] for r in records])
+        ids = self.ids
+        for og, seqs, last in runs:
+            ids.take_run(og, seqs, last)
         previous = state.store.get_many(keys)
         versions = state.versions  # a plain map: record keys are store keys
         if previous.count(None) == len(previous):  # all new keys (a bulk load): at C speed
@@ -699,6 +807,26 @@ class PartitionMachine:
         step.updates = len(records)
         return step
 
+    def _fresh_runs(
+        self, ops: Sequence[tuple[int, bytes, int, bytes]], offsets: list[int]
+    ) -> list[tuple[bytes, list[int], int]] | None:
+        """For :meth:`apply_puts`: each origin of a batch with its seqs and the offset of its
+        last record, when each origin's numbers come in order and next after those applied
+        (:meth:`~kafkakv.map.dedup.AppliedIds.fresh_run`); None otherwise."""
+        seqs: dict[bytes, list[int]] = {}
+        last: dict[bytes, int] = {}
+        for (_, og, seq, _), offset in zip(ops, offsets, strict=True):
+            numbers = seqs.get(og)
+            if numbers is None:
+                seqs[og] = [seq]
+            else:
+                numbers.append(seq)
+            last[og] = offset
+        fresh = self.ids.fresh_run
+        if all(fresh(og, numbers) for og, numbers in seqs.items()):
+            return [(og, numbers, last[og]) for og, numbers in seqs.items()]
+        return None
+
     # -- flushing -------------------------------------------------------------------------
     def _crossed(self, offset: int, step: Step) -> None:
         """An own op at ``offset`` crossed the flush mark: a flush is due, unless one is
@@ -721,10 +849,16 @@ class PartitionMachine:
             return True
         return False
 
-    def mark_flushed(self, covered: Any) -> None:
-        """A ``FLUSHED`` mark: a flush covered the ops up to ``covered``. Keys changed at or
-        before it are clean; stale and malformed marks change nothing."""
-        if not isinstance(covered, int) or covered <= self.flushed:
+    def mark_flushed(self, covered: Any, offset: int = -1, ts: int | None = None) -> None:
+        """A ``FLUSHED`` mark at ``offset`` with timestamp ``ts``: a flush covered the ops up
+        to ``covered``. Keys changed at or before it are clean; stale and malformed marks
+        change nothing. Every well-formed mark bounds the update ids kept
+        (:meth:`~kafkakv.map.dedup.AppliedIds.at_mark`): a replica that started after it
+        does the same at the marks after it."""
+        if not isinstance(covered, int):
+            return
+        self.ids.at_mark(offset, ts)
+        if covered <= self.flushed:
             return
         self.flushed = covered
         self.next_flush = max(self.next_flush, covered + self.flush_period)
@@ -762,35 +896,92 @@ class PartitionMachine:
             values.append(state.store.get(key[len(state.prefix) :]))
         return values
 
-    def note_resumed(self, records: Sequence[Record], stop: int) -> bool:
+    def note_resumed(
+        self, records: Sequence[Record], stop: int, replay: Replay | None = None
+    ) -> bool:
         """A replica resumed from its own store does not know which keys changed since the
         last flush: every key of an op below ``stop`` counts as changed (a superset is safe
-        to flush). True once ``stop`` is reached."""
+        to flush). Nor which update ids it applied: ``replay`` gets them (see
+        :class:`~kafkakv.map.dedup.Replay`). True once ``stop`` is reached."""
         dirty = self.dirty
         for record in records:
-            assert record.offset is not None
-            if record.offset >= stop:
+            offset = record.offset
+            assert offset is not None
+            if offset >= stop:
                 return True
-            dirty.update(zip(self.keys_of(record), repeat(record.offset)))
+            dirty.update(zip(self.keys_of(record), repeat(offset)))
+            if replay is not None:
+                _replay_ids(replay, record, offset)
         return False
 
+    def resume_replay(self) -> Replay:
+        """A :class:`~kafkakv.map.dedup.Replay` for :meth:`note_resumed` from the flush point
+        taken by :meth:`start_at`."""
+        return Replay(self.partition, self.ids.partitions, self.flushed)
+
     def keys_of(self, record: Record) -> list[bytes]:
-        """The record keys an ops record may change: its own, and for ``WRITE_MANY`` and
-        ``TRANSACT`` those it writes (none for control records and records that do not
-        decode)."""
+        """The record keys an ops record may change: its own, and for a batch
+        (``WRITE_MANY``, ``WRITE_MANY_TTL``, ``PUT_FOR`` of several keys) and ``TRANSACT``
+        those it writes (none for control records and records that do not decode)."""
         key, value = record.key, record.value
         if key is None:
             return []
         head = value[:2] if value else b""
-        if head != _WRITE_MANY_HEAD and head != _TRANSACT_HEAD:
+        if head in _LAST_PAIRS_HEADS:
+            pairs = slice(-2, None)
+        elif head in _FIRST_PAIRS_HEADS:
+            pairs = slice(0, 2)
+        else:
             return [key]
         try:
             op = decode_op(value)
-            keys = write_many_args(op.args[-2:])[0]
+            keys = write_many_args(op.args[pairs])[0]
         except (DecodeError, OperationFailedError):
             return [key]
         prefix = b"" if self.maps.plain else prefix_of(key)
         return [key, *(prefix + k for k in keys)]
+
+
+def _replay_ids(replay: Replay, record: Record, offset: int) -> None:
+    """Give ``replay`` what :meth:`PartitionMachine.apply_records` notes of the update ids of
+    ``record``: an update with a key is applied (or decided as failed) once; a mark bounds
+    the table."""
+    try:
+        code, origin, seq, args = decode_op(record.value)
+    except DecodeError:
+        return
+    if code is OpCode.FLUSHED:
+        if isinstance(args[0], int):
+            replay.mark(args[0], args[1] if len(args) == 2 else None, offset, record.timestamp)
+    elif code < OpCode.BARRIER and record.key is not None:
+        replay.update(origin, seq, offset)
+
+
+def _put_deadline(code: OpCode, args: tuple[Any, ...], ts: int) -> int | None:
+    """The deadline a single put gives its key (None: none, a put without ttl)."""
+    if code is OpCode.PUT_TTL or code is OpCode.PUT_FOR:
+        return put_deadline(code, args, ts)
+    return None
+
+
+def _expire_too_early(
+    step: Step,
+    expiries: dict[bytes, int] | None,
+    key: bytes,
+    user_key: bytes,
+    deadline: Any,
+    current: bytes | None,
+    ts: int | None,
+) -> None:
+    """An ``EXPIRE`` of a key that still has that deadline but was stamped before it (by the
+    log's clock, a reaper proposed it early) changes nothing: the key is to be reaped again,
+    and goes back into :attr:`Step.expiring`. Every replica decides so alike."""
+    if current is None or expiries is None or expiries.get(user_key) != deadline:
+        return  # expired (then removed), absent, put again: nothing to reap again
+    if not step.expiring:
+        step.expiring = []
+    step.expiring.append((deadline, key))
+    step.early = ts or 0
 
 
 def _expiries_of(state: MapState) -> dict[bytes, int]:
@@ -855,6 +1046,9 @@ class Loaded:
     #: The highest flush point among the records (-1: none).
     flush_point: int
     errors: list[ApplyError]
+    #: The update ids applied up to that flush point, as the flush wrote them (an
+    #: :meth:`~kafkakv.map.dedup.AppliedIds.snapshot`; None: none written).
+    ids: Any = None
 
 
 def load_batch(
@@ -872,19 +1066,24 @@ def load_batch(
         batch: dict[bytes | None, bytes | None] = {e[0]: e[1] for e in entries}
         batch.pop(None, None)
         batch.pop(SETTINGS_KEY, None)
-        flushed = -1
+        flushed, ids = -1, None
         if FLUSH_POINT_KEY in batch:
             del batch[FLUSH_POINT_KEY]
-            flushed = max(read_flush_point(e[1]) for e in entries if e[0] == FLUSH_POINT_KEY)
+            flushed, ids = max(
+                (read_flush_point_ids(e[1]) for e in entries if e[0] == FLUSH_POINT_KEY),
+                key=lambda point: point[0],
+            )
         loaded = cast("dict[bytes, bytes | None]", batch)
         _note_loaded(state, p, entries, loaded, errors, topic)
-        return Loaded({id(state): loaded}, flushed, errors)
-    flushed = -1
+        return Loaded({id(state): loaded}, flushed, errors, ids)
+    flushed, ids = -1, None
     changes: dict[int, dict[bytes, bytes | None]] = {}
     for entry in entries:
         key = entry[0]
         if key == FLUSH_POINT_KEY:
-            flushed = max(flushed, read_flush_point(entry[1]))
+            covered, point_ids = read_flush_point_ids(entry[1])
+            if covered > flushed:
+                flushed, ids = covered, point_ids
             continue
         if key == SETTINGS_KEY:
             continue
@@ -894,7 +1093,7 @@ def load_batch(
         user_key = key[len(owner.prefix) :]
         _note_value(owner, p, entry, user_key, errors, topic)
         changes.setdefault(id(owner), {})[user_key] = entry[1]
-    return Loaded(changes, flushed, errors)
+    return Loaded(changes, flushed, errors, ids)
 
 
 def load_headers(table: MapTable, records: Sequence[Record]) -> list[tuple[int, bytes]]:
@@ -957,13 +1156,13 @@ def load_latest(table: MapTable, p: int, latest: dict[bytes | None, bytes | None
     state = table.maps[0]
     latest.pop(None, None)
     latest.pop(SETTINGS_KEY, None)
-    flushed = -1
+    flushed, ids = -1, None
     if FLUSH_POINT_KEY in latest:
-        flushed = read_flush_point(latest.pop(FLUSH_POINT_KEY))
+        flushed, ids = read_flush_point_ids(latest.pop(FLUSH_POINT_KEY))
     batch = cast("dict[bytes, bytes | None]", latest)
     if not _reads_all(state, batch):
         return None
-    return Loaded({id(state): batch}, flushed, [])
+    return Loaded({id(state): batch}, flushed, [], ids)
 
 
 def _reads_all(state: MapState, batch: dict[bytes, bytes | None]) -> bool:
@@ -1055,11 +1254,14 @@ def flush_records(
     origin: bytes,
     versions: Sequence[int] | None = None,
     deadlines: Sequence[int | None] | None = None,
+    ids: Any = None,
 ) -> tuple[list[Record], Record]:
     """The records of a flush covering the ops up to ``covered``: for the data topic the
     latest value of each key, then the flush point; for the ops topic the ``FLUSHED`` mark.
     A value carries its key's version (``versions``, a map with versions) and deadline
-    (``deadlines``, a map with expiry; None: none) in headers.
+    (``deadlines``, a map with expiry; None: none) in headers. The flush point and the mark
+    carry ``ids``, the update ids applied up to ``covered`` (an
+    :meth:`~kafkakv.map.dedup.AppliedIds.snapshot`), when given: ``[covered, ids]``.
 
     >>> data, mark = flush_records([b"k"], [b"v"], 7, b"o" * 8)
     >>> [r.key for r in data], read_flush_point(data[-1].value), decode_op(mark.value).args
@@ -1079,15 +1281,25 @@ def flush_records(
                 if deadlines is not None and deadlines[i] is not None:
                     headers.append((EXPIRES_HEADER, int(deadlines[i] or 0).to_bytes(8, "big")))
             records.append(Record(k, v, tuple(headers)))
-    records.append(Record(FLUSH_POINT_KEY, msgpack.packb([covered])))
-    return records, Record(None, encode_op(OpCode.FLUSHED, origin, -1, [covered]))
+    point = [covered] if ids is None else [covered, ids]
+    records.append(Record(FLUSH_POINT_KEY, msgpack.packb(point)))
+    return records, Record(None, encode_op(OpCode.FLUSHED, origin, -1, point))
 
 
 def read_flush_point(value: bytes | None) -> int:
     """The ops offset a flush point record says its flush covered. Raises
     :class:`~kafkakv.errors.DecodeError` for a value that is not one."""
+    return read_flush_point_ids(value)[0]
+
+
+def read_flush_point_ids(value: bytes | None) -> tuple[int, Any]:
+    """The ops offset a flush point record says its flush covered, and the update ids it
+    carries (None: a flush written without them). Raises
+    :class:`~kafkakv.errors.DecodeError` for a value that is not one."""
     try:
-        (covered,) = msgpack.unpackb(value or b"", raw=False)
-        return int(covered)
+        point = msgpack.unpackb(value or b"", raw=False)
+        if not isinstance(point, list) or len(point) not in (1, 2):
+            raise ValueError(f"not [covered] or [covered, ids]: {point!r}")
+        return int(point[0]), point[1] if len(point) == 2 else None
     except Exception as exc:
         raise DecodeError(f"a flush point record that does not decode: {exc}") from exc

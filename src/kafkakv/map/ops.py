@@ -3,7 +3,8 @@
 An ops record is one update attempt. Its key is the map's record key (the map prefix, if any,
 then the encoded key); its value is a msgpack array ``[code, origin, seq, *args]`` where
 ``origin`` identifies the replica that appended it and ``seq`` that replica's request, so the
-writer recognises its own record when it applies it. Control records (barriers, flush marks)
+writer recognises its own record when it applies it, and every replica a record written twice
+(:mod:`kafkakv.map.dedup`). Control records (barriers, flush marks)
 have no key.
 
 A ``WRITE_MANY`` record carries a batch of one map in one partition: its args are two arrays of
@@ -21,10 +22,19 @@ applies all the writes, in order, or none of them. ``SET_IF_VERSION`` sets a key
 versions when its version is the expected one.
 
 A map with expiry keeps, for each key put with a time to live, its deadline (milliseconds since
-the epoch, from the writer's clock). A key is expired for an op when its deadline is at or
-before the op record's timestamp, which every replica reads alike: the op decides as if the
+the epoch). A ``PUT_FOR`` carries the time to live, not a deadline: every replica computes the
+deadline as the record's timestamp plus the ttl, so the deadline is on the log's clock (the
+leader broker's, on an ops topic with ``LogAppendTime``), whatever the writer's clock says.
+The older ``PUT_TTL`` and ``WRITE_MANY_TTL`` carry a deadline the writer computed with its own
+clock; they still apply as they always did. A key is expired for an op when its deadline is at
+or before the op record's timestamp, which every replica reads alike: the op decides as if the
 key were absent. ``EXPIRE`` removes it, once its deadline is at or before that record's own
-timestamp and still the key's.
+timestamp and still the key's; an ``EXPIRE`` stamped earlier changes nothing.
+
+>>> put_deadline(OpCode.PUT_FOR, (b"v", 30_000), 1_000_000)
+1030000
+>>> put_deadline(OpCode.PUT_TTL, (b"v", 5_000), 1_000_000)
+5000
 
 A ``COMPUTE`` or ``MERGE`` record may carry a third arg, the room: the most bytes that the key
 (store key) and the value the function returns may take together, which the writer derives
@@ -74,6 +84,7 @@ from kafkakv.log.base import new_tuple
 __all__ = [
     "KEEP",
     "PAIR_SLACK",
+    "TTL_MAX_MS",
     "Keep",
     "Op",
     "OpCode",
@@ -83,6 +94,7 @@ __all__ = [
     "encode_op",
     "expectations_hold",
     "pair_fits",
+    "put_deadline",
     "sent_op",
     "transaction_args",
     "write_many_args",
@@ -107,8 +119,11 @@ class OpCode(enum.IntEnum):
     PUT_TTL = 12  # args (value, deadline): a put that expires at deadline (ms since epoch)
     WRITE_MANY_TTL = 13  # args (store keys, values, deadline): WRITE_MANY whose puts expire
     EXPIRE = 14  # args (deadline,): remove the key if it still expires at deadline
+    # args (value, ttl) or (store keys, values, ttl): a put, or a WRITE_MANY whose puts, that
+    # expire ttl ms after the record's timestamp (deadline = timestamp + ttl on every replica)
+    PUT_FOR = 15
     BARRIER = 16  # no key, no args: "how far does the log reach now"
-    FLUSHED = 17  # no key, args (covered ops offset,): a flush covering it landed
+    FLUSHED = 17  # no key, args (covered ops offset[, update ids]): a flush covering it landed
 
     @property
     def control(self) -> bool:
@@ -200,8 +215,9 @@ _ARITY = {
     OpCode.PUT_TTL: frozenset({2}),
     OpCode.WRITE_MANY_TTL: frozenset({3}),
     OpCode.EXPIRE: frozenset({1}),
+    OpCode.PUT_FOR: frozenset({2, 3}),
     OpCode.BARRIER: frozenset({0}),
-    OpCode.FLUSHED: frozenset({1}),
+    OpCode.FLUSHED: frozenset({1, 2}),
 }
 
 
@@ -276,6 +292,34 @@ def write_many_chunks(
                 first, size = i, 0
             size += pair
         yield ks[first:], vs[first:]
+
+
+TTL_MAX_MS = 10**12
+"""The longest time to live a ``PUT_FOR`` may carry, in ms (about 31 years): a deadline of
+timestamp + ttl then stays well inside the 8 bytes of a flushed deadline."""
+
+
+def put_deadline(code: OpCode, args: tuple[Any, ...], stamp: int) -> int:
+    """The deadline (ms since the epoch) that a ``PUT_TTL``, ``PUT_FOR`` or ``WRITE_MANY_TTL``
+    record stamped ``stamp`` gives the keys it puts: for ``PUT_FOR`` the stamp plus its ttl
+    (the log's clock), for the older two the deadline they carry (the writer's clock). Raises
+    :class:`~kafkakv.errors.OperationFailedError` when it is not an int (a ttl: from 1 to
+    :data:`TTL_MAX_MS`), the same on every replica."""
+    last = args[-1]
+    if type(last) is not int:
+        raise OperationFailedError(f"{code.name} needs an int {_TTL_ARG[code]}")
+    if code is not OpCode.PUT_FOR:
+        return last
+    if not 0 < last <= TTL_MAX_MS:
+        raise OperationFailedError(f"PUT_FOR needs a ttl from 1 to {TTL_MAX_MS} ms, not {last}")
+    return stamp + last
+
+
+_TTL_ARG = {
+    OpCode.PUT_TTL: "deadline",
+    OpCode.WRITE_MANY_TTL: "deadline",
+    OpCode.PUT_FOR: "ttl",
+}
 
 
 def write_many_args(args: tuple[Any, ...]) -> tuple[list[bytes], list[bytes | None]]:

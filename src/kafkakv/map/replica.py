@@ -80,7 +80,7 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         self._store = (
             state.store
             if state.expiries is None
-            else view_of(state.store, state.expiries, engine.paused())
+            else view_of(state.store, state.expiries, engine.paused(), engine.read_now)
         )
         self._keys = state.keys
         self._values = state.values
@@ -248,18 +248,20 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
 
     def put(self, key: K, value: V, ttl: float | None = None) -> V | None:
         """Set ``key``; return the previous value or None. One append, one read. With ``ttl``
-        (a map with ``expiry=True``), the key expires after ``ttl`` seconds: it then reads as
+        (a map with ``expiry=True``), the key expires ``ttl`` seconds after the log stamped
+        the update (the log's clock decides, not this process's): it then reads as
         absent everywhere and is removed (see docs/maps.md, "Expiry"); a put without
         ``ttl`` clears an expiry."""
         if ttl is not None:
-            return cast("V | None", self._call(OpCode.PUT_TTL, key, *self._with_ttl(value, ttl)))
+            return cast("V | None", self._call(OpCode.PUT_FOR, key, *self._with_ttl(value, ttl)))
         return self._call(OpCode.PUT, key, self._value(value))  # type: ignore[no-any-return]
 
     def _with_ttl(self, value: V, ttl: float) -> tuple[bytes, int]:
-        """The args of a ``PUT_TTL``: the value, and the deadline ``ttl`` seconds from now."""
-        return self._value(value), self._deadline(ttl)
+        """The args of a ``PUT_FOR``: the value, and ``ttl`` in ms (every replica adds it to
+        the record's timestamp: no clock of the writer's takes part)."""
+        return self._value(value), self._ttl_ms(ttl)
 
-    def _deadline(self, ttl: float) -> int:
+    def _ttl_ms(self, ttl: float) -> int:
         if self._state.expiries is None:
             raise ConfigError(
                 f"map {self.name!r} has no expiry: create it with expiry=True (every replica "
@@ -267,11 +269,12 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
             )
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 10**9:
             raise ConfigError(f"ttl is a positive number of seconds, not {ttl!r}")
-        return int((time.time() + ttl) * 1000)
+        return max(1, round(ttl * 1000))
 
     def ttl(self, key: K) -> float | None:
         """The seconds ``key`` has left to live, or None when it does not expire. Raises
-        KeyError when it is absent (or expired already). A map with ``expiry=True``."""
+        KeyError when it is absent (or expired already). A map with ``expiry=True``. Counted
+        by the log's clock as this replica can tell (see docs/maps.md, "Clocks and skew")."""
         if self._state.expiries is None:
             raise ConfigError(f"map {self.name!r} has no expiry: create it with expiry=True")
         encoded, _, p = self._locate(key)
@@ -281,7 +284,12 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
             present = self._store.get(encoded) is not None
         if not present:
             raise KeyError(key)
-        return None if deadline is None else max(0.0, deadline / 1000 - time.time())
+        if deadline is None:
+            return None
+        now = self._engine.log_now()
+        if now is None:  # nothing learned of the log's clock yet: this process's clock
+            now = time.time() * 1000
+        return max(0.0, (deadline - now) / 1000)
 
     def __setitem__(self, key: K, value: V) -> None:
         # The previous value is not returned, so not decoded: replacing one that does not
@@ -558,8 +566,8 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         if any(map(operator.is_, given, itertools.repeat(None))):  # C-level, identity only
             raise EncodeError("None is not a value: use remove_all() to delete keys")
         values = self._values.encode_many(given)
-        deadline = None if ttl is None else self._deadline(ttl)
-        return self._many(list(latest), values, wait, deadline)
+        ttl_ms = None if ttl is None else self._ttl_ms(ttl)
+        return self._many(list(latest), values, wait, ttl_ms)
 
     def _remove_all(self, keys: Iterable[K], wait: bool) -> OpFuture:
         distinct = list(dict.fromkeys(keys))
@@ -570,7 +578,7 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         keys: list[K],
         values: Sequence[bytes | None],
         wait: bool,
-        deadline: int | None = None,
+        ttl_ms: int | None = None,
     ) -> OpFuture:
         encoded = self._keys.encode_many(keys)
         engine, prefix = self._engine, self._prefix
@@ -583,7 +591,7 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
                 raise WrongPartitionError(
                     f"keys in partitions {outside}; this replica holds {list(self.partitions)}"
                 )
-        return engine.submit_many(self._state, encoded, values, partitions, wait, deadline)
+        return engine.submit_many(self._state, encoded, values, partitions, wait, ttl_ms)
 
     def clear(self) -> None:
         """Remove every key this replica holds, as :meth:`remove_all` does."""
@@ -594,7 +602,7 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         """Like :meth:`put`, returning at once a future of the previous value. At most
         ``max_in_flight`` are unapplied; beyond that the call waits (back-pressure)."""
         if ttl is not None:
-            return self._submit(OpCode.PUT_TTL, key, self._with_ttl(value, ttl), False)
+            return self._submit(OpCode.PUT_FOR, key, self._with_ttl(value, ttl), False)
         if value is None:  # the hot path of bulk loads: _value and _submit inlined
             raise EncodeError("None is not a value: use remove() to delete a key")
         if self._single:  # one partition, held: no partition to find

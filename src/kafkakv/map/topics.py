@@ -9,7 +9,10 @@
 The ops and flush topics must never lose records by age (``retention.ms=-1``): a replica that
 starts after a quiet week still needs every op after the last flush. Their size retention is a
 safety net sized from the flush period (see docs/maps.md). The data topic must be compacted and
-only compacted: deleting old data by age would lose keys nobody updated lately.
+only compacted: deleting old data by age would lose keys nobody updated lately. The ops topic
+is created with ``message.timestamp.type=LogAppendTime``: on Kafka the leader broker stamps
+its records, and a map with expiry decides by that one clock (see docs/maps.md, "Clocks and
+skew"); :func:`check_ops_clock` warns about an ops topic created otherwise.
 
 Opening a map checks before it creates: :func:`check_topics` reads what exists and refuses
 (creating nothing) when an existing topic has a wrong setting or partition count, belongs to
@@ -20,6 +23,7 @@ does :func:`create_topics` create the missing topics.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +41,7 @@ __all__ = [
     "MapTopics",
     "TopicPlan",
     "adopt_existing",
+    "check_ops_clock",
     "check_topics",
     "create_topics",
     "ensure_topics",
@@ -56,6 +61,11 @@ _REQUIRED_LOG = {
 }
 
 _ROLES = (("_ops", "ops"), ("_flush", "flush"))
+
+#: The log stamps ops records itself (see :func:`check_ops_clock`).
+_LOG_CLOCK = {"message.timestamp.type": "LogAppendTime"}
+
+logger = logging.getLogger("kafkakv.map")
 
 
 def min_insync_replicas(replication: int) -> int:
@@ -98,7 +108,12 @@ class MapTopics:
         safe = {**_SAFE, "min.insync.replicas": str(min_insync_replicas(replication))}
         return {
             self.data: {**safe, "cleanup.policy": "compact", "min.compaction.lag.ms": "0"},
-            self.ops: {**safe, **_NO_AGE, "retention.bytes": str(ops_retention_bytes)},
+            self.ops: {
+                **safe,
+                **_NO_AGE,
+                **_LOG_CLOCK,
+                "retention.bytes": str(ops_retention_bytes),
+            },
             self.flush: {**safe, **_NO_AGE, "retention.bytes": str(1 << 30)},
         }
 
@@ -227,6 +242,35 @@ def check_map_settings(
                 f"replica must open the map with the same {name} (or leave it None: as created)"
             )
     return created
+
+
+def check_ops_clock(log: Log, topics: MapTopics) -> str | None:
+    """For a map with expiry: whether one clock stamps its ops records. Returns (and logs as
+    a warning) what is wrong, or None.
+
+    A map with expiry decides by its ops records' timestamps. Its ops topic is created with
+    ``message.timestamp.type=LogAppendTime``: on Kafka the leader broker then stamps every
+    record. An ops topic created before (or by other tools) with ``CreateTime`` keeps the
+    stamp of the client that produced each record, so a client whose clock runs ahead
+    removes keys early for every replica. kafkakv does not change the topic itself (altering
+    a topic's config takes rights a client may lack, and other programs may rely on it): the
+    warning gives the command. Logs that stamp records with this machine's clock when they
+    store them (:attr:`~kafkakv.log.base.Log.clock_is_local`: the embedded log) need
+    nothing. Cost: one config look-up."""
+    if log.clock_is_local:
+        return None
+    kind = log.topic_config(topics.ops).get("message.timestamp.type", "CreateTime")
+    if kind == "LogAppendTime":
+        return None
+    problem = (
+        f"ops topic {topics.ops!r} of a map with expiry has message.timestamp.type={kind}: "
+        "its records carry the clocks of the clients that wrote them, and a client whose "
+        "clock runs ahead expires keys early for every replica. Make the brokers stamp them: "
+        f"kafka-configs --alter --entity-type topics --entity-name {topics.ops} "
+        "--add-config message.timestamp.type=LogAppendTime"
+    )
+    logger.warning("%s", problem)
+    return problem
 
 
 def _recorded(asked: Mapping[str, bool | None]) -> dict[str, object]:

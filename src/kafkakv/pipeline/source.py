@@ -55,6 +55,7 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log.base import Log, Record, new_tuple
+from kafkakv.map.dedup import numbering
 from kafkakv.map.keyspace import check_update_key
 from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
@@ -299,24 +300,28 @@ class _TopicRecords:
 
 class _MapRecords:
     """Rows to ops records: a put per value, a remove per null, from one origin whose
-    sequence numbers no replica waits for."""
+    sequence numbers no replica waits for (numbered per partition as a replica numbers its
+    updates: see kafkakv.map.dedup)."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.prefix = opts.record_prefix
         self.origin = os.urandom(8)
-        self.seq = itertools.count(1)
+        self.seqs: dict[int, Iterator[int]] = {}
 
     def __call__(
         self, keys: list[bytes], values: list[bytes | None], count: int, limit: int
     ) -> dict[int, list[Record]]:
         out: dict[int, list[Record]] = {}
-        prefix, origin, seq = self.prefix, self.origin, self.seq
+        prefix, origin, seqs = self.prefix, self.origin, self.seqs
         put, remove = OpCode.PUT, OpCode.REMOVE
         record_keys = [prefix + k for k in keys] if prefix else keys
         partitions = partitions_for(record_keys, count)
         for record_key, value, p in zip(record_keys, values, partitions, strict=True):
             check_update_key(record_key)
+            seq = seqs.get(p)
+            if seq is None:
+                seq = seqs[p] = iter(numbering(p, count))
             if value is None:
                 op = encode_op(remove, origin, next(seq))
             else:

@@ -358,6 +358,7 @@ class KafkaLog(Log):
     stores_on_send = False  # the producer pipelines: a send returns before the brokers store
     # a transaction's records go in several produce requests: others' may land between them
     appends_contiguously = False
+    clock_is_local = False  # the producer or the leader broker stamps (Log.clock_is_local)
 
     def __init__(
         self,
