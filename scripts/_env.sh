@@ -69,3 +69,24 @@ ensure_go() {
         echo "    (tests/map/test_linearizability.py fails without it)" >&2
     fi
 }
+
+ensure_netns_tools() {
+    # The tests of simulated hosts (tests/dev/test_hosts*.py, kafkakv.dev.hosts) make network
+    # namespaces with `ip` (iproute2) and cut links inside them with `iptables`. Quiet when
+    # both are present; installs them as root, else says how (those tests then fail, naming
+    # what is missing).
+    local missing=()
+    command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || missing+=(iproute2)
+    command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> installing ${missing[*]} with apt-get (simulated hosts for the fault tests)"
+        if ! { apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+            echo "    apt-get could not install ${missing[*]}; going on without" >&2
+        fi
+    else
+        echo "==> missing: ${missing[*]}; install with: sudo apt-get install ${missing[*]}" >&2
+        echo "    (tests/dev/test_hosts*.py fail without them)" >&2
+    fi
+}

@@ -25,8 +25,21 @@ With ``KAFKAKV_TEST_BOOTSTRAP=host:port,...`` both fixtures are that external cl
 instead; the fault calls then raise :class:`kafkakv.dev.errors.ClusterError`, failing the tests
 that need them with a message that says why.
 
-Every test that uses one of the fixtures gets the ``kafka`` marker (``-m "not kafka"`` skips
-them all).
+Simulated hosts (:mod:`kafkakv.dev.hosts`, as root), both session-scoped and made on first use:
+
+- ``host_network``: hosts ``b1``, ``b2``, ``b3`` (brokers), ``c1``, ``c2`` (clients) and
+  ``ctl`` (where the test's own admin client runs), each a network namespace on one bridge
+  (10.213.0.11 ...), removed at the end of the session, or by the next run if this one is
+  killed.
+- ``hosts_cluster``: three brokers, node ``i`` on host ``b<i>`` (:func:`broker_host`; ports
+  as ``kafka_cluster``'s, on each host's address); its admin client and probes run in
+  ``ctl``.
+
+Hosts that cannot be made (not root, ``ip`` or ``iptables`` missing) FAIL the tests that use
+them, saying why.
+
+Every test that uses one of the Kafka fixtures gets the ``kafka`` marker (``-m "not kafka"``
+skips them all).
 """
 
 from __future__ import annotations
@@ -39,12 +52,17 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from kafkakv.dev import Cluster, DevCluster, ExternalCluster
+from kafkakv.dev.hosts import Hosts
 from kafkakv.errors import KafkaKVError
 
 __all__ = [
+    "HOST_NAMES",
     "SASL_PASSWORD",
     "SASL_USER",
+    "broker_host",
     "create_topic",
+    "host_network",
+    "hosts_cluster",
     "kafka_cluster",
     "kafka_single",
     "unique_topic",
@@ -55,7 +73,10 @@ SASL_USER, SASL_PASSWORD = "kafkakv-test", "test-secret-17"
 
 EXTERNAL_ENV = "KAFKAKV_TEST_BOOTSTRAP"
 PORT_OFFSET_ENV = "KAFKAKV_TEST_PORT_OFFSET"
-_FIXTURES = frozenset({"kafka_cluster", "kafka_single"})
+_FIXTURES = frozenset({"kafka_cluster", "kafka_single", "hosts_cluster"})
+
+HOST_NAMES = ("b1", "b2", "b3", "c1", "c2", "ctl")
+"""The hosts of ``host_network``: three for brokers, two for clients, one for the test."""
 
 
 def _cluster(
@@ -107,6 +128,44 @@ def kafka_single(
         sasl_users={SASL_USER: SASL_PASSWORD},
         tls=True,
     )
+
+
+@pytest.fixture(scope="session")
+def host_network(request: pytest.FixtureRequest) -> Hosts:
+    """The simulated hosts :data:`HOST_NAMES` for the whole session (see the module doc)."""
+    hosts = Hosts(HOST_NAMES)
+    request.addfinalizer(hosts.close)
+    try:
+        hosts.start()
+    except KafkaKVError as exc:
+        pytest.fail(f"the simulated hosts could not be made: {exc}", pytrace=False)
+    return hosts
+
+
+def broker_host(node_id: int) -> str:
+    """The host of ``hosts_cluster``'s node ``node_id``."""
+    return f"b{node_id}"
+
+
+@pytest.fixture(scope="session")
+def hosts_cluster(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    host_network: Hosts,
+) -> DevCluster:
+    """Three brokers on hosts b1, b2, b3 for the whole session (see the module doc)."""
+    placement = host_network.placement([broker_host(i) for i in (1, 2, 3)], clients="ctl")
+    state = tmp_path_factory.mktemp("hosts-cluster")
+    try:
+        cluster = DevCluster(3, 11092, state, placement=placement)
+    except (KafkaKVError, ValueError) as exc:
+        pytest.fail(f"the Kafka cluster on hosts cannot be set up: {exc}", pytrace=False)
+    request.addfinalizer(cluster.stop)
+    try:
+        cluster.start()
+    except KafkaKVError as exc:
+        pytest.fail(f"the Kafka cluster on hosts did not start: {exc}", pytrace=False)
+    return cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

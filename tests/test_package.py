@@ -48,7 +48,13 @@ def test_the_dev_tooling_errors_live_with_the_dev_tooling() -> None:
     import kafkakv.dev.errors
 
     dev_errors = set(kafkakv.dev.errors.__all__)
-    assert dev_errors == {"ClockShimError", "ClusterError", "JarFetchError", "PostgresError"}
+    assert dev_errors == {
+        "ClockShimError",
+        "ClusterError",
+        "HostsError",
+        "JarFetchError",
+        "PostgresError",
+    }
     assert not dev_errors & set(kafkakv.errors.__all__)
     assert not any(hasattr(kafkakv.errors, name) for name in dev_errors)
     for name in dev_errors:  # still under the one root, so the CLI reports them

@@ -4,6 +4,9 @@
 - a real Apache Kafka cluster for tests and developers, from Maven Central jars (exported here);
 - :mod:`kafkakv.dev.postgres`: a throwaway PostgreSQL server for the pipeline's tests, demo
   and benchmarks (imported from there: it loads :mod:`kafkakv.pipeline`);
+- :mod:`kafkakv.dev.hosts`: simulated hosts (a network namespace each, on one bridge) and the
+  faults of the network between them; a :class:`DevCluster` runs on them with a ``placement``
+  (imported from there: it needs root);
 - :mod:`kafkakv.dev.errors`: their errors.
 
 :func:`fetch_kafka` gets the broker jars (KRaft mode, no ZooKeeper) with Maven once and caches

@@ -1,4 +1,6 @@
-"""A real Apache Kafka cluster (KRaft, combined broker+controller nodes) on 127.0.0.1.
+"""A real Apache Kafka cluster (KRaft, combined broker+controller nodes) on 127.0.0.1, or with
+each node on a simulated host of its own (a :class:`Placement`, such as
+:meth:`kafkakv.dev.hosts.Hosts.placement`).
 
 :class:`DevCluster` owns the broker processes; the files they use live in a state directory
 laid out by :class:`~kafkakv.dev.storage.StateDir`.
@@ -10,11 +12,12 @@ import enum
 import os
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 
 from kafkakv.dev.base import Cluster
 from kafkakv.dev.errors import ClusterError
@@ -28,14 +31,19 @@ from kafkakv.dev.jars import (
 )
 from kafkakv.dev.layout import DEFAULT_JVM_OPTIONS, ClusterLayout, broker_command
 from kafkakv.dev.lock import exclusive_lock
-from kafkakv.dev.probe import brokers_seen_by, port_is_free
+from kafkakv.dev.probe import admin_client, brokers_seen_by, port_is_free
 from kafkakv.dev.process import BrokerProcess, log_tail
 from kafkakv.dev.state import ClusterState
 from kafkakv.dev.storage import StateDir
 from kafkakv.dev.tls import make_certificate, tls_files
 from kafkakv.errors import ConfigError
 
-__all__ = ["ClusterStatus", "DevCluster", "NodeStatus", "default_state_dir"]
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
+__all__ = ["ClusterStatus", "DevCluster", "NodeStatus", "Placement", "default_state_dir"]
+
+_T = TypeVar("_T")
 
 _POLL_S = 0.25
 _PROBE_TIMEOUT_S = 2.0
@@ -64,6 +72,26 @@ class NodeStatus:
     """The broker answers on its port and is in the metadata it returns."""
 
 
+class Placement(Protocol):
+    """Where the nodes of a :class:`DevCluster` run, and where its own client calls (readiness
+    probes, the admin client) run: hosts other than this one's loopback, such as network
+    namespaces (:meth:`kafkakv.dev.hosts.Hosts.placement`)."""
+
+    def address(self, node_id: int) -> str:
+        """The IPv4 address node ``node_id`` listens on and advertises."""
+        ...
+
+    def command(self, node_id: int, argv: list[str]) -> list[str]:
+        """``argv`` made to run where node ``node_id`` runs."""
+        ...
+
+    def call(self, node_id: int | None, fn: Callable[[], _T]) -> _T:
+        """``fn()``, run where a socket reaches node ``node_id``'s own ports (to bind them, to
+        connect to them); ``None``: where the cluster's clients run. Clients made by ``fn``
+        keep working from any thread."""
+        ...
+
+
 def default_state_dir() -> Path:
     """``${KAFKAKV_CACHE:-~/.cache/kafkakv}/dev-cluster``."""
     return default_cache_root() / "dev-cluster"
@@ -79,6 +107,10 @@ class DevCluster(Cluster):
     ``tls=True`` a TLS listener three ports above (:attr:`tls_bootstrap`, with a self-signed
     certificate made once in the state directory, :attr:`tls_ca_location`): for trying a
     client's security settings against a real broker.
+
+    ``placement`` puts each node on a host of its own (its address, a command that runs the
+    broker there) and runs the cluster's own probes and admin client where they reach those
+    hosts; without it, every node runs here on 127.0.0.1.
 
     ``die_with_parent`` (the default, for tests) makes the kernel kill every broker when the
     thread that started it exits; leave it on only when that thread lives as long as the
@@ -103,12 +135,15 @@ class DevCluster(Cluster):
         progress: Progress | None = None,
         sasl_users: Mapping[str, str] | None = None,
         tls: bool = False,
+        placement: Placement | None = None,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
         self._tls_dir = self.state_dir / "tls" if tls else None
         keystore = "" if self._tls_dir is None else str(tls_files(self._tls_dir).keystore)
+        self._placement = placement
+        hosts = () if placement is None else tuple(map(placement.address, range(1, brokers + 1)))
         self.layout = ClusterLayout(
-            brokers, base_port, tuple(sorted((sasl_users or {}).items())), keystore
+            brokers, base_port, tuple(sorted((sasl_users or {}).items())), keystore, hosts
         )
         self.files = StateDir(self.state_dir, self.layout)
         self.kafka_version = kafka_version
@@ -127,8 +162,16 @@ class DevCluster(Cluster):
 
     @property
     def bootstrap(self) -> str:
-        """``127.0.0.1:<port>`` of every node, comma-separated."""
+        """``host:port`` of every node (``127.0.0.1:<port>`` without a placement),
+        comma-separated."""
         return self.layout.bootstrap
+
+    def admin(self) -> AdminClient:
+        """An admin client for :attr:`bootstrap`, made on first use (where the placement's
+        clients run) and kept."""
+        if self._admin is None:
+            self._admin = self._net(None, lambda: admin_client(self.bootstrap))
+        return self._admin
 
     @property
     def sasl_bootstrap(self) -> str | None:
@@ -334,7 +377,8 @@ class DevCluster(Cluster):
             process = self._nodes.get(node_id)
             running = process is not None and process.alive()
             port = self.layout.client_port(node_id)
-            seen = brokers_seen_by(self.layout.address(node_id), port) if running else None
+            address = self.layout.address(node_id)
+            seen = self._net(None, partial(brokers_seen_by, address, port)) if running else None
             pid = process.pid if process is not None and running else None
             rows.append(
                 NodeStatus(node_id, pid, port, running, seen is not None and node_id in seen)
@@ -350,11 +394,16 @@ class DevCluster(Cluster):
         if self._tls_dir is not None:
             make_certificate(self._java, self._tls_dir)
         self._state = self.files.claim(self.kafka_version)
-        busy = [p for p in self.layout.ports if not port_is_free(p)]
+        busy = [
+            f"{self.layout.host(i)}:{p}"
+            for i in self.node_ids
+            for p in self.layout.node_ports(i)
+            if not self._port_free(i, p)
+        ]
         if busy:
             raise ClusterError(
-                f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 already in use (another dev "
-                "cluster or program?); choose another base port"
+                f"{', '.join(busy)} already in use (another dev cluster or program?); choose "
+                "another base port"
             )
         self.files.write_configs()
         self.files.format(self._java, jars, self._state.cluster_id, self._progress)
@@ -370,6 +419,8 @@ class DevCluster(Cluster):
             str(self.files.log4j_config),
             self._jvm_options,
         )
+        if self._placement is not None:
+            command = self._placement.command(node_id, command)
         self._nodes[node_id] = BrokerProcess.start(
             command,
             self.files.output_path(node_id),
@@ -388,8 +439,9 @@ class DevCluster(Cluster):
             for node_id in list(pending):
                 if not self._nodes[node_id].alive():
                     raise self._died(node_id)
-                seen[node_id] = brokers_seen_by(
-                    self.layout.address(node_id), self.layout.client_port(node_id), _PROBE_TIMEOUT_S
+                address, port = self.layout.address(node_id), self.layout.client_port(node_id)
+                seen[node_id] = self._net(
+                    None, partial(brokers_seen_by, address, port, _PROBE_TIMEOUT_S)
                 )
                 found = seen[node_id]
                 if found is not None and must_see <= found:
@@ -468,10 +520,18 @@ class DevCluster(Cluster):
 
     def _wait_ports_free(self, node_id: int, deadline: float) -> None:
         ports = self.layout.node_ports(node_id)
-        while not all(port_is_free(p) for p in ports):
+        while not all(self._port_free(node_id, p) for p in ports):
             if time.monotonic() >= deadline:
                 raise ClusterError(f"node {node_id}'s ports {ports} are still in use")
             time.sleep(_POLL_S)
+
+    def _net(self, node_id: int | None, fn: Callable[[], _T]) -> _T:
+        """``fn()`` where it reaches node ``node_id`` (None: the cluster's clients) run."""
+        return fn() if self._placement is None else self._placement.call(node_id, fn)
+
+    def _port_free(self, node_id: int, port: int) -> bool:
+        host = self.layout.host(node_id)
+        return self._net(node_id, lambda: port_is_free(port, host))
 
     def _running(self, node_id: int) -> BrokerProcess:
         self._check_id(node_id)

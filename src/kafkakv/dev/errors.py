@@ -8,6 +8,9 @@
     │   │                     timed out, a fault call on a cluster that offers none
     │   └── JarFetchError     java or mvn missing, or Maven failed to fetch the broker jars
     │                         (the message ends with Maven's output)
+    ├── HostsError            simulated hosts could not be made or faulted: not root, ip or
+    │                         iptables missing, a command that failed (its stderr in the
+    │                         message), a host that does not exist
     ├── PostgresError         the throwaway PostgreSQL server could not start or stop
     └── ClockShimError        the wall-clock shim (kafkakv.dev.clock) could not be built
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from kafkakv.errors import KafkaKVError
 
-__all__ = ["ClockShimError", "ClusterError", "JarFetchError", "PostgresError"]
+__all__ = ["ClockShimError", "ClusterError", "HostsError", "JarFetchError", "PostgresError"]
 
 
 class ClusterError(KafkaKVError):
@@ -34,6 +37,13 @@ class JarFetchError(ClusterError):
     """The broker jars could not be fetched: ``java`` or ``mvn`` is not installed, Maven
     failed or timed out (the message ends with the tail of its output), or another process
     held the cache lock for too long."""
+
+
+class HostsError(KafkaKVError):
+    """The simulated hosts of :mod:`kafkakv.dev.hosts` failed: not root, ``ip`` or
+    ``iptables`` not installed (the message says which package), an ``ip``/``iptables``
+    command that failed (its words in the message), an unknown host name, a network used
+    before :meth:`~kafkakv.dev.hosts.Hosts.start` or after its close."""
 
 
 class PostgresError(KafkaKVError):

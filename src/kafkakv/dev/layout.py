@@ -2,7 +2,8 @@
 
 Node ``i`` (ids ``1 .. brokers``) is a combined KRaft node (``process.roles=broker,controller``)
 whose client listener is ``base_port + (i - 1) * 10000`` and whose controller listener is the
-next port, both on 127.0.0.1 only. With ``sasl_users``, each node also takes SASL/PLAIN
+next port, both on 127.0.0.1 only, unless ``hosts`` gives each node an address of its own (a
+simulated host: :mod:`kafkakv.dev.hosts`). With ``sasl_users``, each node also takes SASL/PLAIN
 clients (``security.protocol=SASL_PLAINTEXT``) on the port after that, for those users; with
 ``tls_keystore``, TLS clients (``security.protocol=SSL``) on the port after that one.
 
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 HOST = "127.0.0.1"
-"""Every listener binds to this address only."""
+"""Every listener binds to this address only, unless the layout has ``hosts``."""
 
 NODE_PORT_STEP = 10000
 """Node ``i`` listens on ``base_port + (i - 1) * NODE_PORT_STEP``."""
@@ -93,6 +94,9 @@ class ClusterLayout:
     tls_keystore: str = ""
     """A PKCS12 keystore (password :data:`TLS_STORE_PASSWORD`) holding the key and certificate
     of a TLS listener; empty: no such listener."""
+    hosts: tuple[str, ...] = ()
+    """The IPv4 address of each node (node ``i`` at ``hosts[i - 1]``), where it listens and
+    what it advertises; empty: every node on :data:`HOST`."""
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -103,6 +107,10 @@ class ClusterLayout:
                     f"SASL user {user!r}: user names and passwords of the dev cluster are "
                     "letters, digits and -._ only"
                 )
+        if self.hosts and len(self.hosts) != self.brokers:
+            raise ConfigError(
+                f"{len(self.hosts)} host address(es) for {self.brokers} broker(s): give one each"
+            )
         highest = self.ports[-1]
         if self.base_port < 1024 or highest > _MAX_PORT:
             raise ConfigError(
@@ -133,9 +141,18 @@ class ClusterLayout:
         layout has one."""
         return self.client_port(node_id) + 3
 
+    def host(self, node_id: int) -> str:
+        """The address node ``node_id`` listens on: its entry of ``hosts``, else :data:`HOST`.
+
+        >>> layout = ClusterLayout(2, 19092, hosts=("10.0.0.1", "10.0.0.2"))
+        >>> layout.host(2), layout.bootstrap
+        ('10.0.0.2', '10.0.0.1:19092,10.0.0.2:29092')
+        """
+        return self.hosts[node_id - 1] if self.hosts else HOST
+
     def address(self, node_id: int) -> str:
         """``host:port`` of node ``node_id``'s client listener."""
-        return f"{HOST}:{self.client_port(node_id)}"
+        return f"{self.host(node_id)}:{self.client_port(node_id)}"
 
     @property
     def sasl_bootstrap(self) -> str | None:
@@ -146,14 +163,14 @@ class ClusterLayout:
         """
         if not self.sasl_users:
             return None
-        return ",".join(f"{HOST}:{self.sasl_port(i)}" for i in self.node_ids)
+        return ",".join(f"{self.host(i)}:{self.sasl_port(i)}" for i in self.node_ids)
 
     @property
     def tls_bootstrap(self) -> str | None:
         """``bootstrap.servers`` of the TLS listeners; None without ``tls_keystore``."""
         if not self.tls_keystore:
             return None
-        return ",".join(f"{HOST}:{self.tls_port(i)}" for i in self.node_ids)
+        return ",".join(f"{self.host(i)}:{self.tls_port(i)}" for i in self.node_ids)
 
     def node_ports(self, node_id: int) -> list[int]:
         """The ports node ``node_id`` binds: client, controller, and SASL and TLS if any."""
@@ -177,7 +194,7 @@ class ClusterLayout:
     @property
     def voters(self) -> str:
         """``controller.quorum.voters``: every node is a voter of the static quorum."""
-        return ",".join(f"{i}@{HOST}:{self.controller_port(i)}" for i in self.node_ids)
+        return ",".join(f"{i}@{self.host(i)}:{self.controller_port(i)}" for i in self.node_ids)
 
     @property
     def replication_factor(self) -> int:
@@ -200,15 +217,15 @@ class ClusterLayout:
             raise ConfigError(f"node {node_id} is not in 1 .. {self.brokers}")
         if "," in data_dir:
             raise ConfigError(f"a data directory with a comma cannot be a log.dirs: {data_dir!r}")
-        port = self.client_port(node_id)
+        port, host = self.client_port(node_id), self.host(node_id)
         rf, isr = str(self.replication_factor), str(self.min_insync)
-        listeners = f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{port + 1}"
-        advertised = f"PLAINTEXT://{HOST}:{port}"
+        listeners = f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{port + 1}"
+        advertised = f"PLAINTEXT://{host}:{port}"
         protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
         security: dict[str, str] = {}
         # brokers and controllers still talk PLAINTEXT among themselves
         if self.sasl_users:
-            address = f"SASL_PLAINTEXT://{HOST}:{self.sasl_port(node_id)}"
+            address = f"SASL_PLAINTEXT://{host}:{self.sasl_port(node_id)}"
             listeners, advertised = f"{listeners},{address}", f"{advertised},{address}"
             protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
             users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users)
@@ -219,7 +236,7 @@ class ClusterLayout:
                 ),
             }
         if self.tls_keystore:
-            address = f"SSL://{HOST}:{self.tls_port(node_id)}"
+            address = f"SSL://{host}:{self.tls_port(node_id)}"
             listeners, advertised = f"{listeners},{address}", f"{advertised},{address}"
             protocols += ",SSL:SSL"
             security |= {

@@ -55,11 +55,11 @@ def admin_client(bootstrap: str) -> AdminClient:
     return AdminClient(config, logger=_CLIENT_LOG)
 
 
-def port_accepts(port: int, timeout: float = 0.5) -> bool:
-    """Whether something accepts TCP connections on ``127.0.0.1:port`` (a connection that
-    met itself is not something: see :func:`connected_to_itself`)."""
+def port_accepts(port: int, timeout: float = 0.5, host: str = HOST) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` (default 127.0.0.1; a
+    connection that met itself is not something: see :func:`connected_to_itself`)."""
     try:
-        with socket.create_connection((HOST, port), timeout=timeout) as sock:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
             return not connected_to_itself(sock)
     except OSError:
         return False
@@ -73,12 +73,13 @@ def connected_to_itself(sock: socket.socket) -> bool:
     return bool(sock.getsockname() == sock.getpeername())
 
 
-def port_is_free(port: int) -> bool:
-    """Whether ``127.0.0.1:port`` can be bound (``SO_REUSEADDR``, as the broker binds it)."""
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """Whether ``host:port`` (default 127.0.0.1) can be bound (``SO_REUSEADDR``, as the broker
+    binds it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((HOST, port))
+            sock.bind((host, port))
         except OSError:
             return False
     return True
@@ -100,12 +101,13 @@ def metadata(client: AdminClient, timeout: float, topic: str | None = None) -> C
 
 
 def brokers_seen_by(address: str, port: int, timeout: float = 2.0) -> set[int] | None:
-    """The broker ids in the metadata that the broker at ``address`` itself returns.
+    """The broker ids in the metadata that the broker at ``address`` (``host:port``) itself
+    returns.
 
-    ``None`` when its port is closed or it does not answer within ``timeout``; a broker opens
-    its client port only once it has caught up with the cluster metadata.
+    ``None`` when its ``port`` is closed or it does not answer within ``timeout``; a broker
+    opens its client port only once it has caught up with the cluster metadata.
     """
-    if not port_accepts(port):
+    if not port_accepts(port, host=address.rpartition(":")[0] or HOST):
         return None
     client = admin_client(address)
     with contextlib.suppress(ClusterError):

@@ -86,6 +86,16 @@ spreads asynchronously): lookups ask again for this long before saying there is 
 _Headers = list[tuple[str, str | bytes | None]] | None  # built once, not per record
 _T = TypeVar("_T")
 
+READ_PATIENCE_S = 2.0
+"""The longest a read (``read``, ``read_batch``, the positioning of ``wait_any``) waits for an
+answer from the cluster that does not come (a partition's bounds from its leader, records this
+process knows are stored, the end-of-partition report) before it raises
+:class:`~kafkakv.errors.OperationTimeoutError`, when the log's ``timeout`` is longer. Reads take
+no timeout, and a map reads with its replica lock held: with the log's whole timeout there, a
+leader cut off from this host kept every call of the replica waiting for it, far past their
+own timeouts (issue 44: a put of 5 s took 13). Callers that follow a partition try again; a
+healthy cluster answers in milliseconds."""
+
 _WAIT_SLICE_S = 0.1
 """How often a wait on a delivery or a flush looks for a refusal report (see .refusals)."""
 _TLS_PROBE_S = 1.0
@@ -847,10 +857,11 @@ class KafkaLog(Log):
         self._check_open()
         reader: Reader | None = getattr(self._local, "reader", None)
         if reader is None or reader.closed:
+            patience = min(self.timeout, READ_PATIENCE_S)
             reader = Reader(
                 self.settings.consumer(f"kafkakv-reader-{uuid.uuid4().hex}"),
-                self.timeout,
-                self._bounds,
+                patience,
+                lambda topic, partition: self._bounds(topic, partition, patience),
                 self._written,
                 self._refusals,
             )

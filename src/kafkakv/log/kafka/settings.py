@@ -10,6 +10,25 @@ them and refuses a value that would break them:
 ``enable.idempotence``     ``true``        retries never duplicate or reorder records
 ``isolation.level``        read_committed  readers never see a flush that was not committed
 =========================  ==============  ===============================================
+
+A few more are kafkakv's defaults, which you may override: librdkafka's own suit a client that
+may wait a minute, not calls with timeouts of seconds (measured on the dev cluster with its
+brokers on simulated hosts, ``tests/kafka/test_partitions.py``):
+
+======================================  =====  ================================================
+``socket.timeout.ms``                   3000   a request unanswered this long fails, and its
+                                               connection is closed and made again (librdkafka:
+                                               60 s). A leader cut off from the client held
+                                               every produce and fetch for that long: no call
+                                               succeeded during a 20 s isolation, though Kafka
+                                               elected a new leader after 4 s; now the first
+                                               call succeeds 1 to 4 s after the election
+``reconnect.backoff.max.ms``            1000   a broker that was unreachable is tried again at
+                                               least every second (librdkafka: 10 s), so a
+                                               healed link is used at once
+``socket.connection.setup.timeout.ms``  5000   a connection that does not open in 5 s is given
+                                               up (librdkafka: 30 s)
+======================================  =====  ================================================
 """
 
 from __future__ import annotations
@@ -58,6 +77,12 @@ _PRODUCER_ONLY = (
 _CONSUMER_ONLY = ("fetch.", "isolation.", "auto.offset", "queued.")
 _OWNED = {"group.id", "enable.auto.commit", "enable.partition.eof", "transactional.id"}
 
+_PROMPT: ClientConfig = {
+    "socket.timeout.ms": "3000",
+    "reconnect.backoff.max.ms": "1000",
+    "socket.connection.setup.timeout.ms": "5000",
+}
+
 
 def parse_kafka_url(url: str) -> tuple[str, dict[str, str]]:
     """``kafka://host:port[,host:port...][?name=value&...]`` → (bootstrap servers, settings).
@@ -90,7 +115,11 @@ class ClientSettings:
         timeout: float,
         error_cb: ErrorCallback | None = None,
     ) -> None:
-        common: ClientConfig = {"bootstrap.servers": bootstrap, "client.id": "kafkakv"}
+        common: ClientConfig = {
+            "bootstrap.servers": bootstrap,
+            "client.id": "kafkakv",
+            **_PROMPT,
+        }
         for name, value in (config or {}).items():
             text = _as_text(name, value)
             if name in _OWNED:
