@@ -20,13 +20,14 @@ then. A number neither above ``top`` nor in a hole is a repeat. Any numbering is
 exactly; the writers' numbering only keeps the table small (a range per lane, as a rule
 without holes; as many holes as updates were overtaken while in flight).
 
-**Bounds.** An origin keeps at most :data:`MAX_HOLES` holes; past that its oldest holes go, and
-a record that would have filled one is refused as a repeat (never applied twice; the writer
-learns it failed). Holes that stay are those of updates that never reached the log. An origin is forgotten once no record of it came for :data:`HORIZON_MS` of
-the log's time, measured at ``FLUSHED`` marks (the only records every replica reads from the
-log with their timestamp): a repeat later than that would be applied again. librdkafka stops
-retrying a record at ``message.timeout.ms`` (the map's timeout), far within the horizon. At
-most :data:`MAX_ORIGINS` origins are kept per partition, the least recently seen go first.
+**Bounds.** An origin keeps at most :data:`MAX_HOLES` holes per lane; past that its oldest
+holes go, and a record that would have filled one is refused as a repeat (never applied twice;
+the writer learns it failed). Holes that stay are those of updates that never reached the log.
+An origin is forgotten once no record of it came for :data:`HORIZON_MS` of the log's time,
+measured at ``FLUSHED`` marks (the only records every replica reads from the log with their
+timestamp): a repeat later than that would be applied again. librdkafka stops retrying a
+record at ``message.timeout.ms`` (the log's timeout), far within the horizon. At most
+:data:`MAX_ORIGINS` origins are kept per partition, the least recently seen go first.
 
 **Where the table lives.** In memory, and in every flush: the flush point record of the data
 topic and the ``FLUSHED`` mark of the ops topic carry the table as of the ops offset the flush
