@@ -279,10 +279,12 @@ class Hosts:
         *,
         env: Mapping[str, str] | None = None,
         stdout: int | None = None,
+        stdin: int | None = subprocess.DEVNULL,
     ) -> subprocess.Popen[bytes]:
         """Start ``argv`` in host ``name``, its output appended to ``output`` (or to
         ``stdout``: e.g. ``subprocess.PIPE``; neither: this process's own), with ``env`` (or
-        this process's environment). The kernel kills it when the calling thread ends
+        this process's environment), its input ``stdin`` (nothing; ``subprocess.PIPE`` to
+        talk to it). The kernel kills it when the calling thread ends
         (``PR_SET_PDEATHSIG``), and :meth:`close` kills it anyway.
 
         Raises :class:`~kafkakv.dev.errors.HostsError` when the program cannot be started.
@@ -295,7 +297,7 @@ class Hosts:
             try:
                 return subprocess.Popen(
                     self.command(name, argv),
-                    stdin=subprocess.DEVNULL,
+                    stdin=stdin,
                     stdout=out,
                     stderr=subprocess.STDOUT if out is not None else None,
                     env=None if env is None else dict(env),
@@ -313,10 +315,13 @@ class Hosts:
         *,
         env: Mapping[str, str] | None = None,
         stdout: int | None = None,
+        stdin: int | None = subprocess.DEVNULL,
     ) -> subprocess.Popen[bytes]:
         """This interpreter (``sys.executable``) run with ``args`` in host ``name`` (``["-c",
         code]``, ``["-m", module, ...]``); see :meth:`spawn`."""
-        return self.spawn(name, [sys.executable, *args], output, env=env, stdout=stdout)
+        return self.spawn(
+            name, [sys.executable, *args], output, env=env, stdout=stdout, stdin=stdin
+        )
 
     def call(self, name: str, fn: Callable[[], _T], timeout: float | None = None) -> _T:
         """``fn()`` run by a new thread that entered host ``name``'s network namespace: the
