@@ -20,8 +20,8 @@ from kafkakv.map.machine import read_flush_point
 
 pytestmark = pytest.mark.slow
 
-RUN_S = 24.0
-CUT_AT_S, CUT_S = 6.0, 8.0
+RUN_S = 15.0
+CUT_AT_S, CUT_S = 3.0, 6.0
 
 
 def _worker(hosts: Hosts, host: str, url: str, name: str, prefix: str) -> subprocess.Popen[bytes]:

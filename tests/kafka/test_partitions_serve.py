@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 REQUEST_TIMEOUT_S = 4.0
 PORT = 18765
-CUT_S = 10.0
+CUT_S = 6.0
 
 
 def _request(method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any], float]:

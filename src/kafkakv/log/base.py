@@ -10,12 +10,14 @@ records, leaving gaps; nothing is ever renumbered.
 from __future__ import annotations
 
 import mmap
+import time
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
+from kafkakv.errors import OperationTimeoutError
 from kafkakv.lifecycle import Closeable
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "Record",
     "TopicPartition",
     "new_tuple",
+    "patiently",
     "records_of",
 ]
 
@@ -43,6 +46,23 @@ without the Python-level constructor a ``Record(...)`` call runs: for hot paths.
 
 TopicPartition = tuple[str, int]
 """A ``(topic, partition)`` pair."""
+
+_T = TypeVar("_T")
+
+
+def patiently(deadline: float, read: Callable[[], _T]) -> _T:
+    """``read()``, again while it raises :class:`~kafkakv.errors.OperationTimeoutError` before
+    ``deadline`` (``time.monotonic``). Reads take no timeout: a backend bounds each one by a
+    slice of its own (KafkaLog's wait 2 s for an answer, so that a read never holds its
+    caller, and the locks it holds, much past the caller's timeout); a caller with longer
+    to go reads again."""
+    while True:
+        try:
+            return read()
+        except OperationTimeoutError:
+            if time.monotonic() >= deadline:
+                raise
+
 
 RECORD_OVERHEAD = 16
 """Per-record framing counted against ``max.message.bytes`` on top of key, value and headers,

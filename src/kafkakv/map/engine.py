@@ -58,7 +58,7 @@ from kafkakv.errors import (
     UnknownFunctionError,
 )
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import Entry, Log, LogWriter, Record, new_tuple
+from kafkakv.log.base import Entry, Log, LogWriter, Record, new_tuple, patiently
 from kafkakv.log.follow import Follower
 from kafkakv.map import metrics
 from kafkakv.map.barriers import SharedBarriers
@@ -433,7 +433,8 @@ class ReplicaEngine:
         """Load partition ``p`` from the data topic alone, as a new replica's bootstrap does,
         and return the ops offset that the data covers (-1: none); the ops after it are
         left to :meth:`replay`. Raises DataLossError as bootstrap does."""
-        self._load(p, self.log.start_offset(self.topics.ops, p))
+        deadline = time.monotonic() + self.settings.timeout
+        self._load(p, self.log.start_offset(self.topics.ops, p), deadline)
         return self.machines[p].flushed
 
     def paused(self) -> contextlib.AbstractContextManager[bool]:
@@ -858,7 +859,10 @@ class ReplicaEngine:
                     self._carry_out(p, machine.apply_batch(mine, offset + 1, ops or None))
                     progressed = True  # or stalled there: the loop's check raises it
                 else:
-                    progressed = self._apply_available(p, until=offset)
+                    try:
+                        progressed = self._apply_available(p, until=offset)
+                    except OperationTimeoutError:  # a read that got no answer in its slice
+                        progressed = False  # (KafkaLog's reads wait 2 s): again, till deadline
             finally:
                 self._lock.release()
             if not progressed and machine.applied <= offset:
@@ -1384,17 +1388,17 @@ class ReplicaEngine:
         resumed = self._resume_point(p)
         if resumed is not None and resumed.applied >= start:
             self.machines[p].start_at(start_point(start, resumed))
-            self._collect_dirty(p, max(resumed.flushed + 1, start), resumed.applied)
+            self._collect_dirty(p, max(resumed.flushed + 1, start), resumed.applied, deadline)
         else:
-            self._load(p, start)
+            self._load(p, start, deadline)
         with self._lock:
             self._applied_to_end(p, deadline)
 
-    def _load(self, p: int, start: int) -> None:
+    def _load(self, p: int, start: int, deadline: float) -> None:
         """Load partition ``p`` from the data topic and take its flush point as the position
         (ops from there on are still to apply). Raises DataLossError when the ops topic,
         starting at ``start``, no longer holds the ops after that point."""
-        loaded, ids = self._load_data(p)
+        loaded, ids = self._load_data(p, deadline)
         where = f"{self.topics.ops}[{p}]"
         machine = self.machines[p]
         try:
@@ -1426,19 +1430,20 @@ class ReplicaEngine:
             return None
         return first
 
-    def _collect_dirty(self, p: int, start: int, stop: int) -> None:
+    def _collect_dirty(self, p: int, start: int, stop: int, deadline: float) -> None:
         """Mark every key of an op in ``[start, stop)`` dirty, and learn the update ids
         applied up to ``stop`` (see note_resumed)."""
         machine, position = self.machines[p], start
         replay = machine.resume_replay()
         while position < stop:
-            records = self.log.read(self.topics.ops, p, position, max_records=_READ_BATCH)
+            read = functools.partial(self.log.read, self.topics.ops, p, position)
+            records = patiently(deadline, functools.partial(read, max_records=_READ_BATCH))
             if not records or machine.note_resumed(records, stop, replay):
                 break
             position = (records[-1].offset or 0) + 1
         machine.ids = replay.table()
 
-    def _load_data(self, p: int) -> tuple[int, Any]:
+    def _load_data(self, p: int, deadline: float) -> tuple[int, Any]:
         """Read the data topic of ``p`` to its end into the stores; return the flush point
         and the update ids its flush wrote (None: none)."""
         data = self.topics.data
@@ -1455,7 +1460,7 @@ class ReplicaEngine:
         # batch: 17 % of its load).
         with gc_paused():
             while True:
-                loaded, position = load(p, position)
+                loaded, position = patiently(deadline, functools.partial(load, p, position))
                 if loaded is None:  # stop on an empty read, not at an offset: gaps cannot stall it
                     return flushed, ids
                 if loaded.errors:

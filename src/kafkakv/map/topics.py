@@ -23,6 +23,7 @@ does :func:`create_topics` create the missing topics.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 import msgpack
 
 from kafkakv.errors import ConfigError, TopicExistsError, TopicMismatchError, UnknownMapError
-from kafkakv.log.base import Log, Record
+from kafkakv.log.base import Log, Record, patiently
 from kafkakv.log.config import validate_topic_name
 from kafkakv.log.partitioner import partition_for
 from kafkakv.map.keyspace import FLUSH_POINT_KEY, SETTINGS_KEY
@@ -290,7 +291,8 @@ def _settings(log: Log, topics: MapTopics, deadline: float) -> dict[str, object]
     # The first record, stepping over offsets that hold none (Kafka's transaction markers,
     # records compaction removed): read_batch says where to read next.
     while not first and position < end:
-        first, after = log.read_batch(data, 0, position, max_records=1)
+        read = functools.partial(log.read_batch, data, 0, position, max_records=1)
+        first, after = patiently(deadline, read)
         if not first and after <= position:  # nothing read: a reader not caught up yet
             if time.monotonic() > deadline:
                 raise TopicMismatchError(f"{data}[0] has records, but none could be read")
