@@ -41,6 +41,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -54,7 +55,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the workload and the checker live with the tests
 
-from _common import machine  # noqa: E402
+from _common import machine, terminate_as_interrupt  # noqa: E402
 from tests.lincheck import Op, build, check  # noqa: E402
 from tests.lincheck.witness import Witness, fresh_state  # noqa: E402
 from tests.map.test_linearizability import _run  # noqa: E402
@@ -120,9 +121,25 @@ class Nemesis:
             self.injected[fault] += 1
             print(f"  {fault} for {hold:.1f} s", flush=True)
             self.stop.wait(hold)
-            end()
+            try:
+                end()
+            except Exception as exc:
+                print(f"  healing {fault} failed: {exc}", flush=True)
             with contextlib.suppress(Exception):
                 self.cluster.wait_in_sync(self.topic, timeout=60)
+
+    def restart(self, node: int) -> None:
+        """Start broker ``node`` again, trying up to three times; each failure is told and
+        counted (``restart failed``)."""
+        for _ in range(3):
+            try:
+                with _environ_lock:
+                    self.cluster.start_node(node)
+                return
+            except Exception as exc:
+                self.injected["restart failed"] += 1
+                print(f"  restart of node {node} failed: {str(exc).splitlines()[0]}", flush=True)
+        raise RuntimeError(f"node {node} did not start again in three tries")
 
     def _strike(self, fault: str) -> Callable[[], None]:
         cluster, hosts, rng = self.cluster, self.hosts, self.rng
@@ -142,11 +159,7 @@ class Nemesis:
         if fault == "kill-leader":
             cluster.kill(leader, signal.SIGKILL)
 
-            def restart() -> None:
-                with _environ_lock:
-                    cluster.start_node(leader)
-
-            return restart
+            return lambda: self.restart(leader)
         if fault == "pause-leader":
             cluster.kill(leader, signal.SIGSTOP)
             return lambda: cluster.kill(leader, signal.SIGCONT)
@@ -183,11 +196,17 @@ def main() -> None:
     seed = random.randrange(1 << 30) if args.seed is None else args.seed
     rng = random.Random(seed)
     print(f"seed {seed}; {machine()}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="kafkakv-nemesis-") as scratch:
-        run(Path(scratch), rng, args.minutes * 60, args.timeout, args.ops)
+    scratch = Path(tempfile.mkdtemp(prefix="kafkakv-nemesis-"))
+    with terminate_as_interrupt():
+        ok = run(scratch, rng, args.minutes * 60, args.timeout, args.ops)
+    if ok:
+        shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        print(f"kept for a look: {scratch} (the brokers' logs, the histories)")
 
 
-def run(scratch: Path, rng: random.Random, seconds: float, timeout: float, ops: int) -> None:
+def run(scratch: Path, rng: random.Random, seconds: float, timeout: float, ops: int) -> bool:
+    """The whole run; True when every verdict is yes and nothing failed."""
     program = build(scratch)
     skewed_env(SKEW_S)  # builds the clock shim once, before anything runs
     with Hosts([*BROKERS, *CLIENTS, "ctl"], subnet="10.214.0.0/24") as hosts:
@@ -214,7 +233,7 @@ def run(scratch: Path, rng: random.Random, seconds: float, timeout: float, ops: 
                 with contextlib.suppress(Exception):
                     cluster.kill(node, signal.SIGCONT)
                 if not cluster.is_running(node):
-                    cluster.start_node(node)
+                    nemesis.restart(node)
             cluster.wait_in_sync(f"{name}_ops", timeout=120)
             for w in witnesses:
                 w.finish()
@@ -256,7 +275,7 @@ def run(scratch: Path, rng: random.Random, seconds: float, timeout: float, ops: 
     )
     print("| --- | ---: | ---: | --- | --- | --- | --- | --- |")
     print(
-        f"| {sum(nemesis.injected.values())} ({faults}) | {operations:,} | {unknown:,} "
+        f"| {sum(n for k, n in nemesis.injected.items() if k != 'restart failed')} ({faults}) | {operations:,} | {unknown:,} "
         f"| {longest:.1f} s / {timeout:.0f} s | {converge:.1f} s (bound {CONVERGE_S:.0f} s) "
         f"| {_yes(all(v.ok for v in verdicts))} ({len(verdicts)} histories"
         f"{f', {len(failed)} rounds lost' if failed else ''}) "
@@ -266,6 +285,8 @@ def run(scratch: Path, rng: random.Random, seconds: float, timeout: float, ops: 
     for where, keys in lost.items():
         if keys:
             print(f"  lost in {where}: {keys[:10]}")
+    good = all(v.ok for v in verdicts) and not any(lost.values()) and not lagging
+    return good and not failed and not nemesis.injected["restart failed"]
 
 
 def _yes(ok: bool) -> str:
