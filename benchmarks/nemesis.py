@@ -108,6 +108,7 @@ class Nemesis:
         self.injected: collections.Counter[str] = collections.Counter()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.paused: list[tuple[int, int]] = []  # client pauses (monotonic ns): no timeout holds
 
     def _loop(self) -> None:
         while not self.stop.wait(self.rng.uniform(3, 8)):
@@ -167,7 +168,14 @@ class Nemesis:
             pids = [p for c in CLIENTS for p in hosts.pids(c)]
             if not pids:
                 raise RuntimeError("no client process runs")
-            return hosts.pause(rng.choice(pids)).heal
+            pause = hosts.pause(rng.choice(pids))
+            began = time.monotonic_ns()
+
+            def resume() -> None:
+                pause.heal()
+                self.paused.append((began, time.monotonic_ns()))
+
+            return resume
         raise ValueError(fault)
 
 
@@ -257,10 +265,14 @@ def run(scratch: Path, rng: random.Random, seconds: float, timeout: float, ops: 
     operations = sum(len(h) for h in histories) + len(acked) + sum(w.unknown for w in witnesses)
     unknown = sum(1 for h in histories for op in h if not op.known)
     unknown += sum(w.unknown for w in witnesses)
-    longest = max(
-        [(op.ret - op.call) / 1e9 for h in histories for op in h if op.known and op.ret]
-        + [w.longest for w in witnesses]
-    )
+
+    def paused(op: Op) -> bool:  # a call of a process that a pause stopped for a while
+        return any(op.call < end and (op.ret or end) > began for began, end in nemesis.paused)
+
+    calls = [op for h in histories for op in h if op.known and op.ret]
+    longest = max([(op.ret or 0) - op.call for op in calls if not paused(op)] + [0]) / 1e9
+    longest = max([longest] + [w.longest for w in witnesses])
+    longest_paused = max([(op.ret or 0) - op.call for op in calls if paused(op)] + [0]) / 1e9
     failed = [r for r in rounds if isinstance(r, str)]
     for line in failed:
         print(" ", line)
@@ -276,7 +288,8 @@ def run(scratch: Path, rng: random.Random, seconds: float, timeout: float, ops: 
     print("| --- | ---: | ---: | --- | --- | --- | --- | --- |")
     print(
         f"| {sum(n for k, n in nemesis.injected.items() if k != 'restart failed')} ({faults}) | {operations:,} | {unknown:,} "
-        f"| {longest:.1f} s / {timeout:.0f} s | {converge:.1f} s (bound {CONVERGE_S:.0f} s) "
+        f"| {longest:.1f} s / {timeout:.0f} s ({longest_paused:.1f} s in a paused client) "
+        f"| {converge:.1f} s (bound {CONVERGE_S:.0f} s) "
         f"| {_yes(all(v.ok for v in verdicts))} ({len(verdicts)} histories"
         f"{f', {len(failed)} rounds lost' if failed else ''}) "
         f"| {_yes(not any(lost.values()))} ({len(acked):,} acknowledged puts) "
