@@ -269,8 +269,14 @@ def run(scratch: Path, rng: random.Random, seconds: float, timeout: float, ops: 
     def paused(op: Op) -> bool:  # a call of a process that a pause stopped for a while
         return any(op.call < end and (op.ret or end) > began for began, end in nemesis.paused)
 
+    def pipelined(op: Op) -> bool:  # an async call of a pipeline ("proc.thread.i.n")
+        return op.value.count(".") == 3 and op.kind not in ("put_blind", "remove_blind")
+
     calls = [op for h in histories for op in h if op.known and op.ret]
     longest = max([(op.ret or 0) - op.call for op in calls if not paused(op)] + [0]) / 1e9
+    longest_sync = (
+        max([(op.ret or 0) - op.call for op in calls if not paused(op) and not pipelined(op)]) / 1e9
+    )
     longest = max([longest] + [w.longest for w in witnesses])
     longest_paused = max([(op.ret or 0) - op.call for op in calls if paused(op)] + [0]) / 1e9
     failed = [r for r in rounds if isinstance(r, str)]
@@ -288,7 +294,8 @@ def run(scratch: Path, rng: random.Random, seconds: float, timeout: float, ops: 
     print("| --- | ---: | ---: | --- | --- | --- | --- | --- |")
     print(
         f"| {sum(n for k, n in nemesis.injected.items() if k != 'restart failed')} ({faults}) | {operations:,} | {unknown:,} "
-        f"| {longest:.1f} s / {timeout:.0f} s ({longest_paused:.1f} s in a paused client) "
+        f"| sync {longest_sync:.1f} s, any {longest:.1f} s / {timeout:.0f} s "
+        f"({longest_paused:.1f} s in a paused client) "
         f"| {converge:.1f} s (bound {CONVERGE_S:.0f} s) "
         f"| {_yes(all(v.ok for v in verdicts))} ({len(verdicts)} histories"
         f"{f', {len(failed)} rounds lost' if failed else ''}) "
