@@ -141,6 +141,7 @@ ASYNC: dict[str, tuple[str, Call]] = {
 #: What a map with versions adds to READS and WRITES.
 VERSIONED = {"get_versioned": 10, "compare_version_and_set": 10}
 PIPELINE = 4  # async calls in flight at once per thread
+OPEN_PATIENCE_S = 60.0  # how long a client tries to open its replica
 
 
 def _expected(kind: str, key: str, rng: random.Random, seen: dict[str, str]) -> str:
@@ -328,13 +329,22 @@ def client(
     opened = threading.Semaphore(0)
 
     def replica(t: int) -> tuple[Any, Any]:
-        db = kafkakv.connect(target, **connect)
+        """Open thread ``t``'s replica, trying again for up to ``OPEN_PATIENCE_S`` while the
+        log does not answer (a network fault of benchmarks/nemesis.py may strike as it opens)."""
         more = dict(options)
         if store_dir is not None:
             more.update(store="lmdb", store_path=os.path.join(store_dir, f"{proc}-{t}"))
         if shards and proc:
             more.update(shard=[t % 2])
-        return db, db.map(name, consistency="linearizable", **more)
+        began = time.monotonic()
+        while True:
+            db = kafkakv.connect(target, **connect)
+            try:
+                return db, db.map(name, consistency="linearizable", **more)
+            except kafkakv.KafkaKVError:
+                db.close()
+                if time.monotonic() - began > OPEN_PATIENCE_S:
+                    raise
 
     def run(t: int) -> None:
         rng = random.Random(seed * 1000 + proc * 10 + t)

@@ -192,24 +192,33 @@ def _run(
     shards: bool = False,
     create: dict[str, Any] | None = None,
     during: Callable[[str], None] | None = None,
+    within: Callable[[int | None, Callable[[], Any]], Any] | None = None,
 ) -> list[Op]:
     """Create the map, start ``PROCESSES`` clients (and with ``victim`` one more that only
     writes, killed with SIGKILL part way), let them go at once and wait for them. ``options``
     go to every ``db.map``; ``lmdb``, ``reopen`` and ``shards`` as in :func:`workload.client`.
     Four keys, two in each of the map's two partitions: few, so that the clients meet on each
     of them all the time.
-    ``create``: options the map is created with. ``during(map_name)`` runs once the clients are under way (a fault to inject)."""
+    ``create``: options the map is created with. ``during(map_name)`` runs once the clients are under way (a fault to inject).
+    ``within(n, fn)`` runs ``fn`` where client ``n`` lives (``None``: where the map is
+    created), e.g. in a simulated host (benchmarks/nemesis.py); by
+    default here."""
     name = f"lin-{uuid.uuid4().hex[:8]}"
     connect = log_options(target)
-    with kafkakv.connect(target, **connect) as db:
-        m = db.map(name, partitions=2, **(create or {}))
-        # Two keys in each partition: a shard's calls meet on keys too, and put_all has two.
-        by_partition: dict[int, list[str]] = {0: [], 1: []}
-        for k in (f"k{n}" for n in range(100)):
-            if len(by_partition[m.partition_of(k)]) < 2:
-                by_partition[m.partition_of(k)].append(k)
-        keys = by_partition[0] + by_partition[1]
-        m.close()
+    place = within or _here
+
+    def setup() -> list[str]:
+        with kafkakv.connect(target, **connect) as db:
+            m = db.map(name, partitions=2, **(create or {}))
+            # Two keys in each partition: a shard's calls meet on keys too, and put_all has two.
+            by_partition: dict[int, list[str]] = {0: [], 1: []}
+            for k in (f"k{n}" for n in range(100)):
+                if len(by_partition[m.partition_of(k)]) < 2:
+                    by_partition[m.partition_of(k)].append(k)
+            m.close()
+            return by_partition[0] + by_partition[1]
+
+    keys: list[str] = place(None, setup)
     count = PROCESSES + int(victim)
     ready = ctx.RawArray("b", count)
     go = ctx.RawValue("b", 0)
@@ -230,7 +239,7 @@ def _run(
             },
             daemon=True,
         )
-        proc.start()
+        place(n, proc.start)  # a spawned child lives where the thread that starts it is
         procs.append(proc)
     wait_for(lambda: all(ready) or any(p.exitcode is not None for p in procs), 120, "clients")
     assert all(ready), f"a client exited before it was ready (seed {seed})"
@@ -249,6 +258,11 @@ def _run(
         survivor.join(300)
         assert survivor.exitcode == 0, f"client exited with {survivor.exitcode} (seed {seed})"
     return read_history(outs)
+
+
+def _here(n: int | None, fn: Callable[[], Any]) -> Any:
+    """``_run``'s default ``within``: every client in this process's own network."""
+    return fn()
 
 
 def _lines(tmp_path: Path) -> int:
