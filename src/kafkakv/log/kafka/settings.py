@@ -191,7 +191,13 @@ class ClientSettings:
         return out
 
     def admin(self) -> ClientConfig:
-        return self._only(_PRODUCER_ONLY + _CONSUMER_ONLY)
+        """The admin client: topic creation and configs may take a loaded controller
+        longer than a data request, so its requests wait up to the log's timeout unless
+        ``socket.timeout.ms`` was given (3 s failed a CreateTopics on a loaded machine)."""
+        out = self._only(_PRODUCER_ONLY + _CONSUMER_ONLY)
+        if out.get("socket.timeout.ms") == _PROMPT["socket.timeout.ms"]:
+            out["socket.timeout.ms"] = str(max(3000, int(self.timeout * 1000)))
+        return out
 
 
 def open_client(kind: Callable[[ClientConfig], _Client], config: ClientConfig) -> _Client:
