@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from kafkakv.dev.process import dies_with_parent
+
 VALUE = b"v" * 100
 """The value of every update: 100 bytes."""
 
@@ -58,15 +60,10 @@ def free_port() -> int:
         return port
 
 
-def die_with_parent() -> None:
-    """In a server's child process (``preexec_fn``): SIGTERM when the benchmark script dies, even
-    by SIGKILL. Linux only; elsewhere it does nothing."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+def die_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` made to get SIGTERM when the benchmark script dies, even by SIGKILL
+    (:func:`kafkakv.dev.process.dies_with_parent`; no Python runs in the forked child)."""
+    return dies_with_parent(argv, signal.SIGTERM)
 
 
 def put_async_rate(m: Any, keys: list[str]) -> float:

@@ -272,11 +272,10 @@ class Bench:
     def start(self, argv: list[str], log: str) -> subprocess.Popen[bytes]:
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                argv,
+                die_with_parent(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
             )
         self.servers.append(proc)
         return proc

@@ -272,12 +272,11 @@ class Bench:
     def spawn(self, argv: list[str], log: str, env: dict[str, str] | None = None) -> Any:
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                argv,
+                die_with_parent(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=die_with_parent,
             )
         self.children.append(proc)
         return proc
@@ -478,11 +477,10 @@ class Bench:
         cpu0, wrk0, t0 = cpu_seconds(server.proc.pid), children_cpu(), time.perf_counter()
         busy0 = machine_busy()
         proc = subprocess.Popen(
-            argv,
+            die_with_parent(argv),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,
         )
         self.children.append(proc)
         try:

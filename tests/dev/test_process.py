@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -65,3 +66,39 @@ def test_child_without_the_death_signal_outlives_its_starter(tmp_path: Path) -> 
         assert _alive(child)
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+_FORK_WATCHER = """
+import os, sys
+from pathlib import Path
+from kafkakv.dev.process import spawn
+# Python that runs in a forked child between fork and exec runs these hooks first.
+os.register_at_fork(after_in_child=lambda: os.write(2, b"python ran in the child\\n"))
+for mode in ("die", "stay"):
+    spawn(["true"], Path(sys.argv[1]), die_with_parent=mode == "die").wait()
+print("spawned", flush=True)
+"""
+
+
+def test_no_python_runs_between_fork_and_exec(tmp_path: Path) -> None:
+    """A ``preexec_fn`` runs Python in the forked copy of a threaded process, with its at-fork
+    hooks and finalizers: a broker's child once destroyed a copy of a librdkafka client there
+    and aborted (exit -6) before it could exec. Children start without one."""
+    out = tmp_path / "out.log"
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_WATCHER, str(out)], capture_output=True, text=True
+    )
+    assert done.stdout == "spawned\n", done.stderr
+    assert "python ran in the child" not in out.read_text() + done.stderr
+
+
+def test_no_module_starts_a_child_with_a_preexec_fn() -> None:
+    """The rule behind the test above, for every child the package starts."""
+    package = Path(__file__).parents[2] / "src" / "kafkakv"
+    offenders = [
+        f"{path.relative_to(package)}:{node.lineno}"
+        for path in sorted(package.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.keyword) and node.arg == "preexec_fn"
+    ]
+    assert not offenders, offenders

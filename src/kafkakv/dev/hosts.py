@@ -59,7 +59,7 @@ from types import TracebackType
 from typing import Self, TypeVar
 
 from kafkakv.dev.errors import HostsError
-from kafkakv.dev.process import parent_death_hook
+from kafkakv.dev.process import dies_with_parent
 
 __all__ = [
     "DEFAULT_SUBNET",
@@ -296,12 +296,11 @@ class Hosts:
                 out = stack.enter_context(open(output, "ab")).fileno()
             try:
                 return subprocess.Popen(
-                    self.command(name, argv),
+                    self.command(name, dies_with_parent(argv)),
                     stdin=stdin,
                     stdout=out,
                     stderr=subprocess.STDOUT if out is not None else None,
                     env=None if env is None else dict(env),
-                    preexec_fn=parent_death_hook(),
                     close_fds=True,
                 )
             except OSError as exc:

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from kafkakv.dev.errors import PostgresError
-from kafkakv.dev.process import log_tail, parent_death_hook
+from kafkakv.dev.process import dies_with_parent, log_tail
 from kafkakv.errors import ClosedError, ConfigError, KafkaKVError
 from kafkakv.lifecycle import Closeable
 from kafkakv.pipeline.postgres import PostgresConnection
@@ -349,13 +349,15 @@ class EmbeddedPostgres(Closeable):
         self, bin_dir: Path, port: int, account: _Account | None, deadline: float
     ) -> None:
         """Launch the server on ``port`` and wait until its postmaster.pid says ready."""
-        try:  # SIGQUIT: the postmaster stops its backends and exits at once
-            hook = parent_death_hook(signal.SIGQUIT) if self._die_with_parent else None
-        except OSError as exc:
-            raise PostgresError(str(exc)) from exc
         argv = [str(bin_dir / "postgres"), "-D", str(self.data_dir)]
         for setting in (*_SERVER_SETTINGS, f"port={port}"):
             argv += ["-c", setting]
+        try:  # SIGQUIT: the postmaster stops its backends and exits at once; set by the
+            # server's account itself (a change of account would clear it)
+            if self._die_with_parent:
+                argv = dies_with_parent(argv, signal.SIGQUIT)
+        except OSError as exc:
+            raise PostgresError(str(exc)) from exc
         try:
             with open(self.log_path, "ab") as out:
                 offset = out.tell()
@@ -369,7 +371,6 @@ class EmbeddedPostgres(Closeable):
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # a Ctrl-C in the terminal does not reach it
                     close_fds=True,
-                    preexec_fn=hook,  # runs after the switch to the server's account
                     **_run_as(account),
                 )
             _LIVE.add(self)

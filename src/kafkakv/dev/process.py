@@ -1,4 +1,4 @@
-"""Starting, finding and stopping broker processes (Linux), and :func:`parent_death_hook`,
+"""Starting, finding and stopping broker processes (Linux), and :func:`dies_with_parent`,
 which the brokers and the PostgreSQL server of :mod:`kafkakv.dev.postgres` share.
 
 Every broker runs in a session (and process group) of its own, so a Ctrl-C in the terminal
@@ -10,47 +10,57 @@ however that ends (even ``kill -9`` of pytest).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from kafkakv.dev.errors import ClusterError
 
-__all__ = ["BrokerProcess", "log_tail", "parent_death_hook", "spawn"]
+__all__ = ["BrokerProcess", "dies_with_parent", "log_tail", "spawn"]
 
-_PR_SET_PDEATHSIG = 1
 _POLL_S = 0.05
 _TAIL_LINES = 30
 _TAIL_BYTES = 64 * 1024
 
 
-def parent_death_hook(sig: int = signal.SIGKILL) -> Callable[[], None]:
-    """A ``preexec_fn`` for :class:`subprocess.Popen` that asks the kernel (Linux
-    ``PR_SET_PDEATHSIG``) to send ``sig`` to the child when the thread that started it exits:
-    also when this process is killed with SIGKILL, which no ``atexit`` or ``finally`` sees.
+def dies_with_parent(argv: Sequence[str], sig: int = signal.SIGKILL) -> list[str]:
+    """``argv`` made to receive ``sig`` when the thread that starts it exits (Linux
+    ``PR_SET_PDEATHSIG``): also when this process is killed with SIGKILL, which no ``atexit``
+    or ``finally`` sees.
 
-    ``libc`` is loaded here, in the parent: the hook runs between fork and exec, where only
-    async-signal-safe work belongs. A parent that died before the hook ran is caught by
-    comparing ``getppid()`` with the pid it had. Raises ``OSError`` where ``prctl`` is not
-    available (not Linux).
+    util-linux's ``setpriv --pdeathsig`` sets it, then execs ``argv`` in the same process (its
+    pid is the program's), through ``/bin/sh``, which checks the parent still lives. Not a
+    ``preexec_fn``: that runs Python in the forked child of a threaded process, with this
+    process's at-fork hooks and whatever they free; a broker's child that destroyed a copy of
+    a librdkafka client there aborted (``rd_kafka_cgrp_destroy_final: assert``) before it
+    could exec. Without ``preexec_fn`` no Python code runs between fork and exec. Raises
+    ``OSError`` where ``setpriv`` is missing.
     """
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except AttributeError as exc:
-        raise OSError(f"prctl(PR_SET_PDEATHSIG) is not available here: {exc}") from exc
-    parent = os.getpid()
-
-    def hook() -> None:
-        if prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-            os._exit(126)
-        if os.getppid() != parent:
-            os._exit(126)
-
-    return hook
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise OSError(
+            "setpriv (util-linux) is not installed: it makes the child die with its parent"
+        )
+    name = signal.Signals(sig).name.removeprefix("SIG")
+    # A parent that died before setpriv set the signal would never send it: the shell checks
+    # that the parent is still this process (else the child was handed to another) and
+    # exits 126 rather than run an orphan.
+    check = 'test "$PPID" = "$1" || exit 126; shift; exec "$@"'
+    return [
+        setpriv,
+        f"--pdeathsig={name}",
+        "--",
+        "/bin/sh",
+        "-c",
+        check,
+        "kafkakv-child",
+        str(os.getpid()),
+        *argv,
+    ]
 
 
 def spawn(argv: Sequence[str], output: Path, *, die_with_parent: bool) -> subprocess.Popen[bytes]:
@@ -59,18 +69,17 @@ def spawn(argv: Sequence[str], output: Path, *, die_with_parent: bool) -> subpro
     Raises :class:`~kafkakv.dev.errors.ClusterError` when the program cannot be started.
     """
     try:
-        hook = parent_death_hook() if die_with_parent else None
+        command = dies_with_parent(argv) if die_with_parent else list(argv)
     except OSError as exc:
         raise ClusterError(str(exc)) from exc
     try:
         with open(output, "ab") as out:
             return subprocess.Popen(
-                list(argv),
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=hook,  # only prctl and getppid run there
                 close_fds=True,
             )
     except OSError as exc:
