@@ -4,10 +4,14 @@ not failed at once (a map opening right after another process created its topics
 
 from __future__ import annotations
 
+import concurrent.futures
+import time
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from kafkakv.dev import Cluster
+from kafkakv.errors import OperationTimeoutError
 from kafkakv.log.kafka import KafkaLog
 from tests.conftest import KAFKA_TIMEOUT
 
@@ -35,3 +39,16 @@ def test_a_partition_the_metadata_lists_is_asked_again(kafka_cluster: Cluster) -
         with pytest.raises(KafkaException):  # not known to exist: the first answer stands
             log._patiently("asking", call)  # type: ignore[arg-type]
         assert len(calls) == 1
+
+
+def test_a_call_whose_deadline_has_passed_says_so(kafka_cluster: Cluster) -> None:
+    """Not "no answer within 0.0 s": the caller's time was gone before the call began."""
+
+    def call(wait: float) -> int:
+        raise concurrent.futures.TimeoutError
+
+    with KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log:
+        with pytest.raises(OperationTimeoutError, match="time had run out before it"):
+            log._patiently("asking", call, deadline=time.monotonic() - 1)
+        with pytest.raises(OperationTimeoutError, match=r"no answer within \d+\.\d+ s$"):
+            log._patiently("asking", call, deadline=time.monotonic() + 0.5)

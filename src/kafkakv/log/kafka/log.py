@@ -479,7 +479,8 @@ class KafkaLog(Log):
         the caller's time runs out (``time.monotonic``), if it started before this call."""
         if deadline is None:
             deadline = time.monotonic() + self.timeout
-        limit = round(max(0.0, deadline - time.monotonic()), 2)  # for the message
+        left = round(max(0.0, deadline - time.monotonic()), 2)
+        limit = f"{left} s" if left else "0 s: the caller's time had run out before it"
         mark = self._refusals.mark()
         again = False
         for length in slices():
@@ -491,13 +492,13 @@ class KafkaLog(Log):
                 return call(wait)
             except concurrent.futures.TimeoutError as exc:
                 if final:
-                    raise OperationTimeoutError(f"{what}: no answer within {limit} s") from exc
+                    raise OperationTimeoutError(f"{what}: no answer within {limit}") from exc
             except KafkaException as exc:
                 ran_out = time.monotonic() - started >= 0.9 * wait
                 err = error_of(exc)
                 if final and not resumable and err is not None and err.code() in _TIMED_OUT:
                     raise OperationTimeoutError(  # the time it had, not the log's timeout
-                        f"{what}: {err.str()} (no answer within {limit} s)",
+                        f"{what}: {err.str()} (no answer within {limit})",
                         code=err.code(),
                         code_name=err.name(),
                     ) from exc
