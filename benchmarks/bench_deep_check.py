@@ -19,7 +19,7 @@ warm-up run:
    its p99 with no check running.
 
 Prints the machine, one line per figure and, last, one JSON object with every number.
-Results are in ``docs/maps.md`` (Deep check).
+Results are in ``docs/maps-operations.md`` ("Checking a replica against the log").
 """
 
 from __future__ import annotations

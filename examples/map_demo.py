@@ -628,7 +628,7 @@ def step_crash(
     console.print(
         f"The restarted replica opened in {opened_s * 1000:.0f} ms holding {size:,} keys. "
         "A replica with a persistent store does not reload the data topic: it resumes at the "
-        "positions saved with its data and applies only the ops after them (docs/maps.md, "
+        "positions saved with its data and applies only the ops after them (docs/maps-protocol.md, "
         "Bootstrap). After its sync() and close, its store's positions are "
         + ", ".join(f"{after[p].applied:,}" for p in range(PARTITIONS))
         + " (partitions 0, 1, 2)."

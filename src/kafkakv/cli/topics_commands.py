@@ -4,7 +4,7 @@ The log (``-p/--path`` or ``KAFKAKV_LOG``, as in every group; ``-t/--target`` an
 ``KAFKAKV_TARGET`` are aliases) is an embedded log directory or
 ``kafka://host:port[,host:port...]``; ``--request-timeout`` bounds each request to its
 brokers. NAME is a map's name: its topics are NAME, NAME_ops and NAME_flush, created with the
-settings the map's protocol needs (``docs/maps.md``).
+settings the map's protocol needs (``docs/maps-operations.md``).
 
 ``verify`` and ``create`` check, on every existing topic: the cleanup policy and retention the
 protocol needs, ``unclean.leader.election.enable=false``, ``min.insync.replicas`` at least 2

@@ -23,7 +23,7 @@ partition, without holding the replica for the whole of it:
 
 Costs: the data topic and the unflushed ops are read once (what opening a fresh replica
 reads), a copy of the map is held in memory while it runs, and the store is read twice (once
-per key, once per reference key); applying pauses only for step 3. docs/maps.md gives
+per key, once per reference key); applying pauses only for step 3. docs/maps-operations.md gives
 measured figures.
 """
 

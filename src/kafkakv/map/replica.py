@@ -835,7 +835,7 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         unflushed ops as opening a fresh replica does, holds a copy of the map in memory
         while it runs, and reads the store twice; the replica keeps applying, pausing only
         for the ops applied meanwhile and the keys found different (see
-        :mod:`kafkakv.map.deepcheck` and docs/maps.md for figures). Raises DataLossError when
+        :mod:`kafkakv.map.deepcheck` and docs/maps-operations.md for figures). Raises DataLossError when
         retention removed unflushed ops, OperationTimeoutError, ClosedError after close."""
         problems = self._store.check()
         if deep:

@@ -8,7 +8,7 @@
 
 The ops and flush topics must never lose records by age (``retention.ms=-1``): a replica that
 starts after a quiet week still needs every op after the last flush. Their size retention is a
-safety net sized from the flush period (see docs/maps.md). The data topic must be compacted and
+safety net sized from the flush period (see docs/maps-operations.md). The data topic must be compacted and
 only compacted: deleting old data by age would lose keys nobody updated lately. The ops topic
 is created with ``message.timestamp.type=LogAppendTime``: on Kafka the leader broker stamps
 its records, and a map with expiry decides by that one clock (see docs/maps.md, "Clocks and
