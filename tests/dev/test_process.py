@@ -7,11 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from kafkakv.dev.process import spawn
 from tests.waiting import wait_for
 
 _STARTER = """
@@ -102,3 +104,22 @@ def test_no_module_starts_a_child_with_a_preexec_fn() -> None:
         if isinstance(node, ast.keyword) and node.arg == "preexec_fn"
     ]
     assert not offenders, offenders
+
+
+def test_a_child_started_by_a_thread_that_ends_outlives_that_thread(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG fires when the thread that forked exits: brokers a nemesis thread had
+    restarted were killed when it finished. They die with the process, not the thread."""
+    started: list[int] = []
+
+    def start() -> None:
+        started.append(spawn(["sleep", "120"], tmp_path / "out.log", die_with_parent=True).pid)
+        time.sleep(0.5)  # as a nemesis thread waits for the broker it restarted: then ends
+
+    helper = threading.Thread(target=start)
+    helper.start()
+    helper.join()
+    try:
+        time.sleep(0.5)
+        assert _alive(started[0])
+    finally:
+        os.kill(started[0], signal.SIGKILL)

@@ -59,7 +59,7 @@ from types import TracebackType
 from typing import Self, TypeVar
 
 from kafkakv.dev.errors import HostsError
-from kafkakv.dev.process import dies_with_parent
+from kafkakv.dev.process import dies_with_parent, launch
 
 __all__ = [
     "DEFAULT_SUBNET",
@@ -284,8 +284,8 @@ class Hosts:
         """Start ``argv`` in host ``name``, its output appended to ``output`` (or to
         ``stdout``: e.g. ``subprocess.PIPE``; neither: this process's own), with ``env`` (or
         this process's environment), its input ``stdin`` (nothing; ``subprocess.PIPE`` to
-        talk to it). The kernel kills it when the calling thread ends
-        (``PR_SET_PDEATHSIG``), and :meth:`close` kills it anyway.
+        talk to it). The kernel kills it when this process ends (``PR_SET_PDEATHSIG``, see
+        :func:`~kafkakv.dev.process.launch`), and :meth:`close` kills it anyway.
 
         Raises :class:`~kafkakv.dev.errors.HostsError` when the program cannot be started.
         """
@@ -295,7 +295,7 @@ class Hosts:
             if output is not None:
                 out = stack.enter_context(open(output, "ab")).fileno()
             try:
-                return subprocess.Popen(
+                return launch(
                     self.command(name, dies_with_parent(argv)),
                     stdin=stdin,
                     stdout=out,

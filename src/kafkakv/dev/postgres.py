@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from kafkakv.dev.errors import PostgresError
-from kafkakv.dev.process import dies_with_parent, log_tail
+from kafkakv.dev.process import dies_with_parent, launch, log_tail
 from kafkakv.errors import ClosedError, ConfigError, KafkaKVError
 from kafkakv.lifecycle import Closeable
 from kafkakv.pipeline.postgres import PostgresConnection
@@ -364,7 +364,7 @@ class EmbeddedPostgres(Closeable):
                 if account is not None:
                     os.chown(self.log_path, account.uid, account.gid)
                 self._launcher_pid = os.getpid()
-                self._proc = proc = subprocess.Popen(
+                self._proc = proc = launch(
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=out,

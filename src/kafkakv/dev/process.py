@@ -9,18 +9,21 @@ however that ends (even ``kill -9`` of pytest).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kafkakv.dev.errors import ClusterError
 
-__all__ = ["BrokerProcess", "dies_with_parent", "log_tail", "spawn"]
+__all__ = ["BrokerProcess", "dies_with_parent", "launch", "log_tail", "spawn"]
 
 _POLL_S = 0.05
 _TAIL_LINES = 30
@@ -29,8 +32,9 @@ _TAIL_BYTES = 64 * 1024
 
 def dies_with_parent(argv: Sequence[str], sig: int = signal.SIGKILL) -> list[str]:
     """``argv`` made to receive ``sig`` when the thread that starts it exits (Linux
-    ``PR_SET_PDEATHSIG``): also when this process is killed with SIGKILL, which no ``atexit``
-    or ``finally`` sees.
+    ``PR_SET_PDEATHSIG``; :func:`launch` starts it from a thread that lives as long as this
+    process): also when this process is killed with SIGKILL, which no ``atexit`` or
+    ``finally`` sees.
 
     util-linux's ``setpriv --pdeathsig`` sets it, then execs ``argv`` in the same process (its
     pid is the program's), through ``/bin/sh``, which checks the parent still lives. Not a
@@ -63,6 +67,31 @@ def dies_with_parent(argv: Sequence[str], sig: int = signal.SIGKILL) -> list[str
     ]
 
 
+_launcher: concurrent.futures.ThreadPoolExecutor | None = None
+_launcher_lock = threading.Lock()
+
+
+def launch(command: Sequence[str], **options: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(command, **options)``, forked by this process's launcher thread.
+
+    ``PR_SET_PDEATHSIG`` (:func:`dies_with_parent`) fires when the *thread* that forked the
+    child exits. Forked by a thread that ends early (a fault's heal in a nemesis thread, a
+    test's helper thread), a broker would be killed with it: a long run lost every broker its
+    nemesis thread had restarted when that thread finished. The launcher thread lives as long
+    as the process, so such a child dies with the process and only then.
+    """
+    global _launcher
+    with _launcher_lock:
+        if _launcher is None:
+            _launcher = concurrent.futures.ThreadPoolExecutor(1, "kafkakv-launcher")
+        launcher = _launcher
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(list(command), **options)
+
+    return launcher.submit(start).result()
+
+
 def spawn(argv: Sequence[str], output: Path, *, die_with_parent: bool) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session with stdout and stderr appended to ``output``.
 
@@ -74,7 +103,7 @@ def spawn(argv: Sequence[str], output: Path, *, die_with_parent: bool) -> subpro
         raise ClusterError(str(exc)) from exc
     try:
         with open(output, "ab") as out:
-            return subprocess.Popen(
+            return launch(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
