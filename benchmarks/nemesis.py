@@ -109,6 +109,7 @@ class Nemesis:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.paused: list[tuple[int, int]] = []  # client pauses (monotonic ns): no timeout holds
+        self.windows: list[tuple[str, int, int]] = []  # each fault, struck and healed (ns)
 
     def _loop(self) -> None:
         while not self.stop.wait(self.rng.uniform(3, 8)):
@@ -120,12 +121,14 @@ class Nemesis:
                 print(f"  {fault} could not strike: {exc}", flush=True)
                 continue
             self.injected[fault] += 1
+            struck = time.monotonic_ns()
             print(f"  {fault} for {hold:.1f} s", flush=True)
             self.stop.wait(hold)
             try:
                 end()
             except Exception as exc:
                 print(f"  healing {fault} failed: {exc}", flush=True)
+            self.windows.append((fault, struck, time.monotonic_ns()))
             with contextlib.suppress(Exception):
                 self.cluster.wait_in_sync(self.topic, timeout=60)
 
@@ -282,6 +285,13 @@ def run(scratch: Path, rng: random.Random, seconds: float, timeout: float, ops: 
     failed = [r for r in rounds if isinstance(r, str)]
     for line in failed:
         print(" ", line)
+    sync = [op for op in calls if not paused(op) and not pipelined(op)]
+    for op in sorted(sync, key=lambda op: op.call - (op.ret or 0))[:3]:
+        during = [f for f, began, end in nemesis.windows if op.call < end and (op.ret or 0) > began]
+        print(
+            f"  a long sync call: {op.kind} {((op.ret or 0) - op.call) / 1e9:.1f} s, "
+            f"during {', '.join(during) or 'no fault'}"
+        )
     for v in verdicts:
         if not v.ok:
             print("  checker:", v.detail)
