@@ -346,6 +346,26 @@ class Log(Closeable):
         last = records[-1].offset if records else None
         return Batch(records, offset if last is None else last + 1)
 
+    def read_within(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timeout: float,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> Batch:
+        """:meth:`read_batch`, waiting at most ``timeout`` seconds for an answer: for a caller
+        whose own deadline is nearer than the log's patience with a read (KafkaLog's 2 s).
+
+        Raises :class:`~kafkakv.errors.OperationTimeoutError` when no answer came in time, and
+        as :meth:`read`. A log that answers from local storage answers at once (this default).
+        """
+        return self.read_batch(
+            topic, partition, offset, max_records=max_records, max_bytes=max_bytes
+        )
+
     def read_entries(
         self,
         topic: str,

@@ -862,7 +862,7 @@ class KafkaLog(Log):
             reader = Reader(
                 self.settings.consumer(f"kafkakv-reader-{uuid.uuid4().hex}"),
                 patience,
-                lambda topic, partition: self._bounds(topic, partition, patience),
+                self._bounds,
                 self._written,
                 self._refusals,
             )
@@ -896,6 +896,22 @@ class KafkaLog(Log):
         self._partition(topic, partition)
         with translated(f"reading {topic}[{partition}] at offset {offset}"):
             return self._reader().read(topic, partition, offset, max_records, max_bytes)
+
+    def read_within(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timeout: float,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1 << 20,
+    ) -> Batch:
+        self._partition(topic, partition)
+        with translated(f"reading {topic}[{partition}] at offset {offset}"):
+            reader = self._reader()
+            patience = max(0.001, min(timeout, reader.timeout))
+            return reader.read(topic, partition, offset, max_records, max_bytes, patience)
 
     def _bounds(self, topic: str, partition: int, timeout: float | None = None) -> tuple[int, int]:
         """The partition's low and high watermarks, asked of its leader, within ``timeout``

@@ -128,8 +128,9 @@ class Reader:
         return ClosedError("the Kafka log was closed while this thread read from it")
 
     # -- positioning ----------------------------------------------------------------------
-    def _position(self, topic: str, partition: int, offset: int) -> _Part:
-        """The partition's state, with the consumer at ``offset`` or about to deliver it."""
+    def _position(self, topic: str, partition: int, offset: int, patience: float) -> _Part:
+        """The partition's state, with the consumer at ``offset`` or about to deliver it
+        (asking the partition's bounds, if need be, for at most ``patience`` seconds)."""
         key = (topic, partition)
         part = self._parts.get(key)
         if part is not None and part.lo <= offset <= part.next + _FORWARD_LIMIT:
@@ -137,7 +138,7 @@ class Reader:
             part.skip_below(offset)
             part.used = self._calls
             return part
-        low, high = self._bounds(topic, partition)
+        low, high = self._bounds(topic, partition, patience)
         if offset < low:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {topic}[{partition}] is below its start offset {low}"
@@ -241,24 +242,39 @@ class Reader:
 
     # -- the Log operations ---------------------------------------------------------------
     def read(
-        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        patience: float | None = None,
     ) -> Batch:
+        """Records of ``topic[partition]`` from ``offset``, waiting at most ``patience``
+        seconds (default :attr:`timeout`) for an answer."""
         with self._using:
             try:
                 if self.closed:
                     raise self._closed_error()
-                return self._read(topic, partition, offset, max_records, max_bytes)
+                wait = self.timeout if patience is None else patience
+                return self._read(topic, partition, offset, max_records, max_bytes, wait)
             finally:
                 if self.closed:  # close() ran meanwhile and left the consumer to this thread
                     self._close_consumer()
 
     def _read(
-        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        patience: float,
     ) -> Batch:
         self._calls += 1
         mark = self._refusals.mark()
-        part = self._position(topic, partition, offset)
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + patience
+        part = self._position(topic, partition, offset, patience)
         while True:
             self._refusals.check(mark)
             if part.failure is not None:
@@ -279,7 +295,7 @@ class Reader:
             if remaining <= 0:
                 raise OperationTimeoutError(
                     f"reading {topic}[{partition}] at offset {offset}: no answer from Kafka "
-                    f"within {self.timeout} s"
+                    f"within {round(patience, 2)} s"
                 )
             if self.closed:
                 raise self._closed_error()
@@ -342,7 +358,10 @@ class Reader:
     ) -> set[tuple[str, int]]:
         self._calls += 1
         mark = self._refusals.mark()
-        parts = {tp: self._position(tp[0], tp[1], offset) for tp, offset in positions.items()}
+        parts = {  # positioned with the reader's own patience: a wait ends empty, never raises
+            tp: self._position(tp[0], tp[1], offset, self.timeout)
+            for tp, offset in positions.items()
+        }
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._refusals.check(mark)
@@ -370,5 +389,6 @@ def _discard(_: Record) -> None:
     """Where records of a partition nobody asked about would go (they never get here)."""
 
 
-Bounds = Callable[[str, int], tuple[int, int]]
-"""``(topic, partition) -> (start offset, end offset)``, asked only when a reader seeks."""
+Bounds = Callable[[str, int, float], tuple[int, int]]
+"""``(topic, partition, timeout) -> (start offset, end offset)``, asked only when a reader
+seeks; no answer within ``timeout`` seconds raises."""
