@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 import kafkakv
-from tests.dev.test_isolation import _module_name
+from tests.dev.test_isolation import _module_name, from_module
 
 PACKAGE = Path(kafkakv.__file__).resolve().parent
 
@@ -34,10 +34,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool, modules: set[str]) ->
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = from_module(node, package)
             for alias in node.names:
                 names.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
     return names & modules

@@ -1,28 +1,33 @@
-"""The replica engine: the threads and I/O around :mod:`kafkakv.map.machine`.
+"""The replica engine: the lifecycle and the apply loop of a replica, around
+:mod:`kafkakv.map.machine`.
 
 One engine follows one set of map topics for the partitions it holds, on behalf of one or more
 maps that share those topics. The protocol's decisions are made by one
 :class:`~kafkakv.map.machine.PartitionMachine` per partition; the engine is the shell that
-reads records, hands them to the machine, and carries its steps out. It
+reads records, hands them to the machine, and carries its steps out:
 
-* **bootstraps** each partition: the data topic up to its end (taking the flush point recorded
-  there), then the ops after that point; a persistent store resumes at its own offset instead;
-* **applies** ops in log order under one lock: read a batch, ``apply_batch``, write the step's
-  changes with its positions in one store write, publish the position, resolve futures and
-  tell listeners. Any thread may do it: a writer waiting for its own record applies up to it
-  itself (no hand-off to another thread on the hot path), and a background thread follows the
-  partitions for updates made elsewhere;
-* **sends** async updates in batches from a sender thread, with at most ``max_in_flight``
-  unapplied;
-* **shares barriers**: a reader joins the next barrier of a partition; one reader per group
-  appends it and applies up to it, the others wait on the same group;
-* **flushes** when a step says one is due: the latest value of each changed key, a flush point
-  for the data topic and a ``FLUSHED`` mark for the ops topic, in one fenced atomic batch.
+* **open** (:meth:`ReplicaEngine.start`): bootstrap each held partition
+  (:mod:`kafkakv.map.bootstrap`), apply the ops up to the log's end, then start the threads:
+  the follower (:mod:`kafkakv.map.follower`), the sender (:mod:`kafkakv.map.updates`), the
+  flusher (:mod:`kafkakv.map.flusher`) and those of features;
+* **apply** (:meth:`~ReplicaEngine.apply_until`, ``_apply_available``, ``_carry_out``): in log
+  order under the replica lock, read a batch, ``apply_batch``, write the step's changes with its
+  positions in one store write, publish the position, request a flush when one is due, tell the
+  step observers, then resolve futures and tell taps and listeners. Any thread may apply: a
+  writer waiting for its own record applies up to it itself (no hand-off on the hot path);
+  the follower applies updates made elsewhere; barriers (:mod:`kafkakv.map.barriers`) apply
+  up to a point;
+* **flush** when a step says one is due (:mod:`kafkakv.map.flusher`);
+* **close**: stop taking updates, drain what is in flight, stop the threads, close the stores.
 
-Locks: ``_lock`` (re-entrant) guards the stores and the machines, and is held while listeners
-and future callbacks run, so they see changes in log order. The barrier groups
-(:mod:`kafkakv.map.barriers`) and the sender (:mod:`kafkakv.map.sender`) have locks of their
-own, never held during I/O.
+Features that watch or extend the apply step (expiry's reaper and the log's clock, metrics) are
+modules of their own registered with one extension point, :class:`~kafkakv.map.hooks.Hooks`
+(step observers, bootstrap and flush hooks, threads, lifecycle); the change feed and listeners
+hear each change through the map's taps and listeners (:mod:`kafkakv.map.listeners`).
+
+Locks: ``_lock`` (re-entrant) guards the stores and the machines, and is held while observers,
+listeners and future callbacks run, so they see changes in log order. The barrier groups and
+the sender (:mod:`kafkakv.map.sender`) have locks of their own, never held during I/O.
 """
 
 from __future__ import annotations
@@ -34,31 +39,28 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from kafkakv import functions
 from kafkakv.errors import (
     ClosedError,
-    DecodeError,
     KafkaKVError,
     LogUnavailableError,
     OperationTimeoutError,
     PartitionStalledError,
-    RecordTooLargeError,
     UnknownFunctionError,
 )
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import Log, Record, left, new_tuple
+from kafkakv.log.base import Log, Record, new_tuple
 from kafkakv.map import metrics
 from kafkakv.map.barriers import Barriers
 from kafkakv.map.bootstrap import READ_BATCH, Bootstrap
-from kafkakv.map.dedup import numbering
 from kafkakv.map.flusher import Flusher
 from kafkakv.map.follower import STALL_RETRY, WAIT_SLICE, ReplicaFollower
-from kafkakv.map.futures import BatchFuture, BatchPart, OpFuture, PutGroup, complete, fail
+from kafkakv.map.futures import complete, fail
 from kafkakv.map.hooks import Hooks
-from kafkakv.map.keyspace import RESERVED_KEYS, KeySpace, check_update_key
+from kafkakv.map.keyspace import KeySpace
 from kafkakv.map.listeners import tell
 from kafkakv.map.machine import (
     CHANGE,
@@ -72,36 +74,22 @@ from kafkakv.map.machine import (
     Tap,
 )
 from kafkakv.map.ops import (
-    PAIR_SLACK,
     Op,
     OpCode,
-    decode_op,
-    encode_op,
-    sent_op,
-    write_many_chunks,
 )
 from kafkakv.map.reads import EndWatch, ReadGate
 from kafkakv.map.reaper import Reaper
 from kafkakv.map.replicalock import ReplicaLock
-from kafkakv.map.sender import Outgoing, Sender, Slots, records_of
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics
+from kafkakv.map.updates import Updates
 from kafkakv.store.base import Positions
 
 __all__ = ["ReplicaEngine"]
 
 log = logging.getLogger("kafkakv.map")
 
-_SEND_BATCH = 5000  # async updates appended in one batch at most (at most READ_BATCH)
-_APPLY_SENT_BELOW = _SEND_BATCH // 4
-"""The sender applies what it sent itself (where the log stores on send) only for batches
-smaller than this: a few updates waiting for their answers. Larger batches come from a stream
-of async updates, for which the follower applying while the sender sends is faster."""
-_LINGER = 0.0005  # how long the sender lets a small batch grow (Kafka's linger.ms)
 _NO_CHANGES: dict[bytes, bytes | None] = {}
-#: A ``put_async`` queued for the sender (see Outgoing): partition, map, store key, value, future.
-QueuedPut = tuple[int, MapState, bytes, bytes, OpFuture]
-_RESERVED = frozenset(RESERVED_KEYS)
 
 
 class ReplicaEngine:
@@ -143,12 +131,6 @@ class ReplicaEngine:
         #: applies through its own record (apply_until). Should that fail (a timeout, a stall),
         #: the follower applies the record at its next wake-up, within WAIT_SLICE.
         self._own = log.own_appends(self.origin)
-        #: Each partition's update numbers (see kafkakv.map.dedup: dense in a partition, so
-        #: the replicas' tables of applied ids stay small; unique in this replica): lane 0
-        #: for the updates appended here and waited for, lane 1 for those the sender hands
-        #: to the log (a pipelined producer on Kafka), which overtake each other.
-        self._seqs = [iter(numbering(p, partition_count)) for p in range(partition_count)]
-        self._sent_seqs = [iter(numbering(p, partition_count, 1)) for p in range(partition_count)]
         self._lock = ReplicaLock()  # handed over to waiting threads: see map.replicalock
         #: The protocol state of each held partition (see kafkakv.map.machine).
         self.machines = {
@@ -157,34 +139,17 @@ class ReplicaEngine:
             )
             for p in self.held
         }
-        self._pending: dict[int, OpFuture] = {}
         # Step events not run yet, shared by every apply: a listener that updates the map
         # applies a step of its own, whose events run after the ones before them.
         self._events: collections.deque[tuple[int, Any, Any]] = collections.deque()
         self.errors = ErrorLog()
-        self._slots = Slots(settings.max_in_flight)
-        # Where the log stores a batch before send() returns, the sender applies a small one
-        # at once (if no other thread is applying): the updates' futures resolve without
-        # waiting for the follower's wake-up, and the time that applying takes lets the next
-        # batch grow, so the sender needs no linger of its own. Large batches, and every batch
-        # elsewhere (Kafka), the follower applies.
-        self._apply_sent = log.stores_on_send
-        self._sender = Sender(
-            self._send_batch,
-            batch=_SEND_BATCH,
-            linger=0.0 if self._apply_sent else _LINGER,
-            wait_slice=WAIT_SLICE,
-        )
         #: sync() needs no barrier record: the log's end offset is authoritative.
         offset_barriers = settings.barriers == "offset" or (
             settings.barriers == "auto" and log.end_offset_is_linearizable
         )
-        self._last_local = 0.0  # monotonic time a local writer last started or finished
         self._closed = False  # close() began: no new updates; what is in flight drains
         self._stopped = False  # the threads stop, nothing more is applied
         self._disowned = False  # inherited through fork: see disown
-        #: Async updates that failed before reaching the log (counted for close()'s report).
-        self.undelivered = 0
         self._failure: BaseException | None = None
         #: Partitions this replica stopped applying, at a record it cannot apply as the others
         #: do (see _stall). Read without the lock on every read: a dict, empty as a rule.
@@ -202,6 +167,27 @@ class ReplicaEngine:
             else None
         )
         self._threads: list[threading.Thread] = []
+        #: The update path (kafkakv.map.updates): its outbox, pending futures and slots.
+        self.updates = updates = Updates(
+            log,
+            topics.ops,
+            partition_count,
+            self.origin,
+            max_record_bytes,
+            settings.max_in_flight,
+            settings.timeout,
+            self._lock,
+            self._own.append,
+            self.read_gate,
+            self.check_usable,
+            self.check_partitions,
+            self.apply_until,
+            self._apply_sent_to,
+            WAIT_SLICE,
+        )
+        self.submit, self.submit_put = updates.submit, updates.submit_put
+        self.submit_many, self.pending_updates = updates.submit_many, updates.pending_updates
+        self._pending, self._slots, self._sender = updates.pending, updates.slots, updates.sender
         self.barriers = Barriers(
             log,
             topics.ops,
@@ -273,7 +259,7 @@ class ReplicaEngine:
         Hooks.run(self.hooks.started)
         threads = [
             (self._follow, "follower"),
-            (self._sender.run, "sender"),
+            (self.updates.run_sender, "sender"),
             (self.flusher.run, "flusher"),
         ]
         threads.extend((target, name) for name, target in self.hooks.threads)
@@ -299,7 +285,7 @@ class ReplicaEngine:
             return 0
         self._closed = True
         self._checks_changed()
-        undelivered = self.undelivered
+        undelivered = self.updates.undelivered
         Hooks.run(self.hooks.closing)
         limit = self.settings.timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, limit)
@@ -313,38 +299,13 @@ class ReplicaEngine:
         for thread in self._threads[1:]:
             if thread is not threading.current_thread():
                 thread.join(timeout=5)
-        # Never sent: what the sender did not take. A batch it took and may still be sending
-        # stays among the pending updates, whose outcome is unknown here.
-        unsent_updates = self._sender.take_unsent()
-        name = self.maps[0].name
-        unsent = ClosedError(
-            f"map {name!r} was closed before this update was sent: it never reached the log"
-        )
-        unknown = ClosedError(
-            f"map {name!r} was closed before this replica applied the update: it reached the "
-            "log, or was on its way, and its outcome is unknown here (sync() from another "
-            "replica shows it)"
-        )
-        failed = 0
         with self._lock:
-            for item in unsent_updates:
-                if len(item) == 2:  # an ops record, pending by its seq
-                    future = self._pending.pop(decode_op(item[1].value).seq, None)
-                else:  # a queued put, pending nowhere yet
-                    future = item[4]
-                if future is not None:
-                    future.resolve(exception=unsent)
-                    failed += 1
-            pending, self._pending = self._pending, {}
-            for future in pending.values():
-                if not future.done():
-                    future.resolve(exception=unknown)
-                    failed += 1
+            failed = self.updates.fail_unresolved(self.maps[0].name)
             self.flusher.close()
             for state in self.maps:
                 state.store.close()
         self.barriers.shared.wake_all()
-        return failed + self.undelivered - undelivered
+        return failed + self.updates.undelivered - undelivered
 
     def disown(self, message: str) -> None:
         """In a child made by fork: refuse every use with ClosedError(``message``) from now on,
@@ -390,6 +351,11 @@ class ReplicaEngine:
                 machines = self.machines
                 waiting = {(ops, p): machines[p].applied for p in live if p in machines}
                 self.log.wait_any(waiting, min(max(0.0, remaining), STALL_RETRY))
+
+    @property
+    def undelivered(self) -> int:
+        """Async updates that failed before reaching the log (see kafkakv.map.updates)."""
+        return self.updates.undelivered
 
     def check_usable(self) -> None:
         if self._closed:
@@ -466,17 +432,6 @@ class ReplicaEngine:
     def partition_of(self, record_key: bytes) -> int:
         return self.keyspace.partition_of(record_key)
 
-    def pending_updates(self) -> list[OpFuture]:
-        """This replica's updates not resolved yet (a snapshot): the queued puts, then the
-        updates with an ops record."""
-        queued = [item[4] for item in list(self._sender.outbox) if len(item) != 2]
-        for entry in list(self._pending.values()):
-            if isinstance(entry, PutGroup):
-                queued.extend(f for f in entry.futures if not f.done())
-            else:
-                queued.append(entry)
-        return queued
-
     def positions(self) -> dict[int, Positions]:
         with self._lock:
             return {p: Positions(m.applied, m.flushed) for p, m in self.machines.items()}
@@ -495,266 +450,6 @@ class ReplicaEngine:
         with self._lock, contextlib.suppress(ValueError):
             state.taps.remove(tap)
 
-    # -- updates ------------------------------------------------------------------------
-    def submit(
-        self,
-        state: MapState | None,
-        code: OpCode,
-        record_key: bytes,
-        p: int,
-        args: Sequence[Any],
-        wait: bool,
-    ) -> OpFuture:
-        """Append one update and return its future; with ``wait`` apply up to it first.
-
-        Raises OperationTimeoutError when ``max_in_flight`` updates stay unapplied for the whole
-        timeout, and ClosedError after close.
-        """
-        if self._closed or self._failure is not None or self.stalled:  # no call when fine
-            self._check_update(p)
-        if record_key in RESERVED_KEYS:  # the keys no update may have
-            check_update_key(record_key)
-        seq = next(self._seqs[p] if wait else self._sent_seqs[p])
-        value = encode_op(code, self.origin, seq, args)
-        if len(record_key) + len(value) > self.max_record_bytes:
-            raise RecordTooLargeError(
-                f"an update of {len(record_key) + len(value)} bytes is over the "
-                f"{self.max_record_bytes} bytes a record of {self.topics.ops} may hold (its "
-                "max.message.bytes less the log's framing)"
-            )
-        future = OpFuture(state, not wait, p)  # a caller that waits is its own bound
-        if not wait:
-            self._take_slot()
-            self._pending[seq] = future  # one dict store: atomic under the GIL, no lock
-            sender = self._sender
-            sender.outbox.append((p, new_tuple(Record, (record_key, value, (), None, None, None))))
-            if sender.idle:
-                sender.wake()  # one wake-up, not one per update until it runs
-            return future
-        # One deadline for the whole call: each wait below takes what the ones before left.
-        self._last_local = started = time.monotonic()  # keeps the follower away: see _follow
-        deadline = started + self.settings.timeout
-        sender = self._sender
-        if sender.outbox or not sender.idle:  # sender.busy(), one call fewer on every put
-            self._after_queued(deadline)
-        self._pending[seq] = future
-        record = new_tuple(Record, (record_key, value, (), None, None, None))
-        try:
-            offset = self._own.append(
-                self.topics.ops, p, [record], timeout=deadline - time.monotonic()
-            )
-        except BaseException as exc:
-            self._fail_pending([seq], exc)
-            raise
-        try:
-            op = sent_op(code, self.origin, seq, args)
-            self.apply_until(p, offset, deadline, (record,), (op,))
-        finally:
-            self._last_local = time.monotonic()
-        return future
-
-    def _check_update(self, p: int) -> None:
-        """Refuse an update of partition ``p`` before anything of it is queued or appended:
-        ClosedError, the engine's failure, or the partition's stall."""
-        if self._closed or self._failure is not None:
-            self.check_usable()
-        if self.stalled and p in self.stalled:
-            self._resume_or_raise(p)
-
-    def _take_slot(self, unsent: str = "") -> None:
-        """Take one of the ``max_in_flight`` slots for an async update; OperationTimeoutError
-        (with ``unsent`` at the end of its message) when none frees up in time."""
-        if not self._slots.take(self.settings.timeout):
-            self._no_slot(unsent)
-
-    def _no_slot(self, unsent: str = "") -> NoReturn:
-        raise OperationTimeoutError(
-            f"{self.settings.max_in_flight} updates are still unapplied after "
-            f"{self.settings.timeout} s{unsent}"
-        )
-
-    def submit_put(self, state: MapState, key: bytes, value: bytes, p: int) -> OpFuture:
-        """``put_async`` of store key ``key`` (the map prefix left out) of map ``state`` in
-        partition ``p``: take a slot and queue the pair, returning its future. The sender
-        gathers consecutive queued puts of one map into ``WRITE_MANY`` records
-        (:func:`~kafkakv.map.sender.records_of`), which decide each pair as its put would and give each future
-        the value its pair found. A pair too large to share a record goes as a ``PUT`` of its
-        own (:meth:`submit`). Raises as :meth:`submit`.
-        """
-        # The hot path of bulk loads: the common case of _check_update, pair_fits and
-        # _take_slot inline (a Python call each was a tenth of the caller's time).
-        if self._closed or self._failure is not None or self.stalled:
-            self._check_update(p)
-        if not state.prefix and key in _RESERVED:  # the keys no update may have
-            check_update_key(key)
-        if 2 * len(key) + len(value) > self.max_record_bytes - len(state.prefix) - PAIR_SLACK:
-            return self.submit(state, OpCode.PUT, state.prefix + key, p, (value,), False)
-        future = OpFuture(state, 1, p)
-        slots = self._slots
-        ticket = next(slots.tickets)
-        if ticket - slots.given > slots.limit and not slots.wait(ticket, self.settings.timeout):
-            self._no_slot()
-        sender = self._sender
-        sender.outbox.append((p, state, key, value, future))
-        if sender.idle:
-            sender.wake()  # one wake-up, not one per update until it runs
-        return future
-
-    def submit_many(
-        self,
-        state: MapState,
-        keys: list[bytes],
-        values: Sequence[bytes | None],
-        partitions: list[int] | None,
-        wait: bool,
-        expires: int | None = None,
-    ) -> BatchFuture:
-        """Append a batch of puts (and removes: value None) of map ``state`` as ``WRITE_MANY``
-        records, one per partition (``partitions[i]`` is the partition of ``keys[i]``; None:
-        every key in partition 0) and size limit, and return one future for them all, whose
-        result is how many keys had a value before. With ``wait``, apply up to them first.
-        With ``expires`` (a map with expiry), the puts expire that many ms after their record's
-        timestamp (``PUT_FOR``).
-        Every record is encoded, and checked against the size limit, before any is appended.
-        """
-        if self._closed or self._failure is not None:
-            self.check_usable()
-        if not state.prefix and not _RESERVED.isdisjoint(keys):
-            check_update_key(next(k for k in keys if k in _RESERVED))
-        groups: dict[int, tuple[list[bytes], list[bytes | None]]]
-        if partitions is None:
-            groups = {0: (keys, list(values))}
-        else:
-            groups = {}
-            for k, v, p in zip(keys, values, partitions, strict=True):
-                group = groups.get(p)
-                if group is None:
-                    group = groups[p] = ([], [])
-                group[0].append(k)
-                group[1].append(v)
-        if self.stalled:
-            self.check_partitions(groups)
-        room = self.max_record_bytes - len(state.prefix)
-        chunks = [
-            (p, chunk)
-            for p, (ks, vs) in groups.items()
-            for chunk in write_many_chunks(ks, vs, room)
-        ]
-        batch = BatchFuture(len(chunks))
-        records: dict[int, list[Record]] = {}
-        own_ops: dict[int, list[Op | None]] = {}  # each record's op, as decoding it would give
-        parts: list[tuple[int, BatchPart, Record]] = []
-        code, extra = (OpCode.WRITE_MANY, ()) if expires is None else (OpCode.PUT_FOR, (expires,))
-        lane = self._seqs if wait else self._sent_seqs
-        for p, (ks, vs) in chunks:
-            seq = next(lane[p])
-            args = (ks, vs, *extra)
-            value = encode_op(code, self.origin, seq, args)
-            record = new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None))
-            parts.append((seq, BatchPart(batch, not wait, p), record))
-            records.setdefault(p, []).append(record)
-            if wait:
-                own_ops.setdefault(p, []).append(sent_op(code, self.origin, seq, args))
-        if not parts:
-            batch.resolve(0)
-            return batch
-        if not wait:
-            for sent, (seq, part, record) in enumerate(parts):
-                self._take_slot(
-                    f": {len(parts) - sent} of the batch's {len(parts)} records were not sent "
-                    "(the others were)"
-                )
-                self._pending[seq] = part
-                self._sender.outbox.append((part.partition, record))
-                if self._sender.idle:
-                    self._sender.wake()
-            return batch
-        deadline = time.monotonic() + self.settings.timeout
-        if self._sender.busy():
-            self._after_queued(deadline)
-        for seq, part, _ in parts:
-            self._pending[seq] = part
-        self._last_local = time.monotonic()  # keeps the follower away: see _follow
-        try:
-            ends = {}
-            for p, group_records in records.items():
-                try:
-                    first = self._own.append(
-                        self.topics.ops, p, group_records, timeout=left(deadline)
-                    )
-                    ends[p] = first + len(group_records) - 1  # the offset of its last record
-                except BaseException as exc:
-                    self._fail_pending([seq for seq, part, _ in parts if part.partition == p], exc)
-                    raise
-            for p, offset in ends.items():
-                self.apply_until(p, offset, deadline, records[p], own_ops[p])
-        finally:
-            self._last_local = time.monotonic()
-        return batch
-
-    def _after_queued(self, deadline: float) -> None:
-        """Before an update that waits is appended: wait until the async updates this
-        replica queued before it were handed to the log, so that the log has this replica's
-        updates in the order they were made. Not in the sender thread (a listener's update
-        while it applies), nor while holding the replica lock (a listener's update in an
-        applier): the sender may need that lock to fail a batch. Raises
-        OperationTimeoutError at ``deadline`` (nothing appended)."""
-        threads = self._threads  # follower, sender, flusher: once started
-        if self._lock.held() or (len(threads) > 1 and threading.current_thread() is threads[1]):
-            return
-        if not self._sender.wait_sent(deadline):
-            self.check_usable()
-            raise OperationTimeoutError(
-                "the async updates queued before this update were not sent in time; "
-                "it was not appended"
-            )
-
-    def _fail_pending(self, seqs: Iterable[int], exc: BaseException) -> None:
-        freed = 0
-        with self._lock:
-            for seq in seqs:
-                future = self._pending.pop(seq, None)
-                if future is not None:
-                    freed += future.slot
-                    future.resolve(exception=exc)
-        self._slots.give(freed)
-        self.undelivered += freed  # async updates the log did not take
-
-    def _send_batch(self, items: list[Outgoing]) -> Callable[[], None] | None:
-        """Send the sender's queued updates, one pipelined send per partition: ops records
-        as they are, and queued puts gathered into records (:func:`~kafkakv.map.sender.records_of`). Returns
-        what the sender runs once it has counted them sent: applying the partitions that
-        got a small batch (see _apply_sent), or None."""
-        if self.partition_count == 1:
-            by_partition = {0: items}
-        else:
-            by_partition = {}
-            for item in items:
-                by_partition.setdefault(item[0], []).append(item)
-        small: list[int] = []
-        for p, queued in by_partition.items():
-            try:
-                records, groups = records_of(
-                    queued, p, self.origin, self.max_record_bytes, self._sent_seqs[p]
-                )
-                self._pending.update(groups)
-            except Exception as exc:  # not for pairs checked when queued; never stop the sender
-                self._fail_queued(queued, exc)
-                continue
-            try:
-                # Not as this replica's own appends (self._own): the sender applies a small
-                # batch only if no other thread holds the lock (_apply_sent_to), and a large
-                # one never, so the follower must hear of it.
-                self.log.send(
-                    self.topics.ops, p, records, self._send_failed, timeout=self.settings.timeout
-                )
-            except Exception as exc:  # fail these updates; keep sending others
-                self._fail_pending([decode_op(r.value).seq for r in records], exc)
-                continue
-            if self._apply_sent and len(queued) < _APPLY_SENT_BELOW:
-                small.append(p)
-        return functools.partial(self._apply_sent_to, small) if small else None
-
     def _apply_sent_to(self, partitions: list[int]) -> None:
         """In the sender thread, after a send: apply ``partitions`` unless another thread is
         applying (it will apply what was sent)."""
@@ -766,24 +461,6 @@ class ReplicaEngine:
                     self._apply_available(p)
         finally:
             self._lock.release()
-
-    def _fail_queued(self, queued: list[Outgoing], exc: BaseException) -> None:
-        """Fail updates the sender took but could not make records of."""
-        self._fail_pending([decode_op(item[1].value).seq for item in queued if len(item) == 2], exc)
-        puts = [item[4] for item in queued if len(item) != 2]
-        for future in puts:
-            future.resolve(exception=exc)
-        self._slots.give(len(puts))
-        self.undelivered += len(puts)
-
-    def _send_failed(self, record: Record, exc: BaseException) -> None:
-        """A record of a pipelined send that the log could not store: fail its update."""
-        try:
-            seq = decode_op(record.value).seq
-        except DecodeError:  # cannot happen for a record this engine encoded
-            log.error("a failed send of %s: %s", self.topics.ops, exc)
-            return
-        self._fail_pending([seq], exc)
 
     # -- applying -----------------------------------------------------------------------
     def apply_until(
@@ -963,7 +640,7 @@ class ReplicaEngine:
             self._apply_available,
             lambda: self._stopped,
             lambda: bool(self._pending),
-            lambda: self._last_local,
+            lambda: self.updates.last_local,
             self.stalled,
             self._resume_or_raise,
             self._follow_failed,
@@ -976,7 +653,7 @@ class ReplicaEngine:
         self._failure = exc
         self._checks_changed()
         with self._lock:
-            self._fail_pending(list(self._pending), exc)
+            self.updates.fail_pending(list(self._pending), exc)
 
     def _propose_expire(self, deadline: int, key: bytes, p: int) -> None:
         """The reaper's proposal: an async ``EXPIRE`` of record key ``key`` at ``deadline``."""
