@@ -1,7 +1,7 @@
 """Flushing: the latest value of each changed key to the data topic, in one fenced batch.
 
-A step of a partition's machine says when a flush is due; the engine then :meth:`requests
-<Flusher.request>` one, and the flusher's thread (:meth:`Flusher.run`) carries it out. A flush
+A step of a partition's machine says when a flush is due; the engine then requests one
+(:meth:`Flusher.request`), and the flusher's thread (:meth:`Flusher.run`) carries it out. A flush
 opens the partition's transactional writer (fencing any other replica's flusher), catches the
 replica up with the ops topic so that the last flush point is known, takes the plan and values
 under the replica lock (:meth:`~kafkakv.map.machine.PartitionMachine.flush_plan`), and writes
