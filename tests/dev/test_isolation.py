@@ -24,6 +24,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def from_module(node: ast.ImportFrom, package: str) -> str:
+    """The module ``from ... import`` names, a relative one resolved against ``package``."""
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*anchor, base] if base else anchor)
+    return base
+
+
 def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     """Every module name an import in ``tree`` names, relative imports resolved; also the
     constant argument of ``importlib.import_module(...)`` and ``__import__(...)`` calls."""
@@ -33,10 +42,7 @@ def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = from_module(node, package)
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Call) and node.args:

@@ -21,7 +21,7 @@ from kafkakv.errors import (
     WrongPartitionError,
 )
 from kafkakv.log.base import Batch, Log, Record
-from kafkakv.map.engine import ReplicaEngine
+from kafkakv.map.follower import ReplicaFollower
 from kafkakv.map.ops import MANY_PAIRS, OpCode, encode_op, write_many_chunks
 from tests.doubles import ForwardingLog
 from tests.map.conftest import OpenMap, local_logs
@@ -209,7 +209,7 @@ def test_a_blocking_put_all_applies_all_its_records_itself(
     """With a follower that applies nothing, put_all still returns: the caller applies up to
     the last record it appended in the partition (reads stop at about 1 MiB, so the first
     record alone would leave most of these six unapplied until the timeout)."""
-    monkeypatch.setattr(ReplicaEngine, "_follow_apply", lambda self, ready: True)
+    monkeypatch.setattr(ReplicaFollower, "_handle", lambda self, ready: True)
     m = open_map(value_codec="bytes", timeout=3.0, flush_period=1_000_000)  # no flusher
     pairs = {f"k{i}": bytes([i % 251]) * 1000 for i in range(3000)}
     assert m.put_all(pairs) == 0
@@ -267,7 +267,7 @@ def test_a_blocking_put_all_applies_its_own_records_without_reading_them_back(
     applies them as it sent them, with no read of the log. (Followers apply nothing here, so
     every read is the caller's.) Another replica, which decodes them, ends with the same
     contents and its listeners hear the same changes."""
-    monkeypatch.setattr(ReplicaEngine, "_follow_apply", lambda self, ready: True)
+    monkeypatch.setattr(ReplicaFollower, "_handle", lambda self, ready: True)
     m = open_map(log=_Watched, flush_period=1_000_000)  # no flush record in between
     log = _watched(m)
     other = open_map(flush_period=1_000_000)

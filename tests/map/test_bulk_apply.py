@@ -132,7 +132,7 @@ def test_flushes_asked_inside_a_bulk_batch_cover_every_key(
     flush_period``, by design.)"""
     m = open_map(flush_period=10)
     engine = m._engine
-    origin, seq, encode = engine.origin, engine._seqs[0], m._values.encode
+    origin, seq, encode = engine.origin, engine.updates.seqs[0], m._values.encode
     own = [
         Record(f"k{i}".encode(), encode_op(OpCode.PUT, origin, next(seq), (encode(i),)))
         for i in range(300)

@@ -42,7 +42,7 @@ from kafkakv.errors import (
 )
 from kafkakv.log.base import Record
 from kafkakv.log.partitioner import partition_for
-from kafkakv.map import engine
+from kafkakv.map import bootstrap
 from kafkakv.map.keyspace import FLUSH_POINT_KEY
 from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.map.topics import MapTopics, adopt_existing
@@ -188,7 +188,7 @@ def test_a_bootstrap_notes_what_does_not_read_with_the_offset_of_its_last_record
     """A plain map loads its data topic as the last value per key (Log.read_latest), without
     offsets: a stretch holding a key or value its codecs cannot read is read again, record by
     record, for the offsets."""
-    monkeypatch.setattr(engine, "_LATEST_BYTES", 1)  # stretches of one batch: three records
+    monkeypatch.setattr(bootstrap, "_LATEST_BYTES", 1)  # stretches of one batch: three records
     log.create_topic(topic, 1, {"cleanup.policy": "compact"})
     batches: list[list[tuple[bytes, bytes | None]]] = [
         [(b"a", b'"1"'), (b"b", b"{oops"), (b"g", b'"7"')],
@@ -553,7 +553,7 @@ def test_a_flush_that_close_overtakes_ends_quietly(
         with caplog.at_level(logging.INFO, logger="kafkakv"):
             with engine._lock:  # the state close() is in while it drains
                 engine._closed = True
-                engine._flush_queue.put(0)
+                engine.flusher.request(0)
             flusher.join(timeout=10)
             assert not flusher.is_alive()  # flushing ended with close
             engine._closed = False
@@ -567,7 +567,7 @@ def test_a_flush_behind_another_returns_within_the_maps_timeout(open_map: OpenMa
     each partition had a timeout of its own)."""
     m = open_map(timeout=1.0, partitions=2)
     m.put_all({f"k{n}": n for n in range(20)})
-    busy = m._engine._flush_locks[1]
+    busy = m._engine.flusher.locks[1]
     busy.acquire()  # partition 1's flush under way, and slow
     release = threading.Timer(6.0, busy.release)
     release.start()

@@ -255,7 +255,7 @@ def test_a_reaper_whose_estimate_runs_ahead_proposes_in_vain_then_measures_and_w
     not a loop of them."""
     m = open_map(expiry=True, flush_period=100_000)
     engine = m._engine
-    engine._clock_is_local = False  # go by the estimate, as on Kafka
+    engine.reaper.clock_is_local = False  # go by the estimate, as on Kafka
     engine.log_clock.measured(0, int(time.time() * 1000) + 30_000, time.monotonic() * 1000)
     put_at = time.monotonic()
     m.put("k", 1, ttl=0.5)

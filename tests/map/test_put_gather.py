@@ -19,7 +19,7 @@ import kafkakv
 from kafkakv.errors import LogUnavailableError
 from kafkakv.log import Log
 from kafkakv.log.base import FailureCallback, Record
-from kafkakv.map import engine as engine_module
+from kafkakv.map import sender as sender_module
 from kafkakv.map.ops import PAIR_SLACK, OpCode, decode_op, pair_fits
 from kafkakv.map.replica import ReplicaMap
 from tests.doubles import ForwardingLog
@@ -241,7 +241,7 @@ def test_puts_the_sender_cannot_encode_fail_and_the_sender_goes_on(
         raise ValueError("cannot encode this")
 
     with monkeypatch.context() as patch:
-        patch.setattr(engine_module, "encode_op", refuse)
+        patch.setattr(sender_module, "encode_op", refuse)
         with _held(m):
             futures = [m.put_async(f"k{i}", i) for i in range(5)]
         for f in futures:

@@ -35,6 +35,7 @@ __all__ = [
     "Problem",
     "Record",
     "TopicPartition",
+    "left",
     "new_tuple",
     "patiently",
     "records_of",
@@ -48,6 +49,12 @@ TopicPartition = tuple[str, int]
 """A ``(topic, partition)`` pair."""
 
 _T = TypeVar("_T")
+
+
+def left(deadline: float) -> float:
+    """The seconds from now to ``deadline`` (``time.monotonic``), none if it has passed: the
+    timeout of one call among several that share a deadline."""
+    return max(0.0, deadline - time.monotonic())
 
 
 def patiently(deadline: float, read: Callable[[], _T]) -> _T:

@@ -1,28 +1,33 @@
-"""The replica engine: the threads and I/O around :mod:`kafkakv.map.machine`.
+"""The replica engine: the lifecycle and the apply loop of a replica, around
+:mod:`kafkakv.map.machine`.
 
 One engine follows one set of map topics for the partitions it holds, on behalf of one or more
 maps that share those topics. The protocol's decisions are made by one
 :class:`~kafkakv.map.machine.PartitionMachine` per partition; the engine is the shell that
-reads records, hands them to the machine, and carries its steps out. It
+reads records, hands them to the machine, and carries its steps out:
 
-* **bootstraps** each partition: the data topic up to its end (taking the flush point recorded
-  there), then the ops after that point; a persistent store resumes at its own offset instead;
-* **applies** ops in log order under one lock: read a batch, ``apply_batch``, write the step's
-  changes with its positions in one store write, publish the position, resolve futures and
-  tell listeners. Any thread may do it: a writer waiting for its own record applies up to it
-  itself (no hand-off to another thread on the hot path), and a background thread follows the
-  partitions for updates made elsewhere;
-* **sends** async updates in batches from a sender thread, with at most ``max_in_flight``
-  unapplied;
-* **shares barriers**: a reader joins the next barrier of a partition; one reader per group
-  appends it and applies up to it, the others wait on the same group;
-* **flushes** when a step says one is due: the latest value of each changed key, a flush point
-  for the data topic and a ``FLUSHED`` mark for the ops topic, in one fenced atomic batch.
+* **open** (:meth:`ReplicaEngine.start`): bootstrap each held partition
+  (:mod:`kafkakv.map.bootstrap`), apply the ops up to the log's end, then start the threads:
+  the follower (:mod:`kafkakv.map.follower`), the sender (:mod:`kafkakv.map.updates`), the
+  flusher (:mod:`kafkakv.map.flusher`) and those of features;
+* **apply** (:meth:`~ReplicaEngine.apply_until`, ``_apply_available``, ``_carry_out``): in log
+  order under the replica lock, read a batch, ``apply_batch``, write the step's changes with its
+  positions in one store write, publish the position, request a flush when one is due, tell the
+  step observers, then resolve futures and tell taps and listeners. Any thread may apply: a
+  writer waiting for its own record applies up to it itself (no hand-off on the hot path);
+  the follower applies updates made elsewhere; barriers (:mod:`kafkakv.map.barriers`) apply
+  up to a point;
+* **flush** when a step says one is due (:mod:`kafkakv.map.flusher`);
+* **close**: stop taking updates, drain what is in flight, stop the threads, close the stores.
 
-Locks: ``_lock`` (re-entrant) guards the stores and the machines, and is held while listeners
-and future callbacks run, so they see changes in log order. The barrier groups
-(:mod:`kafkakv.map.barriers`) and the sender (:mod:`kafkakv.map.sender`) have locks of their
-own, never held during I/O.
+Features that watch or extend the apply step (expiry's reaper and the log's clock, metrics) are
+modules of their own registered with one extension point, :class:`~kafkakv.map.hooks.Hooks`
+(step observers, bootstrap and flush hooks, threads, lifecycle); the change feed and listeners
+hear each change through the map's taps and listeners (:mod:`kafkakv.map.listeners`).
+
+Locks: ``_lock`` (re-entrant) guards the stores and the machines, and is held while observers,
+listeners and future callbacks run, so they see changes in log order. The barrier groups and
+the sender (:mod:`kafkakv.map.sender`) have locks of their own, never held during I/O.
 """
 
 from __future__ import annotations
@@ -30,100 +35,61 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import heapq
 import logging
-import math
 import os
-import queue
-import random
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn, cast
-
-import msgpack
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from kafkakv import functions
 from kafkakv.errors import (
     ClosedError,
-    DecodeError,
-    FencedError,
     KafkaKVError,
-    LogError,
     LogUnavailableError,
     OperationTimeoutError,
     PartitionStalledError,
-    RecordTooLargeError,
     UnknownFunctionError,
 )
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import Entry, Log, LogWriter, Record, new_tuple, patiently
-from kafkakv.log.follow import Follower
+from kafkakv.log.base import Log, Record, new_tuple
 from kafkakv.map import metrics
-from kafkakv.map.barriers import SharedBarriers
-from kafkakv.map.dedup import AppliedIds, numbering
-from kafkakv.map.futures import BatchFuture, BatchPart, OpFuture, PutGroup, complete, fail
-from kafkakv.map.keyspace import RESERVED_KEYS, KeySpace, check_update_key
-from kafkakv.map.logclock import LogClock
+from kafkakv.map.barriers import Barriers
+from kafkakv.map.bootstrap import READ_BATCH, Bootstrap
+from kafkakv.map.flusher import Flusher
+from kafkakv.map.follower import STALL_RETRY, WAIT_SLICE, ReplicaFollower
+from kafkakv.map.futures import complete, fail
+from kafkakv.map.hooks import Hooks
+from kafkakv.map.keyspace import KeySpace
+from kafkakv.map.listeners import tell
 from kafkakv.map.machine import (
     CHANGE,
     RESULT,
     ApplyError,
     ErrorLog,
-    Loaded,
     MapState,
     MapTable,
     PartitionMachine,
     Step,
     Tap,
-    flush_records,
-    load_batch,
-    load_headers,
-    load_latest,
-    start_point,
 )
 from kafkakv.map.ops import (
-    PAIR_SLACK,
     Op,
     OpCode,
-    decode_op,
-    encode_op,
-    sent_op,
-    write_many_chunks,
 )
 from kafkakv.map.reads import EndWatch, ReadGate
+from kafkakv.map.reaper import Reaper
 from kafkakv.map.replicalock import ReplicaLock
-from kafkakv.map.sender import Outgoing, Sender, Slots
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics
+from kafkakv.map.updates import Updates
 from kafkakv.store.base import Positions
 
 __all__ = ["ReplicaEngine"]
 
 log = logging.getLogger("kafkakv.map")
 
-_READ_BATCH = 5000  # at least _SEND_BATCH: a read never splits a batch the sender wrote
-_SEND_BATCH = 5000  # async updates appended in one batch at most
-_APPLY_SENT_BELOW = _SEND_BATCH // 4
-"""The sender applies what it sent itself (where the log stores on send) only for batches
-smaller than this: a few updates waiting for their answers. Larger batches come from a stream
-of async updates, for which the follower applying while the sender sends is faster."""
-_LOAD_BYTES = 32 << 20  # bytes of data records read at once while bootstrapping
-_LATEST_BYTES = 1 << 20
-"""Bytes of data records a plain map's bootstrap reads as one dict, in whole batches (as many
-records as they hold): the dict stays in cache while it is built, and no batch is split."""
-_LINGER = 0.0005  # how long the sender lets a small batch grow (Kafka's linger.ms)
-_WAIT_SLICE = 0.5  # the follower thread re-checks its state this often
-_FOLLOW_PAUSE = 0.0002  # what the follower waits after a wake-up before taking the lock
-_LOCAL_GRACE = 0.005  # the follower idles this long after a local writer applied
-_RETRY_PAUSE = 1.0  # the follower waits this long after the log could not answer
-_STALL_RETRY = 0.05  # a stalled partition looks for its missing function this often
-_REAP_JITTER = 0.05  # a reaper waits up to this long after a deadline (fewer duplicates)
 _NO_CHANGES: dict[bytes, bytes | None] = {}
-#: A ``put_async`` queued for the sender (see Outgoing): partition, map, store key, value, future.
-QueuedPut = tuple[int, MapState, bytes, bytes, OpFuture]
-_RESERVED = frozenset(RESERVED_KEYS)
 
 
 class ReplicaEngine:
@@ -159,29 +125,12 @@ class ReplicaEngine:
         self._applies_own = not settings.expiry
         #: ... and a batch of several records, where the log stores one with nothing between.
         self._applies_own_batches = log.appends_contiguously
-        #: The data topic's headers say something (versions, deadlines): read them.
-        self._headers = bool(settings.versions or settings.expiry)
-        #: Keys to reap, ``(when, deadline, record key)``, earliest first, ``when`` by the
-        #: log's clock (a map with expiry); ``_reaping`` holds each ``(deadline, key)``.
-        self._deadline_heap: list[tuple[float, int, bytes]] = []
-        self._reaping: set[tuple[int, bytes]] = set()
-        #: The log's clock as this replica can tell (see kafkakv.map.logclock), unless the
-        #: log stamps records with this machine's clock (Log.clock_is_local): then read it.
-        self.log_clock = LogClock()
-        self._clock_is_local = log.clock_is_local
-        self._reaper_wake = threading.Condition(threading.Lock())
         self.origin = os.urandom(8)
         #: The log's calls for the appends this replica applies itself, which do not wake its
         #: follower (see Log.own_appends): the blocking updates and barriers, whose caller
         #: applies through its own record (apply_until). Should that fail (a timeout, a stall),
-        #: the follower applies the record at its next wake-up, within _WAIT_SLICE.
+        #: the follower applies the record at its next wake-up, within WAIT_SLICE.
         self._own = log.own_appends(self.origin)
-        #: Each partition's update numbers (see kafkakv.map.dedup: dense in a partition, so
-        #: the replicas' tables of applied ids stay small; unique in this replica): lane 0
-        #: for the updates appended here and waited for, lane 1 for those the sender hands
-        #: to the log (a pipelined producer on Kafka), which overtake each other.
-        self._seqs = [iter(numbering(p, partition_count)) for p in range(partition_count)]
-        self._sent_seqs = [iter(numbering(p, partition_count, 1)) for p in range(partition_count)]
         self._lock = ReplicaLock()  # handed over to waiting threads: see map.replicalock
         #: The protocol state of each held partition (see kafkakv.map.machine).
         self.machines = {
@@ -190,41 +139,17 @@ class ReplicaEngine:
             )
             for p in self.held
         }
-        self._pending: dict[int, OpFuture] = {}
         # Step events not run yet, shared by every apply: a listener that updates the map
         # applies a step of its own, whose events run after the ones before them.
         self._events: collections.deque[tuple[int, Any, Any]] = collections.deque()
         self.errors = ErrorLog()
-        self.flush_times = metrics.FlushTimes()  # of the flushes that wrote
-        self._slots = Slots(settings.max_in_flight)
-        # Where the log stores a batch before send() returns, the sender applies a small one
-        # at once (if no other thread is applying): the updates' futures resolve without
-        # waiting for the follower's wake-up, and the time that applying takes lets the next
-        # batch grow, so the sender needs no linger of its own. Large batches, and every batch
-        # elsewhere (Kafka), the follower applies.
-        self._apply_sent = log.stores_on_send
-        self._sender = Sender(
-            self._send_batch,
-            batch=_SEND_BATCH,
-            linger=0.0 if self._apply_sent else _LINGER,
-            wait_slice=_WAIT_SLICE,
-        )
-        self._flush_queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._writers: dict[int, LogWriter] = {}
-        self._flush_locks = {p: threading.Lock() for p in self.held}
-        self._barriers = SharedBarriers(self.held)
-        #: The log reads entries without building records (the embedded log does).
-        self._reads_entries = type(log).read_entries is not Log.read_entries
         #: sync() needs no barrier record: the log's end offset is authoritative.
-        self._offset_barriers = settings.barriers == "offset" or (
+        offset_barriers = settings.barriers == "offset" or (
             settings.barriers == "auto" and log.end_offset_is_linearizable
         )
-        self._last_local = 0.0  # monotonic time a local writer last started or finished
         self._closed = False  # close() began: no new updates; what is in flight drains
         self._stopped = False  # the threads stop, nothing more is applied
         self._disowned = False  # inherited through fork: see disown
-        #: Async updates that failed before reaching the log (counted for close()'s report).
-        self.undelivered = 0
         self._failure: BaseException | None = None
         #: Partitions this replica stopped applying, at a record it cannot apply as the others
         #: do (see _stall). Read without the lock on every read: a dict, empty as a rule.
@@ -238,26 +163,106 @@ class ReplicaEngine:
         #: of its partition; None otherwise (each read then catches up).
         self.end_watches: tuple[EndWatch, ...] | None = (
             tuple(EndWatch(self.machines[p]) for p in range(self.partition_count))
-            if self._offset_barriers and len(self.machines) == self.partition_count
+            if offset_barriers and len(self.machines) == self.partition_count
             else None
         )
         self._threads: list[threading.Thread] = []
+        #: The update path (kafkakv.map.updates): its outbox, pending futures and slots.
+        self.updates = updates = Updates(
+            log,
+            topics.ops,
+            partition_count,
+            self.origin,
+            max_record_bytes,
+            settings.max_in_flight,
+            settings.timeout,
+            self._lock,
+            self._own.append,
+            self.read_gate,
+            self.check_usable,
+            self.check_partitions,
+            self.apply_until,
+            self._apply_sent_to,
+            WAIT_SLICE,
+        )
+        self.submit, self.submit_put = updates.submit, updates.submit_put
+        self.submit_many, self.pending_updates = updates.submit_many, updates.pending_updates
+        self._pending, self._slots, self._sender = updates.pending, updates.slots, updates.sender
+        self.barriers = Barriers(
+            log,
+            topics.ops,
+            self.machines,
+            settings.barriers,
+            offset_barriers,
+            settings.timeout,
+            self.keyspace,
+            self.apply_until,
+            self._own.append,
+            self.check_usable,
+            self.end_watches,
+        )
+        self.sync, self.catch_up = self.barriers.sync, self.barriers.catch_up
+        # -- the features beside the apply step, through the extension point (map.hooks)
+        self.hooks = hooks = Hooks()
+        #: The reaper of a map with expiry, and the log's clock as this replica can tell.
+        self.reaper = Reaper(
+            log,
+            topics.ops,
+            self.held,
+            self.table,
+            self._lock,
+            self.partition_of,
+            self._propose_expire,
+            settings.timeout,
+        )
+        self.log_clock = self.reaper.log_clock
+        self.log_now, self.read_now = self.reaper.log_now, self.reaper.read_now
+        if settings.expiry:
+            self.reaper.register(hooks)
+        hooks.started.append(functools.partial(metrics.track, self))
+        hooks.closing.append(functools.partial(metrics.forget, self))
+        self._observers = hooks.steps  # the same list: a feature may register later
+        self.flusher = Flusher(
+            log,
+            topics,
+            self.origin,
+            self.machines,
+            self._lock,
+            settings.timeout,
+            self.apply_until,
+            self.check_usable,
+            lambda: self._closed or self._stopped,
+            lambda: self._stopped,
+            bool(settings.versions),
+            hooks.flush_deadlines,
+        )
+        self.flush, self.flush_times = self.flusher.flush, self.flusher.flush_times
+        self.bootstrap = Bootstrap(
+            log,
+            topics,
+            self.table,
+            self.maps,
+            self.keyspace,
+            self.errors,
+            bool(settings.versions or settings.expiry),  # headers say something: read them
+            hooks.loaded,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         """Bootstrap every held partition, then start the follower, sender and flusher."""
         deadline = time.monotonic() + self.settings.timeout * max(1, len(self.held))
         for p in self.held:
-            self._bootstrap(p, deadline)
-        self._measure_clocks()
-        metrics.track(self)
+            self.bootstrap.start(self.machines[p], deadline)
+            with self._lock:
+                self._applied_to_end(p, deadline)
+        Hooks.run(self.hooks.started)
         threads = [
             (self._follow, "follower"),
-            (self._sender.run, "sender"),
-            (self._flush_loop, "flusher"),
+            (self.updates.run_sender, "sender"),
+            (self.flusher.run, "flusher"),
         ]
-        if self.settings.expiry:
-            threads.append((self._reap, "reaper"))
+        threads.extend((target, name) for name, target in self.hooks.threads)
         for target, name in threads:
             thread = threading.Thread(
                 target=target, name=f"kafkakv-{self.topics.data}-{name}", daemon=True
@@ -280,54 +285,27 @@ class ReplicaEngine:
             return 0
         self._closed = True
         self._checks_changed()
-        undelivered = self.undelivered
-        metrics.forget(self)
+        undelivered = self.updates.undelivered
+        Hooks.run(self.hooks.closing)
         limit = self.settings.timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, limit)
         if self._failure is None and self._threads:
             self._drain(deadline)
         self._stopped = True
         self._sender.stop()
-        self._flush_queue.put(None)
-        with self._reaper_wake:
-            self._reaper_wake.notify_all()
+        self.flusher.stop()
+        Hooks.run(self.hooks.stopped)
         # The follower needs no join: it checks _stopped under the lock before applying.
         for thread in self._threads[1:]:
             if thread is not threading.current_thread():
                 thread.join(timeout=5)
-        # Never sent: what the sender did not take. A batch it took and may still be sending
-        # stays among the pending updates, whose outcome is unknown here.
-        unsent_updates = self._sender.take_unsent()
-        name = self.maps[0].name
-        unsent = ClosedError(
-            f"map {name!r} was closed before this update was sent: it never reached the log"
-        )
-        unknown = ClosedError(
-            f"map {name!r} was closed before this replica applied the update: it reached the "
-            "log, or was on its way, and its outcome is unknown here (sync() from another "
-            "replica shows it)"
-        )
-        failed = 0
         with self._lock:
-            for item in unsent_updates:
-                if len(item) == 2:  # an ops record, pending by its seq
-                    future = self._pending.pop(decode_op(item[1].value).seq, None)
-                else:  # a queued put, pending nowhere yet
-                    future = item[4]
-                if future is not None:
-                    future.resolve(exception=unsent)
-                    failed += 1
-            pending, self._pending = self._pending, {}
-            for future in pending.values():
-                if not future.done():
-                    future.resolve(exception=unknown)
-                    failed += 1
-            for writer in self._writers.values():
-                writer.close()
+            failed = self.updates.fail_unresolved(self.maps[0].name)
+            self.flusher.close()
             for state in self.maps:
                 state.store.close()
-        self._barriers.wake_all()
-        return failed + self.undelivered - undelivered
+        self.barriers.shared.wake_all()
+        return failed + self.updates.undelivered - undelivered
 
     def disown(self, message: str) -> None:
         """In a child made by fork: refuse every use with ClosedError(``message``) from now on,
@@ -372,7 +350,12 @@ class ReplicaEngine:
             if self._pending and not progressed:
                 machines = self.machines
                 waiting = {(ops, p): machines[p].applied for p in live if p in machines}
-                self.log.wait_any(waiting, min(max(0.0, remaining), _STALL_RETRY))
+                self.log.wait_any(waiting, min(max(0.0, remaining), STALL_RETRY))
+
+    @property
+    def undelivered(self) -> int:
+        """Async updates that failed before reaching the log (see kafkakv.map.updates)."""
+        return self.updates.undelivered
 
     def check_usable(self) -> None:
         if self._closed:
@@ -434,7 +417,8 @@ class ReplicaEngine:
         and return the ops offset that the data covers (-1: none); the ops after it are
         left to :meth:`replay`. Raises DataLossError as bootstrap does."""
         deadline = time.monotonic() + self.settings.timeout
-        self._load(p, self.log.start_offset(self.topics.ops, p), deadline)
+        start = self.log.start_offset(self.topics.ops, p)
+        self.bootstrap.load(self.machines[p], start, deadline)
         return self.machines[p].flushed
 
     def paused(self) -> contextlib.AbstractContextManager[bool]:
@@ -447,17 +431,6 @@ class ReplicaEngine:
     # -- keys and partitions ------------------------------------------------------------
     def partition_of(self, record_key: bytes) -> int:
         return self.keyspace.partition_of(record_key)
-
-    def pending_updates(self) -> list[OpFuture]:
-        """This replica's updates not resolved yet (a snapshot): the queued puts, then the
-        updates with an ops record."""
-        queued = [item[4] for item in list(self._sender.outbox) if len(item) != 2]
-        for entry in list(self._pending.values()):
-            if isinstance(entry, PutGroup):
-                queued.extend(f for f in entry.futures if not f.done())
-            else:
-                queued.append(entry)
-        return queued
 
     def positions(self) -> dict[int, Positions]:
         with self._lock:
@@ -477,263 +450,6 @@ class ReplicaEngine:
         with self._lock, contextlib.suppress(ValueError):
             state.taps.remove(tap)
 
-    # -- updates ------------------------------------------------------------------------
-    def submit(
-        self,
-        state: MapState | None,
-        code: OpCode,
-        record_key: bytes,
-        p: int,
-        args: Sequence[Any],
-        wait: bool,
-    ) -> OpFuture:
-        """Append one update and return its future; with ``wait`` apply up to it first.
-
-        Raises OperationTimeoutError when ``max_in_flight`` updates stay unapplied for the whole
-        timeout, and ClosedError after close.
-        """
-        if self._closed or self._failure is not None or self.stalled:  # no call when fine
-            self._check_update(p)
-        if record_key in RESERVED_KEYS:  # the keys no update may have
-            check_update_key(record_key)
-        seq = next(self._seqs[p] if wait else self._sent_seqs[p])
-        value = encode_op(code, self.origin, seq, args)
-        if len(record_key) + len(value) > self.max_record_bytes:
-            raise RecordTooLargeError(
-                f"an update of {len(record_key) + len(value)} bytes is over the "
-                f"{self.max_record_bytes} bytes a record of {self.topics.ops} may hold (its "
-                "max.message.bytes less the log's framing)"
-            )
-        future = OpFuture(state, not wait, p)  # a caller that waits is its own bound
-        if not wait:
-            self._take_slot()
-            self._pending[seq] = future  # one dict store: atomic under the GIL, no lock
-            sender = self._sender
-            sender.outbox.append((p, new_tuple(Record, (record_key, value, (), None, None, None))))
-            if sender.idle:
-                sender.wake()  # one wake-up, not one per update until it runs
-            return future
-        # One deadline for the whole call: each wait below takes what the ones before left.
-        self._last_local = started = time.monotonic()  # keeps the follower away: see _follow
-        deadline = started + self.settings.timeout
-        sender = self._sender
-        if sender.outbox or not sender.idle:  # sender.busy(), one call fewer on every put
-            self._after_queued(deadline)
-        self._pending[seq] = future
-        record = new_tuple(Record, (record_key, value, (), None, None, None))
-        try:
-            offset = self._own.append(
-                self.topics.ops, p, [record], timeout=deadline - time.monotonic()
-            )
-        except BaseException as exc:
-            self._fail_pending([seq], exc)
-            raise
-        try:
-            op = sent_op(code, self.origin, seq, args)
-            self.apply_until(p, offset, deadline, (record,), (op,))
-        finally:
-            self._last_local = time.monotonic()
-        return future
-
-    def _check_update(self, p: int) -> None:
-        """Refuse an update of partition ``p`` before anything of it is queued or appended:
-        ClosedError, the engine's failure, or the partition's stall."""
-        if self._closed or self._failure is not None:
-            self.check_usable()
-        if self.stalled and p in self.stalled:
-            self._resume_or_raise(p)
-
-    def _take_slot(self, unsent: str = "") -> None:
-        """Take one of the ``max_in_flight`` slots for an async update; OperationTimeoutError
-        (with ``unsent`` at the end of its message) when none frees up in time."""
-        if not self._slots.take(self.settings.timeout):
-            self._no_slot(unsent)
-
-    def _no_slot(self, unsent: str = "") -> NoReturn:
-        raise OperationTimeoutError(
-            f"{self.settings.max_in_flight} updates are still unapplied after "
-            f"{self.settings.timeout} s{unsent}"
-        )
-
-    def submit_put(self, state: MapState, key: bytes, value: bytes, p: int) -> OpFuture:
-        """``put_async`` of store key ``key`` (the map prefix left out) of map ``state`` in
-        partition ``p``: take a slot and queue the pair, returning its future. The sender
-        gathers consecutive queued puts of one map into ``WRITE_MANY`` records
-        (:meth:`_records_of`), which decide each pair as its put would and give each future
-        the value its pair found. A pair too large to share a record goes as a ``PUT`` of its
-        own (:meth:`submit`). Raises as :meth:`submit`.
-        """
-        # The hot path of bulk loads: the common case of _check_update, pair_fits and
-        # _take_slot inline (a Python call each was a tenth of the caller's time).
-        if self._closed or self._failure is not None or self.stalled:
-            self._check_update(p)
-        if not state.prefix and key in _RESERVED:  # the keys no update may have
-            check_update_key(key)
-        if 2 * len(key) + len(value) > self.max_record_bytes - len(state.prefix) - PAIR_SLACK:
-            return self.submit(state, OpCode.PUT, state.prefix + key, p, (value,), False)
-        future = OpFuture(state, 1, p)
-        slots = self._slots
-        ticket = next(slots.tickets)
-        if ticket - slots.given > slots.limit and not slots.wait(ticket, self.settings.timeout):
-            self._no_slot()
-        sender = self._sender
-        sender.outbox.append((p, state, key, value, future))
-        if sender.idle:
-            sender.wake()  # one wake-up, not one per update until it runs
-        return future
-
-    def submit_many(
-        self,
-        state: MapState,
-        keys: list[bytes],
-        values: Sequence[bytes | None],
-        partitions: list[int] | None,
-        wait: bool,
-        expires: int | None = None,
-    ) -> BatchFuture:
-        """Append a batch of puts (and removes: value None) of map ``state`` as ``WRITE_MANY``
-        records, one per partition (``partitions[i]`` is the partition of ``keys[i]``; None:
-        every key in partition 0) and size limit, and return one future for them all, whose
-        result is how many keys had a value before. With ``wait``, apply up to them first.
-        With ``expires`` (a map with expiry), the puts expire that many ms after their record's
-        timestamp (``PUT_FOR``).
-        Every record is encoded, and checked against the size limit, before any is appended.
-        """
-        if self._closed or self._failure is not None:
-            self.check_usable()
-        if not state.prefix and not _RESERVED.isdisjoint(keys):
-            check_update_key(next(k for k in keys if k in _RESERVED))
-        groups: dict[int, tuple[list[bytes], list[bytes | None]]]
-        if partitions is None:
-            groups = {0: (keys, list(values))}
-        else:
-            groups = {}
-            for k, v, p in zip(keys, values, partitions, strict=True):
-                group = groups.get(p)
-                if group is None:
-                    group = groups[p] = ([], [])
-                group[0].append(k)
-                group[1].append(v)
-        if self.stalled:
-            self.check_partitions(groups)
-        room = self.max_record_bytes - len(state.prefix)
-        chunks = [
-            (p, chunk)
-            for p, (ks, vs) in groups.items()
-            for chunk in write_many_chunks(ks, vs, room)
-        ]
-        batch = BatchFuture(len(chunks))
-        records: dict[int, list[Record]] = {}
-        own_ops: dict[int, list[Op | None]] = {}  # each record's op, as decoding it would give
-        parts: list[tuple[int, BatchPart, Record]] = []
-        code, extra = (OpCode.WRITE_MANY, ()) if expires is None else (OpCode.PUT_FOR, (expires,))
-        lane = self._seqs if wait else self._sent_seqs
-        for p, (ks, vs) in chunks:
-            seq = next(lane[p])
-            args = (ks, vs, *extra)
-            value = encode_op(code, self.origin, seq, args)
-            record = new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None))
-            parts.append((seq, BatchPart(batch, not wait, p), record))
-            records.setdefault(p, []).append(record)
-            if wait:
-                own_ops.setdefault(p, []).append(sent_op(code, self.origin, seq, args))
-        if not parts:
-            batch.resolve(0)
-            return batch
-        if not wait:
-            for sent, (seq, part, record) in enumerate(parts):
-                self._take_slot(
-                    f": {len(parts) - sent} of the batch's {len(parts)} records were not sent "
-                    "(the others were)"
-                )
-                self._pending[seq] = part
-                self._sender.outbox.append((part.partition, record))
-                if self._sender.idle:
-                    self._sender.wake()
-            return batch
-        deadline = time.monotonic() + self.settings.timeout
-        if self._sender.busy():
-            self._after_queued(deadline)
-        for seq, part, _ in parts:
-            self._pending[seq] = part
-        self._last_local = time.monotonic()  # keeps the follower away: see _follow
-        try:
-            ends = {}
-            for p, group_records in records.items():
-                try:
-                    first = self._own.append(
-                        self.topics.ops, p, group_records, timeout=_left(deadline)
-                    )
-                    ends[p] = first + len(group_records) - 1  # the offset of its last record
-                except BaseException as exc:
-                    self._fail_pending([seq for seq, part, _ in parts if part.partition == p], exc)
-                    raise
-            for p, offset in ends.items():
-                self.apply_until(p, offset, deadline, records[p], own_ops[p])
-        finally:
-            self._last_local = time.monotonic()
-        return batch
-
-    def _after_queued(self, deadline: float) -> None:
-        """Before an update that waits is appended: wait until the async updates this
-        replica queued before it were handed to the log, so that the log has this replica's
-        updates in the order they were made. Not in the sender thread (a listener's update
-        while it applies), nor while holding the replica lock (a listener's update in an
-        applier): the sender may need that lock to fail a batch. Raises
-        OperationTimeoutError at ``deadline`` (nothing appended)."""
-        threads = self._threads  # follower, sender, flusher: once started
-        if self._lock.held() or (len(threads) > 1 and threading.current_thread() is threads[1]):
-            return
-        if not self._sender.wait_sent(deadline):
-            self.check_usable()
-            raise OperationTimeoutError(
-                "the async updates queued before this update were not sent in time; "
-                "it was not appended"
-            )
-
-    def _fail_pending(self, seqs: Iterable[int], exc: BaseException) -> None:
-        freed = 0
-        with self._lock:
-            for seq in seqs:
-                future = self._pending.pop(seq, None)
-                if future is not None:
-                    freed += future.slot
-                    future.resolve(exception=exc)
-        self._slots.give(freed)
-        self.undelivered += freed  # async updates the log did not take
-
-    def _send_batch(self, items: list[Outgoing]) -> Callable[[], None] | None:
-        """Send the sender's queued updates, one pipelined send per partition: ops records
-        as they are, and queued puts gathered into records (:meth:`_records_of`). Returns
-        what the sender runs once it has counted them sent: applying the partitions that
-        got a small batch (see _apply_sent), or None."""
-        if self.partition_count == 1:
-            by_partition = {0: items}
-        else:
-            by_partition = {}
-            for item in items:
-                by_partition.setdefault(item[0], []).append(item)
-        small: list[int] = []
-        for p, queued in by_partition.items():
-            try:
-                records = self._records_of(p, queued)
-            except Exception as exc:  # not for pairs checked when queued; never stop the sender
-                self._fail_queued(queued, exc)
-                continue
-            try:
-                # Not as this replica's own appends (self._own): the sender applies a small
-                # batch only if no other thread holds the lock (_apply_sent_to), and a large
-                # one never, so the follower must hear of it.
-                self.log.send(
-                    self.topics.ops, p, records, self._send_failed, timeout=self.settings.timeout
-                )
-            except Exception as exc:  # fail these updates; keep sending others
-                self._fail_pending([decode_op(r.value).seq for r in records], exc)
-                continue
-            if self._apply_sent and len(queued) < _APPLY_SENT_BELOW:
-                small.append(p)
-        return functools.partial(self._apply_sent_to, small) if small else None
-
     def _apply_sent_to(self, partitions: list[int]) -> None:
         """In the sender thread, after a send: apply ``partitions`` unless another thread is
         applying (it will apply what was sent)."""
@@ -745,68 +461,6 @@ class ReplicaEngine:
                     self._apply_available(p)
         finally:
             self._lock.release()
-
-    def _records_of(self, p: int, queued: list[Outgoing]) -> list[Record]:
-        """The ops records of partition ``p``'s queued updates, in their order: a record as
-        it is; a run of puts of one map as ``WRITE_MANY`` records (cut as ``put_all``'s are),
-        each pending as a :class:`PutGroup` of the run's futures once all are encoded. Sizes
-        were checked when the puts were queued."""
-        records: list[Record] = []
-        groups: list[tuple[int, PutGroup]] = []
-        run: list[QueuedPut] = []
-        for item in queued:
-            if len(item) == 2:
-                if run:
-                    self._gather(p, run, records, groups)
-                    run = []
-                records.append(item[1])
-            else:
-                if run and item[1] is not run[0][1]:
-                    self._gather(p, run, records, groups)
-                    run = []
-                run.append(item)
-        if run:
-            self._gather(p, run, records, groups)
-        self._pending.update(groups)
-        return records
-
-    def _gather(
-        self,
-        p: int,
-        run: list[QueuedPut],
-        records: list[Record],
-        groups: list[tuple[int, PutGroup]],
-    ) -> None:
-        """Append to ``records`` the ``WRITE_MANY`` records of ``run``, queued puts of one map
-        in partition ``p``, and to ``groups`` the seq and :class:`PutGroup` of each."""
-        state = run[0][1]
-        keys = [item[2] for item in run]
-        values: list[bytes | None] = [item[3] for item in run]
-        start = 0
-        for ks, vs in write_many_chunks(keys, values, self.max_record_bytes - len(state.prefix)):
-            seq = next(self._sent_seqs[p])
-            groups.append((seq, PutGroup([item[4] for item in run[start : start + len(ks)]], p)))
-            start += len(ks)
-            value = encode_op(OpCode.WRITE_MANY, self.origin, seq, (ks, vs))
-            records.append(new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None)))
-
-    def _fail_queued(self, queued: list[Outgoing], exc: BaseException) -> None:
-        """Fail updates the sender took but could not make records of."""
-        self._fail_pending([decode_op(item[1].value).seq for item in queued if len(item) == 2], exc)
-        puts = [item[4] for item in queued if len(item) != 2]
-        for future in puts:
-            future.resolve(exception=exc)
-        self._slots.give(len(puts))
-        self.undelivered += len(puts)
-
-    def _send_failed(self, record: Record, exc: BaseException) -> None:
-        """A record of a pipelined send that the log could not store: fail its update."""
-        try:
-            seq = decode_op(record.value).seq
-        except DecodeError:  # cannot happen for a record this engine encoded
-            log.error("a failed send of %s: %s", self.topics.ops, exc)
-            return
-        self._fail_pending([seq], exc)
 
     # -- applying -----------------------------------------------------------------------
     def apply_until(
@@ -876,7 +530,7 @@ class ReplicaEngine:
         while applied < limit and p not in self.stalled:
             with gc_paused():  # thousands of short-lived objects per batch: see gcpause
                 records, after = self.log.read_batch(
-                    ops, p, machine.applied, max_records=_READ_BATCH
+                    ops, p, machine.applied, max_records=READ_BATCH
                 )
                 if not records:
                     # Offsets with nothing to apply (Kafka's transaction markers): step over.
@@ -901,7 +555,7 @@ class ReplicaEngine:
         while machine.applied < stop and p not in self.stalled:
             position = machine.applied
             with gc_paused():  # as _apply_available
-                records, after = self.log.read_batch(ops, p, position, max_records=_READ_BATCH)
+                records, after = self.log.read_batch(ops, p, position, max_records=READ_BATCH)
                 if records and (records[-1].offset or 0) >= stop:
                     records = [r for r in records if (r.offset or 0) < stop]
                     after = stop
@@ -918,7 +572,7 @@ class ReplicaEngine:
             # Nothing read: the end of the log, or a reader not caught up with it yet.
             if self.log.end_offset(ops, p) <= position or time.monotonic() > deadline:
                 break
-            time.sleep(_STALL_RETRY)
+            time.sleep(STALL_RETRY)
         return touched
 
     def _carry_out(self, p: int, step: Step) -> None:
@@ -936,16 +590,16 @@ class ReplicaEngine:
         # Only now: threads that check the position without the lock find the data there.
         self.machines[p].advance(step)
         if step.flush_due:
-            self._flush_queue.put(p)
-        if step.expiring or step.log_time:
-            self._expiry_step(p, step)
+            self.flusher.request(p)
+        for observer in self._observers:
+            observer(p, step)
         events, pending = self._events, self._pending
         events.extend(step.events)
         freed = 0
         while events:
             kind, target, arg = events.popleft()
             if kind == CHANGE:
-                _notify(target, p, arg)
+                tell(target, p, arg)
                 continue
             future = pending.pop(target, None)
             if future is not None:
@@ -976,438 +630,34 @@ class ReplicaEngine:
         self._checks_changed()
 
     def _follow(self) -> None:
-        """Background: apply what other processes append, for every held partition."""
-        follower = Follower(
+        """Background: apply what other processes append (see kafkakv.map.follower)."""
+        ReplicaFollower(
             self.log,
+            self.topics.ops,
             f"replica of {self.topics.data}",
-            wait_slice=_WAIT_SLICE,
-            retry_pause=_RETRY_PAUSE,
-            wait_any=self._own.wait_any,
-        )
-        try:
-            follower.run(
-                lambda: self._follow_positions(follower),
-                self._follow_apply,
-                lambda: self._stopped,
-                also_ready=self._resume_stalled,
-            )
-        except ClosedError:
-            return
-        except Exception as exc:  # the log failed under us: say so to every caller
-            if self._stopped:
-                return
-            log.error("replica of %s stopped following: %s", self.topics.data, exc)
-            self._failure = exc
-            self._checks_changed()
-            with self._lock:
-                self._fail_pending(list(self._pending), exc)
+            self.machines,
+            self._lock,
+            self._apply_available,
+            lambda: self._stopped,
+            lambda: bool(self._pending),
+            lambda: self.updates.last_local,
+            self.stalled,
+            self._resume_or_raise,
+            self._follow_failed,
+            self._own.wait_any,
+        ).run()
 
-    def _follow_positions(self, follower: Follower) -> dict[tuple[str, int], int] | None:
-        """Where the follower waits: every held partition that is not stalled."""
-        quiet = time.monotonic() - self._last_local
-        if quiet < _LOCAL_GRACE:
-            # Threads of this process are appending and applying up to their own records,
-            # which takes in every other process's record before them. Stay out of their way
-            # (no wait on the log, so no wake-up per append); whatever arrives after the last
-            # of them is applied once they have been quiet for _LOCAL_GRACE.
-            time.sleep(_LOCAL_GRACE - quiet)
-            return None
-        follower.wait_slice = _STALL_RETRY if self.stalled else _WAIT_SLICE
-        ops, stalled = self.topics.ops, self.stalled
-        return {(ops, p): m.applied for p, m in self.machines.items() if p not in stalled}
-
-    def _follow_apply(self, ready: Sequence[tuple[str, int]]) -> bool:
-        if self._pending:
-            # A wake-up may come from this replica's own updates: a writer about to apply
-            # its record, the sender's batch growing. Give them a moment rather than compete
-            # for the lock. An update from elsewhere to an idle replica is applied at once.
-            time.sleep(_FOLLOW_PAUSE)
-        for _, p in ready:
-            with self._lock:
-                if not self._stopped:
-                    self._apply_available(p)
-        return True
-
-    def _resume_stalled(self) -> list[tuple[str, int]]:
-        """The stalled partitions whose missing function is registered now, un-stalled."""
-        resumed = []
-        for p in list(self.stalled):
-            try:
-                self._resume_or_raise(p)
-            except PartitionStalledError:
-                continue
-            resumed.append((self.topics.ops, p))
-        return resumed
-
-    # -- barriers -----------------------------------------------------------------------
-    def sync(self, partitions: Iterable[int], timeout: float | None) -> None:
-        """Make this replica reflect every update completed anywhere before the call."""
-        limit = self.settings.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
-        mode = self.settings.barriers
-        if mode == "auto":
-            mode = "offset" if self._offset_barriers else "shared"
-        for p in partitions:
-            if mode == "offset":  # no record at all: the end offset is authoritative
-                self._apply_to_end(p, deadline)
-            elif mode == "shared":
-                self._shared_barrier(p, deadline)
-            else:
-                self._barrier(p, deadline)
-
-    def catch_up(self, record_key: bytes) -> None:
-        """What a linearizable read of ``record_key`` waits for: :meth:`sync` of its
-        partition, with the common case first (the log's end offset is authoritative and
-        this replica has applied up to it)."""
-        p = 0 if self.partition_count == 1 else self.keyspace.partition_of(record_key)
-        if self._offset_barriers:
-            self._apply_to_end(p, None)
-        else:
-            self.sync((p,), None)
-
-    def _apply_to_end(self, p: int, deadline: float | None) -> None:
-        """An end-offset barrier: apply ``p`` up to the log's end offset now (None: within the
-        map's timeout from when there is something to apply)."""
-        watch = None if self.end_watches is None else self.end_watches[p]
-        mark = None if watch is None else self.log.end_mark(self.topics.ops, p)
-        if mark is not None:
-            end = mark.end
-        elif deadline is None:
-            end = self.log.end_offset(self.topics.ops, p)
-        else:
-            end = self.log.end_offset(self.topics.ops, p, timeout=_left(deadline))
-        if end > self.machines[p].applied:
-            if deadline is None:
-                deadline = time.monotonic() + self.settings.timeout
-            self.apply_until(p, end - 1, deadline)
-        if watch is not None and mark is not None:
-            watch.note(*mark)
-
-    def _barrier(self, p: int, deadline: float) -> None:
-        offset = self._own.append(
-            self.topics.ops, p, [Record(None, _BARRIER)], timeout=_left(deadline)
-        )
-        self.apply_until(p, offset, deadline)
-
-    def _shared_barrier(self, p: int, deadline: float) -> None:
-        """Join the next barrier group of ``p`` (see kafkakv.map.barriers)."""
-        self._barriers.join(
-            p,
-            deadline,
-            lambda: self._barrier(p, deadline),
-            self.check_usable,
-            f"{self.topics.ops}[{p}]",
-        )
-
-    # -- flushing -----------------------------------------------------------------------
-    def _flush_loop(self) -> None:
-        while True:
-            p = self._flush_queue.get()
-            if p is None or self._closed or self._stopped:  # closing: no flush to start
-                return
-            try:
-                self.flush(p)
-            except FencedError:
-                log.info("flush of %s[%d] fenced by another replica", self.topics.data, p)
-            except Exception as exc:  # a failed flush loses nothing: ops stay; retry later
-                if self._closed or self._stopped:  # close() began meanwhile: not a failure
-                    return
-                log.warning("flush of %s[%d] failed: %s", self.topics.data, p, exc)
-            finally:
-                with self._lock:
-                    if self.machines[p].flush_ended() and not self._stopped:
-                        self._flush_queue.put(p)
-
-    def flush(self, p: int, deadline: float | None = None) -> int | None:
-        """Flush partition ``p`` now; return the ops offset covered, or None when there was
-        nothing to do, the request was stale, or keys of a map not open here are dirty.
-        Waits until ``deadline`` (``time.monotonic``; default: the map's ``timeout`` from
-        now) to begin, for the request's append and for a flush of ``p`` already under way
-        here, then :class:`~kafkakv.errors.OperationTimeoutError`; the catch-up before the
-        decision shares that deadline.
-
-        One flush per partition at a time in this replica. Opening the partition's flush
-        writer fences any other flusher; the replica then catches up with the ops topic, so
-        the last flush point is known before deciding; values are collected under the lock;
-        data, flush point and ``FLUSHED`` mark go out in one atomic batch. When another
-        replica's flusher fenced this one meanwhile, the writer is reopened and the whole
-        decision made again, until the map's ``timeout`` (then
-        :class:`~kafkakv.errors.FencedError`); after another failure of the transaction,
-        once. Nothing was written by a failed attempt, nothing is lost.
-        """
-        started = time.perf_counter()
-        if deadline is None:
-            deadline = time.monotonic() + self.settings.timeout
-        covered = self._flush(p, deadline)
-        if covered is not None:
-            self.flush_times.observe(time.perf_counter() - started)
-        return covered
-
-    def _flush(self, p: int, deadline: float) -> int | None:
-        self.check_usable()
-        request = msgpack.packb([self.origin, self.machines[p].applied])  # who asked, and how far
-        self.log.append(self.topics.flush, p, [Record(None, request)], timeout=_left(deadline))
-        other_failures, pause = 0, 0.001
-        lock = self._flush_locks[p]
-        if not lock.acquire(timeout=_left(deadline)):
-            raise OperationTimeoutError(
-                f"flush of {self.topics.data}[{p}] did not begin within "
-                f"{self.settings.timeout} s: another flush of it here took that long"
-            )
-        try:
-            while True:
-                try:
-                    return self._flush_once(p, deadline)
-                except LogUnavailableError:
-                    self._drop_writer(p)
-                    raise
-                except FencedError:
-                    # Another replica's flusher opened the writer since: nothing was written
-                    # here. Decide again with a fresh writer (the other's mark, once applied,
-                    # may leave nothing to do) until the timeout: two flushers that fence each
-                    # other take turns, and a pause of random length breaks the tie. (Once
-                    # only, a flush lost to a replica flushing on its own schedule raised.)
-                    self._drop_writer(p)
-                    if time.monotonic() + pause >= deadline:
-                        raise
-                except LogError:
-                    # The transaction lost a race with another flusher (Kafka may answer
-                    # such a commit with an unexpected error): decide again, once.
-                    self._drop_writer(p)
-                    other_failures += 1
-                    if other_failures > 1:
-                        raise
-                time.sleep(random.uniform(0, pause))
-                pause = min(2 * pause, 0.05)
-        finally:
-            lock.release()
-
-    def _drop_writer(self, p: int) -> None:
-        writer = self._writers.pop(p, None)
-        if writer is not None:
-            writer.close()
-
-    def _flush_once(self, p: int, deadline: float) -> int | None:
-        ops, data = self.topics.ops, self.topics.data
-        writer = self._writers.get(p)
-        if writer is None:
-            writer = self._writers[p] = self.log.writer(f"{ops}.flush.{p}", timeout=_left(deadline))
-        end = self.log.end_offset(ops, p, timeout=_left(deadline))
-        self.apply_until(p, end - 1, deadline)
-        machine = self.machines[p]
-        with gc_paused():  # a record per dirty key: see gcpause
-            with self._lock:
-                plan = machine.flush_plan()
-                if plan is None:  # stale, nothing dirty, or keys of a map not open here
-                    return None
-                covered, keys = plan
-                values = machine.flush_values(keys)
-                # A key's version is the offset of its last change, which dirty holds.
-                versions = [machine.dirty[k] for k in keys] if self.settings.versions else None
-                deadlines = self._deadlines(keys) if self.settings.expiry else None
-                ids = machine.ids.snapshot()  # as of covered, as the values are
-            # Outside the lock, which appliers are waiting for:
-            records, mark = flush_records(
-                keys, values, covered, self.origin, versions, deadlines, ids
-            )
-            del keys, values
-            # The mark last: replicas reading the ops wait the least (LogWriter.append).
-            writer.append({(data, p): records, (ops, p): [mark]}, timeout=_left(deadline))
-            count = len(records)
-            del records  # before collection resumes: see gcpause
-        log.debug("flushed %d keys of %s[%d] up to ops offset %d", count, data, p, covered)
-        return covered
-
-    # -- expiry (a map with expiry=True) ------------------------------------------------
-    def _expiry_step(self, p: int, step: Step) -> None:
-        """What a step of ``p`` tells the reaper: the log's clock at the latest expiry record
-        it applied (an ``EXPIRE`` decided too early says the estimate ran ahead: measure the
-        clock again before the next proposal), and the keys to reap. Lock held."""
-        if step.log_time:
-            mono = _mono_ms()
-            if step.early:
-                self.log_clock.contradicted(p, step.early, mono)
-            self.log_clock.observe(p, step.log_time, mono)
-        self._schedule(step.expiring)
-
-    def _schedule(self, expiring: Sequence[tuple[int, bytes]], delay: float = 0.0) -> None:
-        """Reap each ``(deadline, record key)`` ``delay`` ms after its deadline, by the log's
-        clock (a key already waiting with that deadline is not added twice)."""
-        if not expiring:
-            return
-        with self._reaper_wake:
-            heap, reaping = self._deadline_heap, self._reaping
-            earliest = heap[0][0] if heap else None
-            for deadline, key in expiring:
-                if (deadline, key) in reaping:
-                    continue
-                reaping.add((deadline, key))
-                heapq.heappush(heap, (deadline + delay, deadline, key))
-            if earliest is None or (heap and heap[0][0] < earliest):
-                self._reaper_wake.notify()
-
-    def log_now(self) -> float | None:
-        """The log's clock now as this replica can tell, in ms since the epoch: this
-        machine's wall clock where the log stamps with it (Log.clock_is_local), else the
-        estimate (the least over the held partitions, a lower bound: see
-        kafkakv.map.logclock); None while it has no sample (no record with a ttl applied,
-        the reaper has not measured yet)."""
-        if self._clock_is_local:
-            return time.time() * 1000
-        return self.log_clock.earliest(_mono_ms())
-
-    def read_now(self) -> float:
-        """:meth:`log_now` for reads of a map with expiry: while there is no sample, no key
-        reads as expired (late, never early; the reaper measures the clock at once)."""
-        now = self.log_now()
-        return -math.inf if now is None else now
-
-    def _partition_now(self, p: int) -> float | None:
-        """The log's clock of partition ``p`` for the reaper (see :meth:`log_now`); None until
-        measured, and again after an ``EXPIRE`` that the estimate made too early."""
-        if self._clock_is_local:
-            return time.time() * 1000
-        if not self.log_clock.fresh(p):
-            return None
-        return self.log_clock.now(p, _mono_ms())
-
-    def _deadlines(self, record_keys: Sequence[bytes]) -> list[int | None]:
-        """The deadline of each record key (None: none). Lock held."""
-        out: list[int | None] = []
-        for key in record_keys:
-            state = self.table.state_for(key)
-            if state is None or not state.expiries:
-                out.append(None)
-            else:
-                out.append(state.expiries.get(key[len(state.prefix) :]))
-        return out
-
-    def _reap(self) -> None:
-        """Background: when a key's deadline passes by the log's clock (this replica's lower
-        bound of it, :class:`~kafkakv.map.logclock.LogClock`), append an ``EXPIRE`` op for
-        it (every replica removes it when applying that op, so stores and the data topic
-        converge; the op's own timestamp decides, so one proposed early changes nothing and
-        the key comes back here). Sleeps until the earliest deadline: an idle map costs no
-        CPU. Replicas reap the same key independently, each after a random 0-50 ms, and skip
-        a key already removed. Before the first proposal for a partition, and after one
-        came too early, it measures the log's clock there (:meth:`_measure_clock`), unless
-        the log stamps with this machine's clock (then it reads that)."""
-        heap = self._deadline_heap
-        while not self._stopped:
-            measure = None
-            due: list[tuple[float, int, bytes]] = []
-            with self._reaper_wake:
-                wait = _WAIT_SLICE
-                while heap and not self._stopped:
-                    when, deadline, key = heap[0]
-                    p = self.partition_of(key)
-                    now = self._partition_now(p)
-                    if now is None:
-                        measure = p
-                        break
-                    if when > now:
-                        wait = min(wait, (when - now) / 1000)
-                        break
-                    due.append(heapq.heappop(heap))
-                    self._reaping.discard((deadline, key))
-                if not due and measure is None:
-                    self._reaper_wake.wait(max(wait, 0.001))
-                    continue
-            if measure is not None and not self._measure_clock(measure):
-                time.sleep(_RETRY_PAUSE)  # the log did not answer: try again later
-            if not due:
-                continue
-            time.sleep(random.uniform(0, _REAP_JITTER))
-            for _, deadline, key in due:
-                if self._stopped:
-                    return
-                self._expire(deadline, key)
-
-    def _measure_clocks(self) -> None:
-        """At open, after bootstrap: measure the log's clock of each partition whose keys
-        have deadlines (one barrier each), so that reads and ``ttl()`` right after open go
-        by a fresh estimate rather than by records replayed long after they were stamped.
-        Nothing for a map without expiry or a log that stamps with this machine's clock;
-        should the log not answer, the reaper measures later."""
-        if not self.settings.expiry or self._clock_is_local:
-            return
-        with self._reaper_wake:
-            keys = [key for _, _, key in self._deadline_heap]
-        found: set[int] = set()
-        for key in keys:  # until every held partition is found: one key will do for most
-            found.add(self.partition_of(key))
-            if len(found) == len(self.held):
-                break
-        for p in sorted(found):
-            if not self._measure_clock(p):
-                return
-
-    def _measure_clock(self, p: int) -> bool:
-        """Append a barrier to ``p`` and read back the timestamp the log gave it: a fresh
-        sample of the log's clock there (one append and one read). False when the log did
-        not answer within the map's timeout."""
-        ops = self.topics.ops
-        deadline = time.monotonic() + self.settings.timeout
-        try:
-            offset = self.log.append(ops, p, [Record(None, _BARRIER)], timeout=_left(deadline))
-            while time.monotonic() < deadline and not self._stopped:
-                records, _ = self.log.read_batch(ops, p, offset, max_records=1)
-                if records and records[0].offset == offset:
-                    mono = _mono_ms()
-                    with self._lock:  # the clock changes under the replica lock only
-                        self.log_clock.measured(p, records[0].timestamp or 0, mono)
-                    return True
-                time.sleep(0.01)  # a reader not caught up with the append yet
-        except KafkaKVError as exc:
-            if not self._stopped:
-                log.warning("could not read the clock of %s[%d]: %s", ops, p, exc)
-        return False
-
-    def _expire(self, deadline: int, key: bytes) -> None:
-        state = self.table.state_for(key)
-        if state is None or state.expiries is None:
-            return
-        user_key = key[len(state.prefix) :]
+    def _follow_failed(self, exc: Exception) -> None:
+        """The log failed under the follower: say so to every caller."""
+        log.error("replica of %s stopped following: %s", self.topics.data, exc)
+        self._failure = exc
+        self._checks_changed()
         with self._lock:
-            if state.expiries.get(user_key) != deadline or state.store.get(user_key) is None:
-                return  # put again, removed, or reaped by another replica meanwhile
-        p = self.partition_of(key)
-        try:
-            self.submit(None, OpCode.EXPIRE, key, p, (deadline,), False)
-        except KafkaKVError as exc:  # closing, or too many in flight: the next replica reaps
-            if not self._stopped:
-                log.warning("could not reap key %r of %s: %s", key, state.name, exc)
-                now = self._partition_now(p) or float(deadline)
-                self._schedule([(deadline, key)], max(0.0, now - deadline) + 1000.0)
+            self.updates.fail_pending(list(self._pending), exc)
 
-    # -- bootstrap ----------------------------------------------------------------------
-    def _bootstrap(self, p: int, deadline: float) -> None:
-        """Load partition ``p``: resume a persistent store, or data topic then ops."""
-        ops = self.topics.ops
-        start = self.log.start_offset(ops, p)
-        resumed = self._resume_point(p)
-        if resumed is not None and resumed.applied >= start:
-            self.machines[p].start_at(start_point(start, resumed))
-            self._collect_dirty(p, max(resumed.flushed + 1, start), resumed.applied, deadline)
-        else:
-            self._load(p, start, deadline)
-        with self._lock:
-            self._applied_to_end(p, deadline)
-
-    def _load(self, p: int, start: int, deadline: float) -> None:
-        """Load partition ``p`` from the data topic and take its flush point as the position
-        (ops from there on are still to apply). Raises DataLossError when the ops topic,
-        starting at ``start``, no longer holds the ops after that point."""
-        loaded, ids = self._load_data(p, deadline)
-        where = f"{self.topics.ops}[{p}]"
-        machine = self.machines[p]
-        try:
-            table = AppliedIds.restore(p, self.partition_count, ids)
-        except ValueError as exc:
-            raise DecodeError(
-                f"the flush point of {self.topics.data}[{p}] holds no table of update ids: {exc}"
-            ) from None
-        machine.start_at(start_point(start, None, loaded, where), table)
+    def _propose_expire(self, deadline: int, key: bytes, p: int) -> None:
+        """The reaper's proposal: an async ``EXPIRE`` of record key ``key`` at ``deadline``."""
+        self.submit(None, OpCode.EXPIRE, key, p, (deadline,), False)
 
     def _applied_to_end(self, p: int, deadline: float) -> None:
         machine = self.machines[p]
@@ -1419,145 +669,6 @@ class ReplicaEngine:
         else:  # persist the positions even when there is nothing to apply
             for state in self.maps:
                 state.store.write({}, {p: Positions(machine.applied, machine.flushed)})
-
-    def _resume_point(self, p: int) -> Positions | None:
-        # Versions and deadlines live in memory: a store on disk reloads to learn them again.
-        if self._headers or not all(state.store.persistent for state in self.maps):
-            return None
-        seen = [state.store.positions().get(p) for state in self.maps]
-        first = seen[0]
-        if first is None or any(s != first for s in seen):
-            return None
-        return first
-
-    def _collect_dirty(self, p: int, start: int, stop: int, deadline: float) -> None:
-        """Mark every key of an op in ``[start, stop)`` dirty, and learn the update ids
-        applied up to ``stop`` (see note_resumed)."""
-        machine, position = self.machines[p], start
-        replay = machine.resume_replay()
-        while position < stop:
-            read = functools.partial(self.log.read, self.topics.ops, p, position)
-            records = patiently(deadline, functools.partial(read, max_records=_READ_BATCH))
-            if not records or machine.note_resumed(records, stop, replay):
-                break
-            position = (records[-1].offset or 0) + 1
-        machine.ids = replay.table()
-
-    def _load_data(self, p: int, deadline: float) -> tuple[int, Any]:
-        """Read the data topic of ``p`` to its end into the stores; return the flush point
-        and the update ids its flush wrote (None: none)."""
-        data = self.topics.data
-        for state in self.maps:
-            if state.store.persistent:
-                state.store.drop_partition(p, self._keys_of(state, p))
-        flushed, ids = -1, None
-        position = self.log.start_offset(data, p)
-        plain = self.table.plain and not self._headers  # (headers: versions, expiry deadlines)
-        load = self._load_latest if plain else self._load_entries
-        # One tuple per record, none of them garbage (see gcpause). Paused for the whole load,
-        # not per read: a read that stops inside a batch keeps its rows decoded for the next,
-        # and the collections between two reads scanned them (one flush of 1M keys is one
-        # batch: 17 % of its load).
-        with gc_paused():
-            while True:
-                loaded, position = patiently(deadline, functools.partial(load, p, position))
-                if loaded is None:  # stop on an empty read, not at an offset: gaps cannot stall it
-                    return flushed, ids
-                if loaded.errors:
-                    self.errors.extend(loaded.errors)
-                for state in self.maps:
-                    if id(state) in loaded.changes:
-                        state.store.write(loaded.changes[id(state)], {})
-                if loaded.flush_point > flushed:
-                    flushed, ids = loaded.flush_point, loaded.ids
-                del loaded  # before collection resumes: see gcpause
-
-    def _load_latest(self, p: int, position: int) -> tuple[Loaded | None, int]:
-        """The next stretch of the data topic of ``p`` for a plain map, read as the last value
-        per key (a dict built by the log); None at the end. Read again as entries when a key or
-        value does not read, for their offsets (see load_latest)."""
-        latest, after = self.log.read_latest(
-            self.topics.data, p, position, max_records=sys.maxsize, max_bytes=_LATEST_BYTES
-        )
-        if not latest:
-            return None, after
-        loaded = load_latest(self.table, p, latest)
-        if loaded is None:
-            loaded = load_batch(self.table, p, self._entries(p, position, after), self.topics.data)
-        return loaded, after
-
-    def _load_entries(self, p: int, position: int) -> tuple[Loaded | None, int]:
-        """The next stretch of the data topic of ``p``, read record by record; None at the
-        end."""
-        data = self.topics.data
-        entries: list[Entry] | list[Record]
-        if self._reads_entries and not self._headers:
-            entries, position = self.log.read_entries(
-                data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
-            )
-        else:  # records as they come: building entries from them would cost a pass
-            entries, position = self.log.read_batch(
-                data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
-            )
-        if not entries:
-            return None, position
-        loaded = load_batch(self.table, p, entries, data)
-        if self._headers:
-            self._schedule(load_headers(self.table, cast("list[Record]", entries)))
-        return loaded, position
-
-    def _entries(self, p: int, start: int, stop: int) -> list[Entry]:
-        """The entries of the data topic of ``p`` at offsets ``start`` to ``stop`` (excluded)."""
-        entries: list[Entry] = []
-        position = start
-        while position < stop:
-            got, position = self.log.read_entries(
-                self.topics.data, p, position, max_records=_READ_BATCH * 5, max_bytes=_LOAD_BYTES
-            )
-            if not got:
-                break
-            entries.extend(e for e in got if e[2] < stop)
-        return entries
-
-    def _keys_of(self, state: MapState, p: int) -> Iterable[bytes]:
-        prefix, partition_of = state.prefix, self.keyspace.partition_of
-        return [k for k in state.store if partition_of(prefix + k) == p]
-
-
-_BARRIER = encode_op(OpCode.BARRIER, b"", 0)
-
-
-def _mono_ms() -> float:
-    """This process's monotonic clock in ms: what the log's clock is estimated against (it
-    does not move when the wall clock is set)."""
-    return time.monotonic() * 1000
-
-
-def _left(deadline: float) -> float:
-    """The seconds from now to ``deadline`` (``time.monotonic``), none if it has passed."""
-    return max(0.0, deadline - time.monotonic())
-
-
-def _notify(
-    state: MapState, p: int, change: tuple[bytes, bytes | None, bytes | None, bool, int]
-) -> None:
-    key, old, new, mine, offset = change
-    for tap in list(state.taps):  # a feed may detach itself meanwhile
-        tap(p, offset, key, old, new)
-    if not state.listeners:
-        return
-    try:
-        k = state.keys.decode(key)
-        o = None if old is None else state.values.decode(old)
-        n = None if new is None else state.values.decode(new)
-    except KafkaKVError as exc:
-        log.warning("listener of %s skipped a change it cannot decode: %s", state.name, exc)
-        return
-    for listener in list(state.listeners):
-        try:
-            listener(k, o, n, mine)
-        except Exception:
-            log.exception("a listener of map %s raised", state.name)
 
 
 def _registered(name: str) -> bool:

@@ -50,8 +50,8 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import (
@@ -65,9 +65,11 @@ from prometheus_client.registry import Collector
 from kafkakv.log.base import Log
 
 if TYPE_CHECKING:
-    from kafkakv.map.engine import ReplicaEngine
+    from kafkakv.errors import PartitionStalledError
+    from kafkakv.map.machine import ErrorLog, MapState, PartitionMachine
+    from kafkakv.map.topics import MapTopics
 
-__all__ = ["FLUSH_BUCKETS", "SCRAPE_WAIT", "FlushTimes", "forget", "track"]
+__all__ = ["FLUSH_BUCKETS", "SCRAPE_WAIT", "FlushTimes", "Reported", "forget", "track"]
 
 log = logging.getLogger("kafkakv.map")
 
@@ -142,12 +144,46 @@ class _EndOffsets:
             self.done.set()
 
 
-_engines: weakref.WeakKeyDictionary[ReplicaEngine, _EndOffsets] = weakref.WeakKeyDictionary()
+class Reported(Protocol):
+    """What the collector reads of a replica (the engine, kafkakv.map.engine, is one), each
+    value whole and without the replica's lock."""
+
+    @property
+    def log(self) -> Log: ...
+
+    @property
+    def topics(self) -> MapTopics: ...
+
+    @property
+    def held(self) -> Sequence[int]: ...
+
+    @property
+    def origin(self) -> bytes: ...
+
+    @property
+    def maps(self) -> Sequence[MapState]: ...
+
+    @property
+    def machines(self) -> Mapping[int, PartitionMachine]: ...
+
+    @property
+    def stalled(self) -> Mapping[int, PartitionStalledError]: ...
+
+    @property
+    def errors(self) -> ErrorLog: ...
+
+    @property
+    def flush_times(self) -> FlushTimes: ...
+
+    def pending_updates(self) -> Sized: ...
+
+
+_engines: weakref.WeakKeyDictionary[Reported, _EndOffsets] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 _registered = False
 
 
-def track(engine: ReplicaEngine) -> None:
+def track(engine: Reported) -> None:
     """Report ``engine``'s maps until it closes (it is forgotten then)."""
     global _registered
     ends = _EndOffsets(engine.log, engine.topics.ops, engine.held)
@@ -158,7 +194,7 @@ def track(engine: ReplicaEngine) -> None:
             _registered = True
 
 
-def forget(engine: ReplicaEngine) -> None:
+def forget(engine: Reported) -> None:
     with _lock:
         _engines.pop(engine, None)
 

@@ -82,6 +82,7 @@ from kafkakv.errors import (
 from kafkakv.log.base import new_tuple
 
 __all__ = [
+    "BARRIER_VALUE",
     "KEEP",
     "PAIR_SLACK",
     "TTL_MAX_MS",
@@ -152,6 +153,10 @@ _encode = msgspec.msgpack.Encoder().encode  # the bytes msgpack's Packer writes,
 def encode_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any] = ()) -> bytes:
     """The value bytes of an ops record: the msgpack array ``[code, origin, seq, *args]``."""
     return _encode((code, origin, seq, *args))  # an IntEnum packs as its int
+
+
+BARRIER_VALUE = encode_op(OpCode.BARRIER, b"", 0)
+"""The value of a barrier record (no key): appended to learn how far the log reaches."""
 
 
 def decode_op(data: bytes | None) -> Op:

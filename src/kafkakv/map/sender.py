@@ -17,18 +17,70 @@ import collections
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import Record
+from kafkakv.log.base import Record, new_tuple
+from kafkakv.map.futures import PutGroup
+from kafkakv.map.ops import OpCode, encode_op, write_many_chunks
 
-__all__ = ["Sender", "Slots"]
+__all__ = ["Sender", "Slots", "records_of"]
 
 #: One async update on its way: its partition and its ops record; or, for a ``put_async``
 #: the engine gathers with others into a record as it sends them, its partition, its map
 #: (a ``MapState``), store key, value and future.
 Outgoing = tuple[int, Record] | tuple[int, Any, bytes, bytes, Any]
+
+
+def records_of(
+    queued: list[Outgoing], p: int, origin: bytes, max_record_bytes: int, seqs: Iterator[int]
+) -> tuple[list[Record], list[tuple[int, Any]]]:
+    """The ops records of partition ``p``'s queued updates, in their order: a record as it
+    is; a run of puts of one map as ``WRITE_MANY`` records (cut as ``put_all``'s are, to
+    ``max_record_bytes`` less the map's prefix), each numbered from ``seqs`` and returned
+    with a :class:`~kafkakv.map.futures.PutGroup` of the run's futures, to be pending by that
+    number. Sizes were checked when the puts were queued. Pure: no I/O, no lock."""
+    records: list[Record] = []
+    groups: list[tuple[int, Any]] = []
+    run: list[Any] = []
+    for item in queued:
+        if len(item) == 2:
+            if run:
+                _gather(p, run, records, groups, origin, max_record_bytes, seqs)
+                run = []
+            records.append(item[1])
+        else:
+            if run and item[1] is not run[0][1]:
+                _gather(p, run, records, groups, origin, max_record_bytes, seqs)
+                run = []
+            run.append(item)
+    if run:
+        _gather(p, run, records, groups, origin, max_record_bytes, seqs)
+    return records, groups
+
+
+def _gather(
+    p: int,
+    run: list[Any],
+    records: list[Record],
+    groups: list[tuple[int, Any]],
+    origin: bytes,
+    max_record_bytes: int,
+    seqs: Iterator[int],
+) -> None:
+    """Append to ``records`` the ``WRITE_MANY`` records of ``run``, queued puts of one map
+    in partition ``p``, and to ``groups`` the seq and :class:`PutGroup` of each."""
+    state = run[0][1]
+    keys = [item[2] for item in run]
+    values: list[bytes | None] = [item[3] for item in run]
+    start = 0
+    for ks, vs in write_many_chunks(keys, values, max_record_bytes - len(state.prefix)):
+        seq = next(seqs)
+        groups.append((seq, PutGroup([item[4] for item in run[start : start + len(ks)]], p)))
+        start += len(ks)
+        value = encode_op(OpCode.WRITE_MANY, origin, seq, (ks, vs))
+        records.append(new_tuple(Record, (state.prefix + ks[0], value, (), None, None, None)))
 
 
 class Slots:

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kafkakv.db import Database
-from kafkakv.errors import ConfigError, PipelineError, TopicMismatchError
+from kafkakv.errors import ConfigError, TopicMismatchError
 from kafkakv.map.replica import ReplicaMap
 from kafkakv.map.topics import ensure_topics
-from kafkakv.pipeline.jdbc import TS_TEXT, TableSource
+from kafkakv.pipeline.jdbc import TS_TEXT, Position, TableSource
 from kafkakv.pipeline.mapping import TableMapping
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.session import spark_action
@@ -43,27 +43,6 @@ POSITIONS_MAP = "kafkakv-ingest"
 """The map, on the target log, holding every ingest job's position."""
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Position:
-    """The last ``(timestamp, id)`` ingested: the timestamp as PostgreSQL prints it (exact, and
-    parsed back exactly), the id as a number or text."""
-
-    timestamp: str
-    id: int | str
-
-    def __str__(self) -> str:
-        return f"({self.timestamp}, {self.id})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"timestamp": self.timestamp, "id": self.id}
-
-    @classmethod
-    def from_json(cls, value: Any) -> Position:
-        if not isinstance(value, dict) or not isinstance(value.get("timestamp"), str):
-            raise PipelineError(f"a stored ingest position is damaged: {value!r}")
-        return cls(value["timestamp"], value["id"])
 
 
 @dataclass(frozen=True)

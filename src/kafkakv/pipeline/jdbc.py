@@ -18,9 +18,7 @@ from kafkakv.pipeline.session import spark_action
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from kafkakv.pipeline.ingest import Position
-
-__all__ = ["TS_TEXT", "TableSource", "quote_ident"]
+__all__ = ["TS_TEXT", "Position", "TableSource", "quote_ident"]
 
 TS_TEXT = "__kafkakv_ts"
 """Extra column of an incremental read: the row's timestamp as PostgreSQL prints it, which is
@@ -28,6 +26,27 @@ what the position keeps (Spark's timestamps would lose the column's own type and
 
 _SPLIT_MIN_ROWS = 50_000
 """Below this id span one JDBC task reads everything."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """The last ``(timestamp, id)`` ingested: the timestamp as PostgreSQL prints it (exact, and
+    parsed back exactly), the id as a number or text."""
+
+    timestamp: str
+    id: int | str
+
+    def __str__(self) -> str:
+        return f"({self.timestamp}, {self.id})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"timestamp": self.timestamp, "id": self.id}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Position:
+        if not isinstance(value, dict) or not isinstance(value.get("timestamp"), str):
+            raise PipelineError(f"a stored ingest position is damaged: {value!r}")
+        return cls(value["timestamp"], value["id"])
 
 
 def quote_ident(name: str) -> str:

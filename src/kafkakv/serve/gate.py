@@ -11,7 +11,7 @@ import contextlib
 import hmac
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from starlette.responses import Response
@@ -22,10 +22,10 @@ from kafkakv.serve.convert import dumps
 from kafkakv.serve.errors import ApiError, api_error
 
 if TYPE_CHECKING:
-    from kafkakv.serve.app import _Api
-    from kafkakv.serve.registry import ServedMap
+    from kafkakv.serve.config import ServeConfig
+    from kafkakv.serve.registry import Registry, ServedMap
 
-__all__ = ["FastPath", "Gate", "JSONResponse", "error_response", "read_json"]
+__all__ = ["FastPath", "Gate", "JSONResponse", "PutRoutes", "error_response", "read_json"]
 
 MISSING = object()
 """The default of a lookup that tells an absent key from any value."""
@@ -188,6 +188,19 @@ def _declared_length(scope: Scope) -> int:
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
+class PutRoutes(Protocol):
+    """What the fast path needs of the routes (kafkakv.serve.app's): the served maps, the
+    limits of a request, and the write whose answer it shares."""
+
+    @property
+    def registry(self) -> Registry: ...
+
+    @property
+    def config(self) -> ServeConfig: ...
+
+    async def put(self, served: ServedMap, key: Any, value: Any, ttl: float | None) -> Any: ...
+
+
 class FastPath:
     """The commonest requests, answered without the router: ``GET`` and ``PUT`` of
     ``/v1/maps/{map}/keys/{key}`` with no query string, on a map already open.
@@ -198,7 +211,7 @@ class FastPath:
     read the request's body. Skipping Starlette's router, middleware stack and request object
     halves the server's own cost per request (docs/benchmarks.md, "kafkakv serve")."""
 
-    def __init__(self, api: _Api) -> None:
+    def __init__(self, api: PutRoutes) -> None:
         self.api = api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> bool:

@@ -35,7 +35,7 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kafkakv.errors import (
     ClosedError,
@@ -52,9 +52,7 @@ from kafkakv.log.embedded.flock import acquire_until, flock_until, lock_timeout_
 from kafkakv.log.embedded.format import HEADER_SIZE, parse_header, verify_crc
 from kafkakv.log.embedded.head import HeadState
 from kafkakv.log.embedded.partition import Partition, PendingTailError
-
-if TYPE_CHECKING:
-    from kafkakv.log.embedded.log import EmbeddedLog
+from kafkakv.log.embedded.settings import EmbeddedSettings
 
 __all__ = ["EmbeddedLogWriter", "Journal", "TransactionManager", "producer_id"]
 
@@ -135,10 +133,33 @@ def _tp_key(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
 
 
-class TransactionManager:
-    """Journals, id locks and roll-forward for one open :class:`EmbeddedLog`."""
+class TxnLog(Protocol):
+    """What the transactions need of the log they write to (the embedded log is one): its
+    settings, its partitions and their records' encoding, its lock deadline, its transaction
+    manager, and whether it is open."""
 
-    def __init__(self, log: EmbeddedLog, directory: str):
+    @property
+    def settings(self) -> EmbeddedSettings: ...
+
+    @property
+    def _txn(self) -> TransactionManager: ...
+
+    def _check_open(self) -> None: ...
+
+    def _partition(self, topic: str, partition: int) -> Partition: ...
+
+    def _encode(self, part: Partition, records: Sequence[Record]) -> tuple[bytes, int, int, int]:
+        """A batch of ``records`` for ``part``: its bytes, record count, and base and max
+        timestamps."""
+        ...
+
+    def _deadline(self, timeout: float | None) -> float: ...
+
+
+class TransactionManager:
+    """Journals, id locks and roll-forward for one open embedded log."""
+
+    def __init__(self, log: TxnLog, directory: str):
         self._log = log
         self.dir = directory
         if not os.path.isdir(directory):
@@ -317,9 +338,9 @@ def _publish_if_pending(part: Partition, entry: Mapping[str, int | str]) -> None
 
 
 class EmbeddedLogWriter(LogWriter):
-    """A fenced transactional writer of an :class:`EmbeddedLog`."""
+    """A fenced transactional writer of an embedded log."""
 
-    def __init__(self, log: EmbeddedLog, transactional_id: str, deadline: float):
+    def __init__(self, log: TxnLog, transactional_id: str, deadline: float):
         if not isinstance(transactional_id, str) or not transactional_id:
             raise ConfigError("a transactional id must be a non-empty str")
         self._log = log
