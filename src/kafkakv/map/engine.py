@@ -514,24 +514,33 @@ class ReplicaEngine:
                     progressed = True  # or stalled there: the loop's check raises it
                 else:
                     try:
-                        progressed = self._apply_available(p, until=offset)
-                    except OperationTimeoutError:  # a read that got no answer in its slice
-                        progressed = False  # (KafkaLog's reads wait 2 s): again, till deadline
+                        progressed = self._apply_available(p, until=offset, deadline=deadline)
+                    except OperationTimeoutError:  # a read that got no answer in what was
+                        progressed = False  # left (at most KafkaLog's 2 s): again, till deadline
             finally:
                 self._lock.release()
             if not progressed and machine.applied <= offset:
-                self.log.wait(self.topics.ops, p, machine.applied, max(0.0, remaining))
+                left = deadline - time.monotonic()  # the read above took its share
+                self.log.wait(self.topics.ops, p, machine.applied, max(0.0, left))
 
-    def _apply_available(self, p: int, limit: int = 50_000, until: int | None = None) -> bool:
+    def _apply_available(
+        self, p: int, limit: int = 50_000, until: int | None = None, deadline: float | None = None
+    ) -> bool:
         """Read and apply what partition ``p`` has: up to ``limit`` records, or only until
-        offset ``until`` is applied. Lock held."""
+        offset ``until`` is applied; each read waits no later than ``deadline``
+        (``time.monotonic``; None: the log's own patience). Lock held."""
         machine, ops = self.machines[p], self.topics.ops
         applied = 0
         while applied < limit and p not in self.stalled:
             with gc_paused():  # thousands of short-lived objects per batch: see gcpause
-                records, after = self.log.read_batch(
-                    ops, p, machine.applied, max_records=READ_BATCH
-                )
+                if deadline is None:
+                    records, after = self.log.read_batch(
+                        ops, p, machine.applied, max_records=READ_BATCH
+                    )
+                else:
+                    records, after = self.log.read_within(
+                        ops, p, machine.applied, deadline - time.monotonic(), max_records=READ_BATCH
+                    )
                 if not records:
                     # Offsets with nothing to apply (Kafka's transaction markers): step over.
                     applied += machine.step_over(after)
