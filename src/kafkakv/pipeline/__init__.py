@@ -16,7 +16,7 @@ package does not start Spark or import PySpark; :func:`spark_session` does.
 ``snapshot``      export to Parquet
 ``reconcile``     table vs map or directory topic
 ``postgres``      where a PostgreSQL server is (a URL, a JDBC URL, a psycopg connection)
-``session``       a local Spark session set up for all of the above
+``session``       a local Spark session set up for all of the above, active in any thread
 ``jobs``          Ctrl-C cancels the session's running jobs
 ================  =============================================================
 """
@@ -29,7 +29,7 @@ from kafkakv.pipeline.mapping import TableMapping
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.postgres import PostgresConnection, postgres_from_env
 from kafkakv.pipeline.reconcile import ReconcileReport, reconcile
-from kafkakv.pipeline.session import spark_action, spark_session
+from kafkakv.pipeline.session import activate, spark_action, spark_session
 from kafkakv.pipeline.snapshot import SnapshotResult, read_snapshot, snapshot
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "SourceOptions",
     "TableMapping",
     "TableSource",
+    "activate",
     "cancel_on_interrupt",
     "postgres_from_env",
     "postgres_jdbc_jar",

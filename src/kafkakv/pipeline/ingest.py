@@ -170,6 +170,7 @@ class IngestJob:
                 .save()
             ),
             f"writing {source.table} to {self.target.what}",
+            self.spark,
         )
         summary = observed.get
         rows, deletes, last = summary["rows"], summary["deletes"], summary["last"]

@@ -161,4 +161,6 @@ class TableSource:
                 .option("numPartitions", str(spark.sparkContext.defaultParallelism))
             )
         # Spark asks the database for the columns here: a missing driver fails already.
-        return spark_action(reader.load, f"reading {self.table} through JDBC")  # type: ignore[no-any-return]
+        return spark_action(  # type: ignore[no-any-return]
+            reader.load, f"reading {self.table} through JDBC", spark
+        )

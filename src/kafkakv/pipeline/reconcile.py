@@ -102,6 +102,7 @@ def reconcile(
                 *(F.count_if(F.col("kind") == kind).alias(kind) for kind in KINDS),
             ).first(),
             f"comparing {source.table} with {target.what}",
+            spark,
         )
         found: dict[str, list[str]] = {}
         for kind in KINDS:

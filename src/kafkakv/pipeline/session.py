@@ -7,6 +7,14 @@ session time zone (timestamps in JSON values do not depend on the machine), few 
 partitions (a 2-core machine), the PostgreSQL JDBC driver on the class path when given, and
 the ``kafkakv`` data source registered. Starting a JVM costs a few seconds: start one session
 and reuse it.
+
+**Threads.** PySpark gives each Python thread its own JVM thread, and Spark's writer looks a
+Python data source up in the *active* session of that JVM thread, which a new thread does not
+have (``[DATA_SOURCE_NOT_FOUND] Failed to find the data source: kafkakv``). :func:`activate`
+makes a session the active one of the calling thread; every kafkakv job runs its Spark work
+through :func:`spark_action`, which does that first, and :func:`spark_session` does it for the
+thread that calls it. Code of your own that writes with ``df.write.format("kafkakv")`` in a
+thread calls one of these in that thread first.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from kafkakv.errors import ConfigError, PipelineError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["spark_action", "spark_session"]
+__all__ = ["activate", "spark_action", "spark_session"]
 
 _REGISTERED: weakref.WeakSet[Any] = weakref.WeakSet()
 """Sessions the kafkakv data source is registered on."""
@@ -37,8 +45,8 @@ def spark_session(
     config: Mapping[str, str] | None = None,
     log_level: str = "WARN",
 ) -> SparkSession:
-    """Start a Spark session for kafkakv's jobs (or return the active one, registering the
-    data source on it).
+    """Start a Spark session for kafkakv's jobs (or return the running one, registering the
+    data source on it), active in the calling thread (see :func:`activate`).
 
     ``jars``: jar files for the driver and executors (the JDBC driver:
     :func:`kafkakv.pipeline.jdbc_driver.postgres_jdbc_jar`). ``config``: more Spark settings,
@@ -78,11 +86,30 @@ def spark_session(
     if spark not in _REGISTERED:  # registering again makes Spark warn about a replacement
         spark.dataSource.register(KafkaKVDataSource)
         _REGISTERED.add(spark)
+    return activate(spark)
+
+
+def activate(spark: SparkSession) -> SparkSession:
+    """Make ``spark`` the active session of the calling thread and return it: Spark finds the
+    ``kafkakv`` data source (registered on the session) from this thread. One call to the
+    JVM; the thread keeps it until another session is made active there.
+    """
+    from pyspark.sql import SparkSession
+
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a stopped session has none; Spark raises on its use anyway
+    SparkSession._get_j_spark_session_class(jvm).setActiveSession(spark._jsparkSession)
     return spark
 
 
-def spark_action(call: Callable[[], Any], doing: str) -> Any:
-    """Run a Spark action; its JVM or Python-worker failure becomes a PipelineError."""
+def spark_action(call: Callable[[], Any], doing: str, spark: SparkSession | None = None) -> Any:
+    """Run a Spark action; its JVM or Python-worker failure becomes a PipelineError.
+
+    ``spark``: the session the action runs on, made active in the calling thread first
+    (:func:`activate`), so the action finds the ``kafkakv`` data source from any thread.
+    """
+    if spark is not None:
+        activate(spark)
     try:
         return call()
     except Exception as exc:

@@ -42,7 +42,7 @@ def read_snapshot(
     reader = spark.read.format("kafkakv").options(**source.to_options())
     if schema is not None:
         reader = reader.schema(schema)
-    return reader.load()
+    return spark_action(reader.load, f"reading {source.what}", spark)  # type: ignore[no-any-return]
 
 
 def snapshot(
@@ -72,10 +72,12 @@ def snapshot(
     spark_action(
         lambda: df.write.format(file_format).mode(mode).save(target),
         f"writing the snapshot of {source.what} to {target}",
+        spark,
     )
     rows = spark_action(
         lambda: spark.read.format(file_format).load(target).count(),
         f"counting the rows of {target}",
+        spark,
     )
     progress(f"wrote {rows} rows to {target} ({file_format})")
     return SnapshotResult(target, file_format, int(rows), time.monotonic() - started)
