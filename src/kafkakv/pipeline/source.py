@@ -23,7 +23,10 @@ that key, so live replicas apply it like any other update; nothing waits for the
 applied. Into a **topic**, each row becomes one record (a null value: a tombstone) in the
 partition Kafka's Java producer would pick. Rows of one Spark task keep their order within a
 log partition; rows of different tasks interleave. A task that fails may have appended part of
-its rows (puts and removes are idempotent, so running the job again repairs it).
+its rows (puts and removes are idempotent, so running the job again repairs it). Spark's retry
+of a task appends all its rows again, from a new origin: replicas apply both copies, and the
+second leaves each key as the first would have (docs/pipeline.md, "What a retried task
+repeats").
 
 The data source pickles only :class:`~kafkakv.pipeline.options.SourceOptions` (strings); every
 task opens its own connection to the log and closes it before it ends.
