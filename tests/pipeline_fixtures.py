@@ -6,6 +6,9 @@ starts neither:
 
 - ``spark``: :func:`kafkakv.pipeline.spark_session` in ``local[2]`` mode with the PostgreSQL
   JDBC driver (:func:`kafkakv.pipeline.postgres_jdbc_jar`) and the ``kafkakv`` data source.
+- ``spark_cluster``: a Spark standalone cluster (:class:`kafkakv.dev.spark.SparkCluster`: a
+  master and two single-core workers on 127.0.0.1, killed with this process). Only one Spark
+  context runs per process, beside ``spark``'s: tests drive the cluster from a child process.
 - ``postgres``: the :class:`~kafkakv.pipeline.PostgresConnection` of a private server
   (:class:`kafkakv.dev.postgres.EmbeddedPostgres`), or of the system server
   ``$KAFKAKV_POSTGRES_URL`` names.
@@ -27,7 +30,7 @@ import pytest
 
 from kafkakv.errors import KafkaKVError
 
-__all__ = ["postgres", "spark", "unique_table"]
+__all__ = ["postgres", "spark", "spark_cluster", "unique_table"]
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +46,21 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from kafkakv.dev.spark import SparkCluster
+
+    cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), die_with_parent=True)
+    try:
+        cluster.start()
+    except KafkaKVError as exc:
+        pytest.fail(f"the Spark cluster could not start: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
 
 
 @pytest.fixture(scope="session")
@@ -73,9 +91,9 @@ def postgres() -> Iterator[Any]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses the Spark session with ``spark``."""
+    """Mark every test that uses the Spark session or cluster with ``spark``."""
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
+        if {"spark", "spark_cluster"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)
 
 

@@ -15,8 +15,12 @@ import kafkakv
 
 PACKAGE = Path(kafkakv.__file__).resolve().parent
 DEV = "kafkakv.dev"
-ALLOWED = {PACKAGE / "dev", PACKAGE / "cli" / "devcluster_commands.py"}
-"""The dev package itself, and the one command that runs it (importing it lazily)."""
+ALLOWED = {
+    PACKAGE / "dev",
+    PACKAGE / "cli" / "devcluster_commands.py",
+    PACKAGE / "cli" / "devspark_commands.py",
+}
+"""The dev package itself, and the commands that run it (importing it lazily)."""
 
 
 def _module_name(path: Path) -> str:

@@ -26,6 +26,7 @@ import click
 
 from kafkakv import __version__
 from kafkakv.cli.devcluster_commands import dev_cluster_group
+from kafkakv.cli.devspark_commands import dev_spark_group
 from kafkakv.cli.directory_commands import directory_group
 from kafkakv.cli.errors import CommandError
 from kafkakv.cli.log_commands import log_group
@@ -62,3 +63,4 @@ main.add_command(serve_command)
 main.add_command(topics_group)
 main.add_command(init_existing_command)
 main.add_command(dev_cluster_group)
+main.add_command(dev_spark_group)
