@@ -18,7 +18,7 @@ from kafkakv.log.kafka import KafkaLog
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-pytest_plugins = ["tests.kafka_cluster", "tests.pipeline_fixtures"]
+pytest_plugins = ["tests.parallel", "tests.kafka_cluster", "tests.pipeline_fixtures"]
 
 LOG_BACKENDS = ["embedded", "memory", "kafka"]
 """Every Log backend the contract suite runs on. ``kafka`` is the 3-broker test cluster."""
