@@ -11,7 +11,9 @@ run on one worker, in collection order:
   cluster and its namespaces;
 - ``kafka``: the 3-broker test cluster (``kafka_cluster``, also every test parametrized with
   the ``kafka`` backend) and the 1-broker ``kafka_single``; the fault tests stop and start
-  its brokers, which only the tests of one worker may see;
+  its brokers, which only the tests of one worker may see. The map suite's Kafka tests
+  (``tests/map/``), the largest share, are a group of their own, ``kafka-map``: their worker
+  starts a second cluster, and the two halves run side by side;
 - ``spark``: the Spark session and the PostgreSQL server of the pipeline tests;
 - ``module:<path>``: the tests of a module with a module-scoped fixture (a browser, a
   server, a built checker), which is then made once;
@@ -76,7 +78,7 @@ def group_of(item: pytest.Item) -> str | None:
     if names & _HOSTS:
         return "hosts"
     if names & _KAFKA or (callspec is not None and "kafka" in callspec.params.values()):
-        return "kafka"
+        return "kafka-map" if item.nodeid.startswith("tests/map/") else "kafka"
     if names & _SPARK:
         return "spark"
     info = getattr(item, "_fixtureinfo", None)
