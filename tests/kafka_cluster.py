@@ -19,7 +19,8 @@ Both are :class:`kafkakv.dev.Cluster` objects: ``bootstrap``, ``leader``,
 killed with SIGKILL. A cluster that cannot start FAILS the tests that use it (never skips).
 
 ``KAFKAKV_TEST_PORT_OFFSET=N`` adds N to both base ports, for a second test session running
-on the same machine at the same time (the default ports would be taken by the first).
+on the same machine at the same time (the default ports would be taken by the first). An
+xdist worker adds its own share on top (:func:`port_offset`).
 
 With ``KAFKAKV_TEST_BOOTSTRAP=host:port,...`` both fixtures are that external cluster
 instead; the fault calls then raise :class:`kafkakv.dev.errors.ClusterError`, failing the tests
@@ -54,6 +55,7 @@ from confluent_kafka.admin import NewTopic
 from kafkakv.dev import Cluster, DevCluster, ExternalCluster
 from kafkakv.dev.hosts import Hosts
 from kafkakv.errors import KafkaKVError
+from tests.parallel import WORKER_PORT_STEP, worker_index
 
 __all__ = [
     "HOST_NAMES",
@@ -65,6 +67,7 @@ __all__ = [
     "hosts_cluster",
     "kafka_cluster",
     "kafka_single",
+    "port_offset",
     "unique_topic",
 ]
 
@@ -77,6 +80,12 @@ _FIXTURES = frozenset({"kafka_cluster", "kafka_single", "hosts_cluster"})
 
 HOST_NAMES = ("b1", "b2", "b3", "c1", "c2", "ctl")
 """The hosts of ``host_network``: three for brokers, two for clients, one for the test."""
+
+
+def port_offset(config: pytest.Config) -> int:
+    """What this session adds to the base ports: ``$KAFKAKV_TEST_PORT_OFFSET``, plus
+    :data:`~tests.parallel.WORKER_PORT_STEP` times the index of the xdist worker it is."""
+    return int(os.environ.get(PORT_OFFSET_ENV) or 0) + WORKER_PORT_STEP * worker_index(config)
 
 
 def _cluster(
@@ -92,7 +101,7 @@ def _cluster(
     if bootstrap:
         return ExternalCluster(bootstrap)
     try:
-        base_port += int(os.environ.get(PORT_OFFSET_ENV) or 0)
+        base_port += port_offset(request.config)
         cluster = DevCluster(
             brokers, base_port, tmp_path_factory.mktemp(name), sasl_users=sasl_users, tls=tls
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from kafkakv.dev import Cluster, DevCluster
 from kafkakv.dev.errors import ClusterError
 from kafkakv.dev.probe import port_is_free
-from tests.kafka_cluster import create_topic, unique_topic
+from tests.kafka_cluster import create_topic, port_offset, unique_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -73,10 +72,12 @@ def _consume(cluster: Cluster, topic: str, count: int, timeout: float = 30.0) ->
     return got
 
 
-def test_all_three_brokers_are_in_the_metadata(kafka_cluster: Cluster) -> None:
+def test_all_three_brokers_are_in_the_metadata(
+    kafka_cluster: Cluster, request: pytest.FixtureRequest
+) -> None:
     if not isinstance(kafka_cluster, DevCluster):
         pytest.skip("checks the harness cluster's own ports")
-    offset = int(os.environ.get("KAFKAKV_TEST_PORT_OFFSET") or 0)
+    offset = port_offset(request.config)
     ports = [11092 + offset, 21092 + offset, 31092 + offset]
     assert kafka_cluster.bootstrap == ",".join(f"127.0.0.1:{p}" for p in ports)
     brokers = kafka_cluster.admin().list_topics(timeout=10).brokers

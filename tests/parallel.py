@@ -1,0 +1,158 @@
+"""Pytest plugin: how the suite shares its worker processes (registered in conftest.py).
+
+``bash scripts/test`` runs the suite on several pytest-xdist workers with ``--dist loadgroup``:
+most tests wait (on brokers, subprocesses, fsync, timeouts) rather than compute, so a few
+workers finish sooner even on two cores. Each worker is a pytest session of its own, with its
+own session fixtures; so that it starts no more clusters than it must, every test that uses
+an expensive shared resource belongs to a group (:func:`group_of`), and a group's tests all
+run on one worker, in collection order:
+
+- ``hosts``: the simulated hosts (``host_network``, ``hosts_cluster``): a second 3-broker
+  cluster and its namespaces;
+- ``kafka``: the 3-broker test cluster (``kafka_cluster``, also every test parametrized with
+  the ``kafka`` backend) and the 1-broker ``kafka_single``; the fault tests stop and start
+  its brokers, which only the tests of one worker may see. The map suite's Kafka tests
+  (``tests/map/``), the largest share, are a group of their own, ``kafka-map``: their worker
+  starts a second cluster, and the two halves run side by side;
+- ``spark``: the Spark session and the PostgreSQL server of the pipeline tests;
+- ``module:<path>``: the tests of a module with a module-scoped fixture (a browser, a
+  server, a built checker), which is then made once;
+- the name of an ``xdist_group`` mark, for a test that carries one.
+
+The rest go one by one to whichever worker is free, the biggest groups first.
+
+xdist's own ``loadgroup`` learns a test's group from a suffix it appends to the test's id,
+which pytest 9.2's structured ids no longer allow (pytest-xdist issue 1386: every test then
+runs wherever). So this plugin brings its own scheduler for ``--dist loadgroup``
+(:class:`GroupScheduling`): each worker writes the groups it collected to a file the
+controller named, and the controller's scheduler reads them.
+
+A worker's Kafka ports are shifted by :data:`WORKER_PORT_STEP` times its index
+(:func:`tests.kafka_cluster.port_offset`), so two workers that start a cluster never take the
+same ports.
+
+Without xdist (``-n 0``, or a plain ``pytest``) nothing changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["WORKER_PORT_STEP", "group_of", "worker_index"]
+
+WORKER_PORT_STEP = 10
+"""The Kafka ports of worker ``gwN`` are the session's plus ``N * WORKER_PORT_STEP``: above
+the 4 ports ``kafka_single`` takes from its base. Two concurrent sessions need offsets
+(``KAFKAKV_TEST_PORT_OFFSET``) at least ``workers * WORKER_PORT_STEP`` apart."""
+
+_HOSTS = frozenset({"host_network", "hosts_cluster"})
+_KAFKA = frozenset({"kafka_cluster", "kafka_single"})
+_SPARK = frozenset({"spark", "postgres"})
+_GROUPS_KEY = "kafkakv_groups"
+_groups_dir = pytest.StashKey[Path]()
+
+
+def worker_index(config: pytest.Config) -> int:
+    """The index of this xdist worker (``gw3`` is 3), 0 outside xdist."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return 0
+    return int(str(workerinput["workerid"]).removeprefix("gw"))
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The group of ``item``: the shared resource it needs (see the module doc), else
+    ``None``."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    if names & _HOSTS:
+        return "hosts"
+    if names & _KAFKA or (callspec is not None and "kafka" in callspec.params.values()):
+        return "kafka-map" if item.nodeid.startswith("tests/map/") else "kafka"
+    if names & _SPARK:
+        return "spark"
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        for defs in info.name2fixturedefs.values():
+            if any(d.scope in ("module", "package", "class") for d in defs):
+                return f"module:{item.nodeid.split('::')[0]}"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist registers this mark; a run without xdist must accept it too (--strict-markers).
+    config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker (loadgroup)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker of a ``loadgroup`` run: write each grouped test's group where the
+    controller reads it (one file per worker, written whole)."""
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None or _GROUPS_KEY not in workerinput:
+        return
+    groups = {item.nodeid: group for item in items if (group := group_of(item)) is not None}
+    folder = Path(workerinput[_GROUPS_KEY])
+    partial = folder / f"{workerinput['workerid']}.partial"
+    partial.write_text(json.dumps(groups), encoding="utf-8")
+    os.replace(partial, folder / f"{workerinput['workerid']}.json")
+
+
+def _loadgroup(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput") and config.getoption("dist", None) == "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """On the controller: tell each worker where to write its groups."""
+    config: pytest.Config = node.config
+    if not _loadgroup(config):
+        return
+    if _groups_dir not in config.stash:
+        config.stash[_groups_dir] = Path(tempfile.mkdtemp(prefix="kafkakv-xdist-groups-"))
+    node.workerinput[_GROUPS_KEY] = str(config.stash[_groups_dir])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """On the controller of a ``loadgroup`` run: :class:`GroupScheduling`."""
+    if not _loadgroup(config):
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """xdist's scheduling by scope, a test's scope being its group (from the files the
+        workers wrote) or, for a test in none, the test itself."""
+
+        groups: dict[str, str] | None = None
+
+        def schedule(self) -> None:
+            if self.groups is None:
+                self.groups = {}
+                folder = config.stash.get(_groups_dir, None)
+                for path in sorted(folder.glob("*.json")) if folder is not None else ():
+                    self.groups = json.loads(path.read_text(encoding="utf-8"))
+                    break
+            super().schedule()
+
+        def _split_scope(self, nodeid: str) -> str:
+            group = (self.groups or {}).get(nodeid)
+            return nodeid if group is None else f"group:{group}"
+
+    return GroupScheduling(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_groups_dir, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
