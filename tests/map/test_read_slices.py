@@ -6,9 +6,13 @@ while the call it serves has time left. Opening a map failed on the first read t
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Mapping
+
+import pytest
 
 from kafkakv.errors import OperationTimeoutError
-from kafkakv.log.base import Batch, LatestBatch, Log, Record
+from kafkakv.log.base import Batch, LatestBatch, Log, Record, TopicPartition
 from tests.doubles import ForwardingLog
 from tests.map.conftest import OpenMap
 
@@ -59,3 +63,60 @@ def test_opening_and_updating_go_on_past_reads_that_give_up(open_map: OpenMap) -
     writer["later"] = 2
     reader["mine"] = 3
     assert reader["later"] == 2 and doubles[0].refused == 5
+
+
+class SlowGivingUpReads(ForwardingLog):
+    """While ``slow``, a read of the ops topic waits for an answer that does not come, as
+    KafkaLog's does: ``PATIENCE_S`` for ``read_batch``, what the caller has left (at most
+    that) for ``read_within``; then it gives up."""
+
+    PATIENCE_S = 2.0
+
+    def __init__(self, inner: Log) -> None:
+        super().__init__(inner)
+        self.slow = threading.Event()
+
+    def _no_answer(self, topic: str, wait: float) -> None:
+        if self.slow.is_set() and topic.endswith("_ops"):
+            time.sleep(wait)
+            raise OperationTimeoutError(f"no answer within {wait:.2f} s")
+
+    def wait_any(
+        self, positions: Mapping[TopicPartition, int], timeout: float | None
+    ) -> set[TopicPartition]:
+        if self.slow.is_set():  # nothing arrives: the follower stays behind
+            time.sleep(0.05 if timeout is None else min(timeout, 0.05))
+            return set()
+        return super().wait_any(positions, timeout)
+
+    def read_batch(self, topic: str, partition: int, offset: int, **kw: int) -> Batch:
+        self._no_answer(topic, self.PATIENCE_S)
+        return super().read_batch(topic, partition, offset, **kw)
+
+    def read_within(
+        self, topic: str, partition: int, offset: int, timeout: float, **kw: int
+    ) -> Batch:
+        self._no_answer(topic, max(0.0, min(timeout, self.PATIENCE_S)))
+        return super().read_within(topic, partition, offset, timeout, **kw)
+
+
+def test_an_update_that_must_read_back_gives_up_at_its_timeout_not_a_read_later(
+    open_map: OpenMap,
+) -> None:
+    """A sync update whose replica is behind reads the log up to its own record; a read begun
+    just before the deadline waited the log's whole patience (2 s) past it."""
+    writer = open_map(partitions=1)
+    doubles: list[SlowGivingUpReads] = []
+
+    def slow(inner: Log) -> Log:
+        doubles.append(SlowGivingUpReads(inner))
+        return doubles[-1]
+
+    reader = open_map(partitions=1, log=slow, timeout=0.5)
+    doubles[0].slow.set()
+    writer["before"] = 1  # the reader is behind: its put cannot apply its own record at once
+    started = time.monotonic()
+    with pytest.raises(OperationTimeoutError):
+        reader["mine"] = 2
+    took = time.monotonic() - started
+    assert took < 0.5 + 0.5 < SlowGivingUpReads.PATIENCE_S, f"the put took {took:.2f} s"
