@@ -23,7 +23,7 @@ from typing import Any
 
 from kafkakv.dev.errors import ClusterError
 
-__all__ = ["BrokerProcess", "dies_with_parent", "launch", "log_tail", "spawn"]
+__all__ = ["BrokerProcess", "dies_with_parent", "launch", "live_args", "log_tail", "spawn"]
 
 _POLL_S = 0.05
 _TAIL_LINES = 30
@@ -178,17 +178,24 @@ class BrokerProcess:
             self.wait_gone(10.0)
 
 
-def _runs_broker(pid: int, config_path: Path) -> bool:
-    """Whether ``pid`` is a live (not zombie) ``kafka.Kafka`` process on ``config_path``."""
+def live_args(pid: int) -> list[bytes] | None:
+    """The command line of process ``pid`` while it runs (``/proc``); None when it is gone
+    or a zombie."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             args = handle.read().split(b"\0")
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
     except OSError:
-        return False
+        return None
     state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
-    return state != b"Z" and b"kafka.Kafka" in args and os.fsencode(config_path) in args
+    return None if state == b"Z" else args
+
+
+def _runs_broker(pid: int, config_path: Path) -> bool:
+    """Whether ``pid`` is a live (not zombie) ``kafka.Kafka`` process on ``config_path``."""
+    args = live_args(pid)
+    return args is not None and b"kafka.Kafka" in args and os.fsencode(config_path) in args
 
 
 def log_tail(path: Path, lines: int = _TAIL_LINES, *, offset: int = 0) -> str:

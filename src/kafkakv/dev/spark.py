@@ -33,7 +33,7 @@ from typing import Any
 
 from kafkakv.dev.errors import ClusterError
 from kafkakv.dev.jars import find_java
-from kafkakv.dev.process import BrokerProcess, log_tail, spawn
+from kafkakv.dev.process import BrokerProcess, live_args, log_tail, spawn
 from kafkakv.lifecycle import Closeable
 
 __all__ = ["SparkCluster", "pyspark_home", "stop_spark_cluster"]
@@ -259,16 +259,11 @@ def stop_spark_cluster(state_dir: str | os.PathLike[str]) -> list[int]:
 
 def _runs_spark(pid: int, port: bytes) -> bool:
     """Whether ``pid`` is a live Spark master or worker of the cluster on ``port``."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            args = handle.read().split(b"\0")
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
+    args = live_args(pid)
+    if args is None:
         return False
-    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
     deploy = any(a.startswith(b"org.apache.spark.deploy.") for a in args)
-    return state != b"Z" and deploy and any(a == port or a.endswith(b":" + port) for a in args)
+    return deploy and any(a == port or a.endswith(b":" + port) for a in args)
 
 
 def _scala_version(home: Path) -> str:
