@@ -3,10 +3,11 @@
 A store's own check (:meth:`~kafkakv.store.base.Store.check`) verifies its structure; a byte
 flipped inside a value on disk leaves the structure sound, and the store serves the wrong
 value. The log holds the truth. :func:`deep_check` builds the state the log says this replica
-holds, in a *reference replica*: a second engine over the same topics and partitions, never
-started, with an in-memory store, filled by the engine's own bootstrap and apply code (the data
-topic up to its end, then the ops after its flush point, up to the position the replica has
-applied). It then compares the reference with the store key by key.
+holds, in a *reference replica* (:mod:`kafkakv.map.reference`): a second engine over the same
+topics and partitions, never started, with an in-memory store, filled by the engine's own
+bootstrap and apply code (the data topic up to its end, then the ops after its flush point, up
+to the position the replica has applied). It then compares the reference with the store key
+by key.
 
 The replica keeps applying meanwhile; the comparison is still made at one position per
 partition, without holding the replica for the whole of it:
@@ -34,6 +35,7 @@ import time
 from kafkakv.errors import DecodeError, PartitionStalledError
 from kafkakv.map.engine import ReplicaEngine
 from kafkakv.map.machine import MapState
+from kafkakv.map.reference import rebuild, reference, replay
 from kafkakv.store.base import Store
 from kafkakv.store.memory import DictStore
 
@@ -50,13 +52,13 @@ def deep_check(engine: ReplicaEngine, state: MapState) -> list[str]:
     lost unflushed ops, OperationTimeoutError, ClosedError)."""
     engine.check_usable()
     problems: list[str] = []
-    reference = MapState(state.name, state.prefix, state.keys, state.values, DictStore())
-    ref = engine.reference(reference)
+    expected_state = MapState(state.name, state.prefix, state.keys, state.values, DictStore())
+    ref = reference(engine, expected_state)
     try:
         deadline = time.monotonic() + engine.settings.timeout
         compared: list[int] = []
         for p in engine.held:
-            flushed = ref.rebuild(p)
+            flushed = rebuild(ref, p)
             if engine.positions()[p].applied <= flushed:  # another replica flushed further
                 try:
                     engine.apply_until(p, flushed, deadline)
@@ -65,12 +67,12 @@ def deep_check(engine: ReplicaEngine, state: MapState) -> list[str]:
                     continue
             if _replayed(ref, p, engine.positions()[p].applied, problems):
                 compared.append(p)
-        found = suspects(state.store, reference.store)
+        found = suspects(state.store, expected_state.store)
         with engine.paused():
             now = engine.positions()
             prefix = state.prefix
             for p in list(compared):
-                touched = ref.replay(p, now[p].applied)
+                touched = replay(ref, p, now[p].applied)
                 if not _replayed(ref, p, now[p].applied, problems):
                     compared.remove(p)
                 found.update(k[len(prefix) :] for k in touched if k.startswith(prefix))
@@ -78,7 +80,7 @@ def deep_check(engine: ReplicaEngine, state: MapState) -> list[str]:
             for key in sorted(found):
                 p = engine.partition_of(prefix + key)
                 if p in held:
-                    stored, expected = state.store.get(key), reference.store.get(key)
+                    stored, expected = state.store.get(key), expected_state.store.get(key)
                     if stored != expected:
                         problems.append(difference(state, p, key, stored, expected))
     finally:
@@ -89,7 +91,7 @@ def deep_check(engine: ReplicaEngine, state: MapState) -> list[str]:
 def _replayed(ref: ReplicaEngine, p: int, stop: int, problems: list[str]) -> bool:
     """Replay the reference's partition ``p`` up to ``stop``; False (and why, in
     ``problems``) when it cannot get there."""
-    ref.replay(p, stop)
+    replay(ref, p, stop)
     reached = ref.positions()[p].applied
     if reached >= stop:
         return True

@@ -396,31 +396,6 @@ class ReplicaEngine:
         if p in self.stalled:
             self._resume_or_raise(p)
 
-    # -- deep check (kafkakv.map.deepcheck) ---------------------------------------------
-    def reference(self, state: MapState) -> ReplicaEngine:
-        """A new engine over the same log, topics and partitions for map ``state`` alone,
-        never started (no threads, no updates of its own): a reference replica that
-        :meth:`rebuild` and :meth:`replay` fill with this engine's own bootstrap and apply
-        code. ``state`` should have an empty store. Close it after use."""
-        return ReplicaEngine(
-            self.log,
-            self.topics,
-            self.partition_count,
-            self.held,
-            [state],
-            self.settings,
-            self.max_record_bytes,
-        )
-
-    def rebuild(self, p: int) -> int:
-        """Load partition ``p`` from the data topic alone, as a new replica's bootstrap does,
-        and return the ops offset that the data covers (-1: none); the ops after it are
-        left to :meth:`replay`. Raises DataLossError as bootstrap does."""
-        deadline = time.monotonic() + self.settings.timeout
-        start = self.log.start_offset(self.topics.ops, p)
-        self.bootstrap.load(self.machines[p], start, deadline)
-        return self.machines[p].flushed
-
     def paused(self) -> contextlib.AbstractContextManager[bool]:
         """Nothing is applied to the stores while this is held (the replica lock: reentrant,
         the same object each call, and threads already waiting for it go first): updates and
@@ -552,37 +527,11 @@ class ReplicaEngine:
                 break
         return applied > 0
 
-    def replay(self, p: int, stop: int) -> set[bytes]:
-        """Apply the ops of ``p`` from the applied position up to ``stop`` (exclusive) and no
-        further; return the record keys of the records applied. Stops early at a stall or
-        where the log ends (then ``positions()[p].applied < stop``); a read that finds nothing
-        below the log's end offset is retried for up to the map's timeout. One read per 5000
-        ops. For an engine of one's own (see :meth:`reference`), or with :meth:`paused`."""
-        machine, ops = self.machines[p], self.topics.ops
-        touched: set[bytes] = set()
-        deadline = time.monotonic() + self.settings.timeout
-        while machine.applied < stop and p not in self.stalled:
-            position = machine.applied
-            with gc_paused():  # as _apply_available
-                records, after = self.log.read_batch(ops, p, position, max_records=READ_BATCH)
-                if records and (records[-1].offset or 0) >= stop:
-                    records = [r for r in records if (r.offset or 0) < stop]
-                    after = stop
-                after = min(after, stop)
-                if records:
-                    self._carry_out(p, machine.apply_batch(records, after))
-                    for r in records:
-                        touched.update(machine.keys_of(r))
-                else:
-                    machine.step_over(after)  # offsets with nothing to apply
-                del records
-            if machine.applied > position or p in self.stalled:
-                continue
-            # Nothing read: the end of the log, or a reader not caught up with it yet.
-            if self.log.end_offset(ops, p) <= position or time.monotonic() > deadline:
-                break
-            time.sleep(STALL_RETRY)
-        return touched
+    def apply_records(self, p: int, records: Sequence[Record], after: int) -> None:
+        """Apply ``records`` of partition ``p``, which the caller read from the applied
+        position on, and step past them to ``after``. Lock held, or an engine never started
+        (a reference replica: see kafkakv.map.reference)."""
+        self._carry_out(p, self.machines[p].apply_batch(records, after))
 
     def _carry_out(self, p: int, step: Step) -> None:
         """Do what a step of partition ``p``'s machine decided: note its errors and stall,

@@ -12,13 +12,14 @@ Where the changes come from:
   own apply path (:meth:`~kafkakv.map.engine.ReplicaEngine.add_tap`) queues each change with
   the store's bytes as the replica applies it, under the replica lock, so none is missed or
   reordered. The consumer decodes them on its own thread.
-* **Replayed** (a cursor behind the replica): a reference replica of the partition (the
-  engine's own bootstrap and apply code, as :mod:`kafkakv.map.deepcheck` uses) loads the
-  data topic, applies the ops up to the cursor without reporting them, and then reports the
-  changes from the cursor up to where the tap began. That needs the state at the cursor, and
-  the data topic holds only each key's latest value as of the last flush: a cursor that a
-  flush covered raises :class:`~kafkakv.errors.CursorExpiredError` (restart from
-  ``m.snapshot()``, whose cursor is current).
+* **Replayed** (a cursor behind the replica): a reference replica of the partition
+  (:mod:`kafkakv.map.reference`, the engine's own bootstrap and apply code, as
+  :mod:`kafkakv.map.deepcheck` uses) loads the data topic, applies the ops up to the cursor
+  without reporting them, and then reports the changes from the cursor up to where the tap
+  began. That needs the state at the cursor, and the data topic holds only each key's latest
+  value as of the last flush: a cursor that a flush covered raises
+  :class:`~kafkakv.errors.CursorExpiredError` (restart from ``m.snapshot()``, whose cursor is
+  current).
 
 A consumer that falls more than ``buffer`` changes behind the replica stops being queued
 (memory stays bounded); once it has taken what was queued, the feed replays from its own
@@ -45,6 +46,7 @@ from kafkakv.errors import (
     PartitionStalledError,
 )
 from kafkakv.map.machine import MapState
+from kafkakv.map.reference import rebuild, reference, replay
 from kafkakv.store.memory import DictStore
 
 if TYPE_CHECKING:
@@ -300,9 +302,9 @@ class ChangeFeed(Generic[K, V]):
         for p, (since, stop) in sorted(ranges.items()):
             state = self._state
             ref_state = MapState(state.name, state.prefix, state.keys, state.values, DictStore())
-            ref = engine.reference(ref_state)  # one per partition: memory is freed between
+            ref = reference(engine, ref_state)  # one per partition: memory is freed between
             try:
-                flushed = ref.rebuild(p)
+                flushed = rebuild(ref, p)
                 if since <= flushed:
                     raise self._expired(p, since, flushed)
                 self._replay_to(ref, p, since)
@@ -318,7 +320,7 @@ class ChangeFeed(Generic[K, V]):
                 ref.close()
 
     def _replay_to(self, ref: ReplicaEngine, p: int, stop: int) -> None:
-        ref.replay(p, stop)
+        replay(ref, p, stop)
         if ref.positions()[p].applied >= stop:
             return
         stall = ref.stalled.get(p)

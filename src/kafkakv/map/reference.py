@@ -1,0 +1,87 @@
+"""A reference replica: the state the log gives a map, built by the engine's own code.
+
+:func:`reference` makes a second :class:`~kafkakv.map.engine.ReplicaEngine` over the same log,
+topics and partitions as a running one, for one map with an empty store, and never starts it:
+no threads, no updates of its own, no lock contention with the replica it mirrors.
+:func:`rebuild` loads a partition of it from the data topic as a new replica's bootstrap
+does; :func:`replay` then applies the ops after that, up to an offset and no further, through
+the engine's apply step (store writes, taps, listeners), as the replica did.
+
+Two features read the log this way: :func:`~kafkakv.map.deepcheck.deep_check` compares the
+result with the replica's store, and a change feed (:mod:`kafkakv.map.feed`) tells the changes
+from a cursor behind the replica. Costs: what opening a fresh replica costs, the data topic and
+the unflushed ops read once, and a copy of the map in memory while it lives. Close it after
+use.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kafkakv.gcpause import gc_paused
+from kafkakv.map.bootstrap import READ_BATCH
+from kafkakv.map.engine import ReplicaEngine
+from kafkakv.map.follower import STALL_RETRY
+from kafkakv.map.machine import MapState
+
+__all__ = ["rebuild", "reference", "replay"]
+
+
+def reference(engine: ReplicaEngine, state: MapState) -> ReplicaEngine:
+    """A reference replica of map ``state`` (whose store should be empty) over ``engine``'s
+    log, topics and partitions, never started. No I/O until it is filled."""
+    return ReplicaEngine(
+        engine.log,
+        engine.topics,
+        engine.partition_count,
+        engine.held,
+        [state],
+        engine.settings,
+        engine.max_record_bytes,
+    )
+
+
+def rebuild(ref: ReplicaEngine, p: int) -> int:
+    """Load partition ``p`` of ``ref`` from the data topic alone, as a new replica's bootstrap
+    does, and return the ops offset that the data covers (-1: none); the ops after it are
+    left to :func:`replay`. Reads the data topic to its end, within the map's timeout; raises
+    DataLossError as bootstrap does."""
+    deadline = time.monotonic() + ref.settings.timeout
+    machine = ref.machines[p]
+    ref.bootstrap.load(machine, ref.log.start_offset(ref.topics.ops, p), deadline)
+    return machine.flushed
+
+
+def replay(ref: ReplicaEngine, p: int, stop: int) -> set[bytes]:
+    """Apply the ops of ``ref``'s partition ``p`` from its applied position up to ``stop``
+    (exclusive) and no further; return the record keys of the records applied.
+
+    Stops early at a stall or where the log ends (then ``ref.positions()[p].applied <
+    stop``); a read that finds nothing below the log's end offset is retried for up to the
+    map's timeout. One read per 5000 ops.
+    """
+    machine, ops, log = ref.machines[p], ref.topics.ops, ref.log
+    touched: set[bytes] = set()
+    deadline = time.monotonic() + ref.settings.timeout
+    while machine.applied < stop and p not in ref.stalled:
+        position = machine.applied
+        with gc_paused():  # as the engine's apply loop
+            records, after = log.read_batch(ops, p, position, max_records=READ_BATCH)
+            if records and (records[-1].offset or 0) >= stop:
+                records = [r for r in records if (r.offset or 0) < stop]
+                after = stop
+            after = min(after, stop)
+            if records:
+                ref.apply_records(p, records, after)
+                for r in records:
+                    touched.update(machine.keys_of(r))
+            else:
+                machine.step_over(after)  # offsets with nothing to apply
+            del records
+        if machine.applied > position or p in ref.stalled:
+            continue
+        # Nothing read: the end of the log, or a reader not caught up with it yet.
+        if log.end_offset(ops, p) <= position or time.monotonic() > deadline:
+            break
+        time.sleep(STALL_RETRY)
+    return touched
