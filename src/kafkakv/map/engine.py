@@ -45,8 +45,6 @@ from typing import Any
 from kafkakv import functions
 from kafkakv.errors import (
     ClosedError,
-    KafkaKVError,
-    LogUnavailableError,
     OperationTimeoutError,
     PartitionStalledError,
     UnknownFunctionError,
@@ -57,7 +55,7 @@ from kafkakv.map import metrics
 from kafkakv.map.barriers import Barriers
 from kafkakv.map.bootstrap import READ_BATCH, Bootstrap
 from kafkakv.map.flusher import Flusher
-from kafkakv.map.follower import STALL_RETRY, WAIT_SLICE, ReplicaFollower
+from kafkakv.map.follower import WAIT_SLICE, ReplicaFollower
 from kafkakv.map.futures import complete, fail
 from kafkakv.map.hooks import Hooks
 from kafkakv.map.keyspace import KeySpace
@@ -290,7 +288,14 @@ class ReplicaEngine:
         limit = self.settings.timeout if timeout is None else timeout
         deadline = time.monotonic() + max(0.0, limit)
         if self._failure is None and self._threads:
-            self._drain(deadline)
+            self.updates.drain(
+                deadline,
+                self._threads[1].is_alive,  # the sender's: see start
+                self.machines,
+                self.stalled,
+                self._apply_available,
+                lambda: self._failure is not None,
+            )
         self._stopped = True
         self._sender.stop()
         self.flusher.stop()
@@ -322,35 +327,6 @@ class ReplicaEngine:
         self.read_gate.open = not (
             self._closed or self._stopped or self._failure is not None or self.stalled
         )
-
-    def _drain(self, deadline: float) -> None:
-        """close(): hand every queued update to the log, then apply until every future of
-        this replica is resolved, or ``deadline``. The threads still run meanwhile."""
-        sender = self._threads[1]  # follower, sender, flusher
-        if not self._sender.drain(deadline, sender.is_alive) and sender.is_alive():
-            return  # out of time
-        ops = self.topics.ops
-        while self._pending and self._failure is None:
-            live = {f.partition for f in list(self._pending.values())} - set(self.stalled)
-            remaining = deadline - time.monotonic()
-            if not live or remaining <= 0:
-                return
-            progressed = False
-            for p in sorted(live & set(self.held)):
-                if not self._lock.acquire(timeout=remaining):
-                    return
-                try:
-                    progressed |= self._apply_available(p)
-                except (LogUnavailableError, OperationTimeoutError) as exc:
-                    log.warning("closing %s: cannot apply for now: %s", self.topics.data, exc)
-                except KafkaKVError:
-                    return
-                finally:
-                    self._lock.release()
-            if self._pending and not progressed:
-                machines = self.machines
-                waiting = {(ops, p): machines[p].applied for p in live if p in machines}
-                self.log.wait_any(waiting, min(max(0.0, remaining), STALL_RETRY))
 
     @property
     def undelivered(self) -> int:

@@ -7,7 +7,9 @@ append and one read, no hand-off to another thread. An async update takes one of
 batches with one pipelined send per partition (queued ``put_async`` pairs gathered into
 ``WRITE_MANY`` records, :func:`~kafkakv.map.sender.records_of`). Each update is pending by its
 number (``seq``, see :mod:`kafkakv.map.dedup`) in :attr:`Updates.pending` until the applier
-resolves its future; an update that could not be sent fails at once and frees its slot.
+resolves its future; an update that could not be sent fails at once and frees its slot. On
+close, :meth:`Updates.drain` hands what is queued to the log and applies until every pending
+update resolves, within a deadline; :meth:`Updates.fail_unresolved` fails the rest.
 
 What it needs of the replica is given to it: the read gate (open while nothing is closed,
 failed or stalled: the common case costs one attribute), the checks to raise otherwise, the
@@ -20,16 +22,24 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NoReturn
 
-from kafkakv.errors import ClosedError, DecodeError, OperationTimeoutError, RecordTooLargeError
+from kafkakv.errors import (
+    ClosedError,
+    DecodeError,
+    KafkaKVError,
+    LogUnavailableError,
+    OperationTimeoutError,
+    RecordTooLargeError,
+)
 from kafkakv.log.base import Log, Record, left, new_tuple
 from kafkakv.map.dedup import numbering
+from kafkakv.map.follower import STALL_RETRY
 from kafkakv.map.futures import BatchFuture, BatchPart, OpFuture, PutGroup
 from kafkakv.map.keyspace import RESERVED_KEYS, check_update_key
-from kafkakv.map.machine import MapState
+from kafkakv.map.machine import MapState, PartitionMachine
 from kafkakv.map.ops import (
     PAIR_SLACK,
     Op,
@@ -152,6 +162,44 @@ class Updates:
                     future.resolve(exception=unknown)
                     failed += 1
         return failed
+
+    def drain(
+        self,
+        deadline: float,
+        sender_alive: Callable[[], bool],
+        machines: Mapping[int, PartitionMachine],
+        stalled: Container[int],
+        apply: Callable[[int], bool],
+        failed: Callable[[], bool],
+    ) -> None:
+        """On close, before the sender stops: hand every queued update to the log, then apply
+        until every pending update is resolved, or ``deadline``, or ``failed()``. ``machines``
+        are the held partitions' (an update of a ``stalled`` one is not waited for);
+        ``apply(p)`` applies what the log has of partition ``p`` (True if anything was),
+        under the replica lock, which it takes here. The replica's threads still run."""
+        if not self.sender.drain(deadline, sender_alive) and sender_alive():
+            return  # out of time
+        pending, ops = self.pending, self._ops
+        while pending and not failed():
+            live = {f.partition for f in list(pending.values()) if f.partition not in stalled}
+            remaining = deadline - time.monotonic()
+            if not live or remaining <= 0:
+                return
+            progressed = False
+            for p in sorted(p for p in live if p in machines):
+                if not self._lock.acquire(timeout=remaining):
+                    return
+                try:
+                    progressed |= apply(p)
+                except (LogUnavailableError, OperationTimeoutError) as exc:
+                    log.warning("closing a replica of %s: cannot apply for now: %s", ops, exc)
+                except KafkaKVError:
+                    return
+                finally:
+                    self._lock.release()
+            if pending and not progressed:
+                waiting = {(ops, p): machines[p].applied for p in live if p in machines}
+                self._log.wait_any(waiting, min(max(0.0, remaining), STALL_RETRY))
 
     def pending_updates(self) -> list[OpFuture]:
         """This replica's updates not resolved yet (a snapshot): the queued puts, then the
