@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 
 from kafkakv.errors import OperationTimeoutError
 from kafkakv.log.base import Log, Record, left
@@ -103,12 +103,11 @@ class SharedBarriers:
 class Barriers:
     """A replica's barriers over ``ops``: see the module docstring.
 
-    ``mode`` is the map's ``barriers`` setting, ``"auto"`` resolved by ``offset_barriers``
-    (the log's end offset is linearizable). What it needs of the replica: its ``machines``
-    (their applied positions), ``apply_until`` (the engine's), ``append`` (the log's append,
-    as the replica's own appends: the caller applies them), ``check_usable`` (raises once the
-    replica is closed), and its ``keyspace``. ``end_watches`` (one per partition, or None)
-    are noted by each end-offset barrier (see :class:`~kafkakv.map.reads.PyEndWatch`)."""
+    ``mode`` is the map's ``barriers`` setting; ``"auto"`` is ``"offset"`` on a log whose end
+    offset is linearizable, ``"shared"`` elsewhere. What it needs of the replica: its
+    ``machines`` (their applied positions), ``apply_until`` (the engine's), ``append`` (the
+    log's append, as the replica's own appends: the caller applies them), ``check_usable``
+    (raises once the replica is closed), and its ``keyspace``."""
 
     def __init__(
         self,
@@ -116,20 +115,29 @@ class Barriers:
         ops: str,
         machines: Mapping[int, PartitionMachine],
         mode: str,
-        offset_barriers: bool,
         timeout: float,
         keyspace: KeySpace,
         apply_until: ApplyUntil,
         append: Callable[..., int],
         check_usable: Callable[[], None],
-        end_watches: Sequence[EndWatch] | None,
     ) -> None:
         self.log, self.ops, self.machines = log, ops, machines
-        self.mode = ("offset" if offset_barriers else "shared") if mode == "auto" else mode
-        self.offset_barriers = offset_barriers
+        #: sync() needs no barrier record: the log's end offset is authoritative.
+        self.offset_barriers = mode == "offset" or (
+            mode == "auto" and log.end_offset_is_linearizable
+        )
+        self.mode = ("offset" if self.offset_barriers else "shared") if mode == "auto" else mode
         self._timeout, self._keyspace = timeout, keyspace
         self._apply_until, self._append, self._check_usable = apply_until, append, check_usable
-        self._end_watches = end_watches
+        #: Where a linearizable read finds the replica at the log's end without asking the
+        #: log (see kafkakv.map.reads.PyEndWatch): one watch per partition, by number, when
+        #: the replica holds them all and barriers are end offsets, each noted by the
+        #: end-offset barriers of its partition; None otherwise (each read then catches up).
+        self.end_watches: tuple[EndWatch, ...] | None = (
+            tuple(EndWatch(machines[p]) for p in range(keyspace.count))
+            if self.offset_barriers and len(machines) == keyspace.count
+            else None
+        )
         self.shared = SharedBarriers(machines)
 
     def sync(self, partitions: Iterable[int], timeout: float | None) -> None:
@@ -158,7 +166,7 @@ class Barriers:
     def apply_to_end(self, p: int, deadline: float | None) -> None:
         """An end-offset barrier: apply ``p`` up to the log's end offset now (None: within the
         map's timeout from when there is something to apply)."""
-        watch = None if self._end_watches is None else self._end_watches[p]
+        watch = None if self.end_watches is None else self.end_watches[p]
         mark = None if watch is None else self.log.end_mark(self.ops, p)
         if mark is not None:
             end = mark.end

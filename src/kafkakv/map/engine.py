@@ -75,7 +75,7 @@ from kafkakv.map.ops import (
     Op,
     OpCode,
 )
-from kafkakv.map.reads import EndWatch, ReadGate
+from kafkakv.map.reads import ReadGate
 from kafkakv.map.reaper import Reaper
 from kafkakv.map.replicalock import ReplicaLock
 from kafkakv.map.settings import MapSettings
@@ -141,10 +141,6 @@ class ReplicaEngine:
         # applies a step of its own, whose events run after the ones before them.
         self._events: collections.deque[tuple[int, Any, Any]] = collections.deque()
         self.errors = ErrorLog()
-        #: sync() needs no barrier record: the log's end offset is authoritative.
-        offset_barriers = settings.barriers == "offset" or (
-            settings.barriers == "auto" and log.end_offset_is_linearizable
-        )
         self._closed = False  # close() began: no new updates; what is in flight drains
         self._stopped = False  # the threads stop, nothing more is applied
         self._disowned = False  # inherited through fork: see disown
@@ -155,15 +151,6 @@ class ReplicaEngine:
         #: Open while a local read may skip every check (open, not failed, nothing stalled);
         #: see _checks_changed. Every map of this engine reads it (kafkakv.map.reads).
         self.read_gate = ReadGate()
-        #: Where a linearizable read finds the replica at the log's end without asking the log
-        #: (see kafkakv.map.reads.PyEndWatch): one watch per partition, by number, when the
-        #: replica holds them all and barriers are end offsets. Each is noted by _apply_to_end
-        #: of its partition; None otherwise (each read then catches up).
-        self.end_watches: tuple[EndWatch, ...] | None = (
-            tuple(EndWatch(self.machines[p]) for p in range(self.partition_count))
-            if offset_barriers and len(self.machines) == self.partition_count
-            else None
-        )
         self._threads: list[threading.Thread] = []
         #: The update path (kafkakv.map.updates): its outbox, pending futures and slots.
         self.updates = updates = Updates(
@@ -191,15 +178,14 @@ class ReplicaEngine:
             topics.ops,
             self.machines,
             settings.barriers,
-            offset_barriers,
             settings.timeout,
             self.keyspace,
             self.apply_until,
             self._own.append,
             self.check_usable,
-            self.end_watches,
         )
         self.sync, self.catch_up = self.barriers.sync, self.barriers.catch_up
+        self.end_watches = self.barriers.end_watches  # read by the maps' linearizable reads
         # -- the features beside the apply step, through the extension point (map.hooks)
         self.hooks = hooks = Hooks()
         #: The reaper of a map with expiry, and the log's clock as this replica can tell.
