@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import logging
 import os
 import threading
@@ -71,12 +70,9 @@ from kafkakv.map.machine import (
     Step,
     Tap,
 )
-from kafkakv.map.ops import (
-    Op,
-    OpCode,
-)
+from kafkakv.map.ops import Op
 from kafkakv.map.reads import ReadGate
-from kafkakv.map.reaper import Reaper
+from kafkakv.map.reaper import reaper_of
 from kafkakv.map.replicalock import ReplicaLock
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics
@@ -189,22 +185,10 @@ class ReplicaEngine:
         # -- the features beside the apply step, through the extension point (map.hooks)
         self.hooks = hooks = Hooks()
         #: The reaper of a map with expiry, and the log's clock as this replica can tell.
-        self.reaper = Reaper(
-            log,
-            topics.ops,
-            self.held,
-            self.table,
-            self._lock,
-            self.partition_of,
-            self._propose_expire,
-            settings.timeout,
-        )
+        self.reaper = reaper_of(self, hooks)
         self.log_clock = self.reaper.log_clock
         self.log_now, self.read_now = self.reaper.log_now, self.reaper.read_now
-        if settings.expiry:
-            self.reaper.register(hooks)
-        hooks.started.append(functools.partial(metrics.track, self))
-        hooks.closing.append(functools.partial(metrics.forget, self))
+        metrics.register(self, hooks)
         self._observers = hooks.steps  # the same list: a feature may register later
         self.flusher = Flusher(
             log,
@@ -574,10 +558,6 @@ class ReplicaEngine:
         self._checks_changed()
         with self._lock:
             self.updates.fail_pending(list(self._pending), exc)
-
-    def _propose_expire(self, deadline: int, key: bytes, p: int) -> None:
-        """The reaper's proposal: an async ``EXPIRE`` of record key ``key`` at ``deadline``."""
-        self.submit(None, OpCode.EXPIRE, key, p, (deadline,), False)
 
     def _applied_to_end(self, p: int, deadline: float) -> None:
         machine = self.machines[p]

@@ -2,7 +2,8 @@
 registers, instead of adding branches to the engine.
 
 A feature is a module of its own (expiry's :mod:`kafkakv.map.reaper`, :mod:`kafkakv.map.metrics`)
-that the engine builds when the map's settings ask for it and that registers callables here:
+whose builder (``reaper_of``, ``metrics.register``) the engine calls with itself and its hooks,
+and which registers callables here when the map's settings ask for it:
 
 * ``steps``: ``observer(p, step)`` after each :class:`~kafkakv.map.machine.Step` of partition
   ``p`` is written to the stores and its position published, before futures resolve and

@@ -45,6 +45,7 @@ opens; serve it with :func:`kafkakv.metrics.serve`.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
 import threading
@@ -66,10 +67,19 @@ from kafkakv.log.base import Log
 
 if TYPE_CHECKING:
     from kafkakv.errors import PartitionStalledError
+    from kafkakv.map.hooks import Hooks
     from kafkakv.map.machine import ErrorLog, MapState, PartitionMachine
     from kafkakv.map.topics import MapTopics
 
-__all__ = ["FLUSH_BUCKETS", "SCRAPE_WAIT", "FlushTimes", "Reported", "forget", "track"]
+__all__ = [
+    "FLUSH_BUCKETS",
+    "SCRAPE_WAIT",
+    "FlushTimes",
+    "Reported",
+    "forget",
+    "register",
+    "track",
+]
 
 log = logging.getLogger("kafkakv.map")
 
@@ -181,6 +191,13 @@ class Reported(Protocol):
 _engines: weakref.WeakKeyDictionary[Reported, _EndOffsets] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 _registered = False
+
+
+def register(engine: Reported, hooks: Hooks) -> None:
+    """Report ``engine``'s maps once it is open (``hooks.started``) until it closes
+    (``hooks.closing``)."""
+    hooks.started.append(functools.partial(track, engine))
+    hooks.closing.append(functools.partial(forget, engine))
 
 
 def track(engine: Reported) -> None:

@@ -23,15 +23,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from kafkakv.errors import KafkaKVError
 from kafkakv.log.base import Log, Record, left
 from kafkakv.map.hooks import Hooks
 from kafkakv.map.logclock import LogClock
-from kafkakv.map.machine import MapTable, Step
-from kafkakv.map.ops import BARRIER_VALUE
+from kafkakv.map.machine import MapState, MapTable, Step
+from kafkakv.map.ops import BARRIER_VALUE, OpCode
+from kafkakv.map.settings import MapSettings
+from kafkakv.map.topics import MapTopics
 
-__all__ = ["Reaper"]
+__all__ = ["Reaper", "Replica", "reaper_of"]
 
 log = logging.getLogger("kafkakv.map")
 
@@ -42,6 +45,63 @@ _REAP_JITTER = 0.05  # it waits up to this long after a deadline (fewer duplicat
 #: Append an ``EXPIRE`` op: ``propose(deadline, record key, partition)``; raises KafkaKVError
 #: when it cannot (closing, too many updates in flight).
 Propose = Callable[[int, bytes, int], None]
+
+
+class Replica(Protocol):
+    """What :func:`reaper_of` needs of the replica it reaps for (the engine is one)."""
+
+    @property
+    def log(self) -> Log: ...
+
+    @property
+    def topics(self) -> MapTopics: ...
+
+    @property
+    def held(self) -> Sequence[int]: ...
+
+    @property
+    def table(self) -> MapTable: ...
+
+    @property
+    def settings(self) -> MapSettings: ...
+
+    def paused(self) -> AbstractContextManager[bool]: ...
+
+    def partition_of(self, record_key: bytes) -> int: ...
+
+    def submit(
+        self,
+        state: MapState | None,
+        code: OpCode,
+        record_key: bytes,
+        p: int,
+        args: Sequence[Any],
+        wait: bool,
+    ) -> object: ...
+
+
+def reaper_of(replica: Replica, hooks: Hooks) -> Reaper:
+    """The reaper of ``replica``, and the log's clock as it can tell: registered with the
+    replica's ``hooks`` when its maps have expiry, unregistered (a clock that reads go by,
+    nothing reaped) otherwise. It proposes each key as an async ``EXPIRE`` update."""
+
+    def propose(deadline: int, key: bytes, p: int) -> None:
+        replica.submit(None, OpCode.EXPIRE, key, p, (deadline,), False)
+
+    settings = replica.settings
+    reaper = Reaper(
+        replica.log,
+        replica.topics.ops,
+        replica.held,
+        replica.table,
+        replica.paused(),
+        replica.partition_of,
+        propose,
+        settings.timeout,
+    )
+    if settings.expiry:
+        reaper.register(hooks)
+    return reaper
 
 
 class Reaper:
