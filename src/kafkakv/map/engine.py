@@ -18,12 +18,15 @@ reads records, hands them to the machine, and carries its steps out:
   the follower applies updates made elsewhere; barriers (:mod:`kafkakv.map.barriers`) apply
   up to a point;
 * **flush** when a step says one is due (:mod:`kafkakv.map.flusher`);
-* **close**: stop taking updates, drain what is in flight, stop the threads, close the stores.
+* **close**: stop taking updates, drain what is in flight
+  (:meth:`~kafkakv.map.updates.Updates.drain`), stop the threads, close the stores.
 
 Features that watch or extend the apply step (expiry's reaper and the log's clock, metrics) are
-modules of their own registered with one extension point, :class:`~kafkakv.map.hooks.Hooks`
-(step observers, bootstrap and flush hooks, threads, lifecycle); the change feed and listeners
-hear each change through the map's taps and listeners (:mod:`kafkakv.map.listeners`).
+modules of their own, built by their own functions and registered with one extension point,
+:class:`~kafkakv.map.hooks.Hooks` (step observers, bootstrap and flush hooks, threads,
+lifecycle); the change feed and listeners hear each change through the map's taps and
+listeners (:mod:`kafkakv.map.listeners`). An engine never started, filled from the log, is a
+reference replica (:mod:`kafkakv.map.reference`).
 
 Locks: ``_lock`` (re-entrant) guards the stores and the machines, and is held while observers,
 listeners and future callbacks run, so they see changes in log order. The barrier groups and
