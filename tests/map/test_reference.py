@@ -1,0 +1,44 @@
+"""A reference replica (kafkakv.map.reference): loaded from the data topic alone, then the ops
+replayed up to a given offset and no further, through the engine's own apply step."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafkakv.map.machine import MapState
+from kafkakv.map.reference import rebuild, reference, replay
+from kafkakv.store.memory import DictStore
+from tests.map.conftest import OpenMap
+
+
+@pytest.mark.parametrize("store_kind", ["dict"])
+def test_a_reference_replica_is_the_flushed_data_then_the_ops_up_to_its_stop(
+    open_map: OpenMap,
+) -> None:
+    m = open_map(partitions=1)
+    for k in "abcde":
+        m.put(k, k.upper())
+    m.flush()
+    m.put("f", "F")
+    m.put("b", "B2")
+    m.remove("a")
+    engine, state = m._engine, m._state
+    end = engine.positions()[0].applied
+    record_key = {k: state.prefix + state.keys.encode(k) for k in "abcdef"}
+    mirror = MapState(state.name, state.prefix, state.keys, state.values, DictStore())
+    ref = reference(engine, mirror)
+    try:
+        flushed = rebuild(ref, 0)
+        assert ref.positions()[0].applied == flushed + 1  # the ops after the flush point next
+        assert sorted(mirror.store) == [state.keys.encode(k) for k in "abcde"]
+        # Every op but the last (the remove of "a"): applied, and named by the keys returned.
+        assert replay(ref, 0, end - 1) == {record_key["f"], record_key["b"]}
+        assert ref.positions()[0].applied == end - 1
+        assert mirror.store.get(state.keys.encode("a")) is not None
+        # The last one: the reference now holds what the replica holds.
+        assert replay(ref, 0, end) == {record_key["a"]}
+        assert ref.positions()[0].applied == end
+        assert dict(mirror.store.items()) == dict(state.store.items())
+        assert replay(ref, 0, end) == set()  # at its stop already: nothing read
+    finally:
+        ref.close()
