@@ -563,6 +563,8 @@ class ReplicaEngine:
             self.updates.fail_pending(list(self._pending), exc)
 
     def _applied_to_end(self, p: int, deadline: float) -> None:
+        """Open, after ``p``'s bootstrap: apply its ops up to the log's end offset now (one
+        offsets query, then reads of 5000 ops), and store the positions. Lock held."""
         machine = self.machines[p]
         end = self.log.end_offset(self.topics.ops, p)
         if end > machine.applied:
