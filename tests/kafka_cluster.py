@@ -5,6 +5,9 @@ nothing), stopped at the end of the session whatever the tests did:
 
 - ``kafka_cluster``: 3 brokers, bootstrap ``127.0.0.1:11092,127.0.0.1:21092,127.0.0.1:31092``
   (replication factor 3, min.insync.replicas 2 by default).
+- ``kafka_faults``: 3 brokers for the tests that stop, kill or pause them: ``kafka_cluster``
+  itself in a plain run; on an xdist worker, where ``kafka_cluster`` is one cluster that every
+  worker shares at once (:mod:`tests.shared_cluster`), a cluster of the worker's own.
 - ``kafka_single``: 1 broker on ``127.0.0.1:15092``, which also takes SASL/PLAIN clients
   (``SASL_USER`` / ``SASL_PASSWORD``) on ``127.0.0.1:15094`` (``sasl_bootstrap``) and TLS
   clients on ``127.0.0.1:15095`` (``tls_bootstrap``, trusting ``tls_ca_location``).
@@ -55,7 +58,14 @@ from confluent_kafka.admin import NewTopic
 from kafkakv.dev import Cluster, DevCluster, ExternalCluster
 from kafkakv.dev.hosts import Hosts
 from kafkakv.errors import KafkaKVError
-from tests.parallel import WORKER_PORT_STEP, worker_index
+from tests.parallel import (
+    EXTERNAL_ENV,
+    PORT_OFFSET_ENV,
+    WORKER_PORT_STEP,
+    shared_folder,
+    worker_index,
+)
+from tests.shared_cluster import attach
 
 __all__ = [
     "HOST_NAMES",
@@ -66,6 +76,7 @@ __all__ = [
     "host_network",
     "hosts_cluster",
     "kafka_cluster",
+    "kafka_faults",
     "kafka_single",
     "port_offset",
     "unique_topic",
@@ -74,9 +85,10 @@ __all__ = [
 SASL_USER, SASL_PASSWORD = "kafkakv-test", "test-secret-17"
 """The one user of ``kafka_single``'s SASL/PLAIN listener."""
 
-EXTERNAL_ENV = "KAFKAKV_TEST_BOOTSTRAP"
-PORT_OFFSET_ENV = "KAFKAKV_TEST_PORT_OFFSET"
-_FIXTURES = frozenset({"kafka_cluster", "kafka_single", "hosts_cluster"})
+_FIXTURES = frozenset({"kafka_cluster", "kafka_faults", "kafka_single", "hosts_cluster"})
+_SHARED_START_S = 300.0
+"""How long a worker waits for the controller's shared cluster: the first run fetches its
+jars with Maven."""
 
 HOST_NAMES = ("b1", "b2", "b3", "c1", "c2", "ctl")
 """The hosts of ``host_network``: three for brokers, two for clients, one for the test."""
@@ -119,8 +131,30 @@ def _cluster(
 def kafka_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Cluster:
-    """Three brokers on 127.0.0.1:11092/21092/31092 for the whole session."""
-    return _cluster(request, tmp_path_factory, "kafka-cluster", brokers=3, base_port=11092)
+    """Three brokers on 127.0.0.1:11092/21092/31092 for the whole session. On an xdist
+    worker: the one cluster every worker shares (:mod:`tests.shared_cluster`), which takes no
+    fault calls; a test that stops, kills or pauses brokers takes ``kafka_faults``."""
+    folder = shared_folder(request.config)
+    if folder is None or os.environ.get(EXTERNAL_ENV):
+        return _cluster(request, tmp_path_factory, "kafka-cluster", brokers=3, base_port=11092)
+    try:
+        bootstrap = attach(folder, timeout=_SHARED_START_S)
+    except (RuntimeError, TimeoutError) as exc:
+        pytest.fail(f"the shared kafka-cluster Kafka cluster did not start: {exc}", pytrace=False)
+    return ExternalCluster(bootstrap)
+
+
+@pytest.fixture(scope="session")
+def kafka_faults(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Cluster:
+    """Three brokers that the test may stop, kill and pause (and must bring back): outside
+    xdist ``kafka_cluster`` itself; on an xdist worker, a cluster of that worker's own, on its
+    ports, so that no other worker's tests see the faults."""
+    if shared_folder(request.config) is None or os.environ.get(EXTERNAL_ENV):
+        cluster: Cluster = request.getfixturevalue("kafka_cluster")
+        return cluster
+    return _cluster(request, tmp_path_factory, "kafka-faults", brokers=3, base_port=11092)
 
 
 @pytest.fixture(scope="session")

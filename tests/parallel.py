@@ -9,15 +9,18 @@ run on one worker, in collection order:
 
 - ``hosts``: the simulated hosts (``host_network``, ``hosts_cluster``): a second 3-broker
   cluster and its namespaces;
-- ``kafka``: the 3-broker test cluster (``kafka_cluster``, also every test parametrized with
-  the ``kafka`` backend) and the 1-broker ``kafka_single``; the fault tests stop and start
-  its brokers, which only the tests of one worker may see. The map suite's Kafka tests
-  (``tests/map/``), the largest share, are a group of their own, ``kafka-map``: their worker
-  starts a second cluster, and the two halves run side by side;
+- ``kafka-faults``: the tests that stop, kill or pause brokers (``kafka_faults``), on a
+  cluster of their worker's own that only they may see;
+- ``kafka-single``: the 1-broker cluster with SASL and TLS listeners (``kafka_single``);
 - ``spark``: the Spark session and the PostgreSQL server of the pipeline tests;
 - ``module:<path>``: the tests of a module with a module-scoped fixture (a browser, a
   server, a built checker), which is then made once;
 - the name of an ``xdist_group`` mark, for a test that carries one.
+
+The tests that only use the 3-broker ``kafka_cluster`` (every test parametrized with the
+``kafka`` backend too), the largest share of the suite, belong to no group: they all share
+one cluster, which the controller starts when a worker first asks for it
+(:mod:`tests.shared_cluster`), and run on every worker at once.
 
 The rest go one by one to whichever worker is free, the biggest groups first.
 
@@ -45,18 +48,30 @@ from typing import Any
 
 import pytest
 
-__all__ = ["WORKER_PORT_STEP", "group_of", "worker_index"]
+from tests.shared_cluster import SharedCluster
+
+__all__ = ["SHARED_SLOT", "WORKER_PORT_STEP", "group_of", "shared_folder", "worker_index"]
+
+BASE_PORT = 11092
+"""The first port of the 3-broker test cluster (``kafka_cluster``) before any offset."""
+EXTERNAL_ENV = "KAFKAKV_TEST_BOOTSTRAP"
+PORT_OFFSET_ENV = "KAFKAKV_TEST_PORT_OFFSET"
 
 WORKER_PORT_STEP = 10
 """The Kafka ports of worker ``gwN`` are the session's plus ``N * WORKER_PORT_STEP``: above
-the 4 ports ``kafka_single`` takes from its base. Two concurrent sessions need offsets
-(``KAFKAKV_TEST_PORT_OFFSET``) at least ``workers * WORKER_PORT_STEP`` apart."""
+the 4 ports ``kafka_single`` takes from its base. The controller's shared cluster takes the
+slot :data:`SHARED_SLOT`. Two concurrent sessions need offsets (``KAFKAKV_TEST_PORT_OFFSET``)
+at least ``(SHARED_SLOT + 1) * WORKER_PORT_STEP`` (100) apart."""
+
+SHARED_SLOT = 9
+"""The port slot of the controller's shared cluster, past the workers' (at most 9: gw0-gw8)."""
 
 _HOSTS = frozenset({"host_network", "hosts_cluster"})
-_KAFKA = frozenset({"kafka_cluster", "kafka_single"})
 _SPARK = frozenset({"spark", "postgres"})
+_FOLDER_KEY = "kafkakv_folder"
 _GROUPS_KEY = "kafkakv_groups"
-_groups_dir = pytest.StashKey[Path]()
+_folder = pytest.StashKey[Path]()
+_shared = pytest.StashKey[SharedCluster]()
 
 
 def worker_index(config: pytest.Config) -> int:
@@ -74,11 +89,12 @@ def group_of(item: pytest.Item) -> str | None:
     if mark is not None:
         return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
     names = set(getattr(item, "fixturenames", ()))
-    callspec = getattr(item, "callspec", None)
     if names & _HOSTS:
         return "hosts"
-    if names & _KAFKA or (callspec is not None and "kafka" in callspec.params.values()):
-        return "kafka-map" if item.nodeid.startswith("tests/map/") else "kafka"
+    if "kafka_faults" in names:
+        return "kafka-faults"
+    if "kafka_single" in names:
+        return "kafka-single"
     if names & _SPARK:
         return "spark"
     info = getattr(item, "_fixtureinfo", None)
@@ -103,9 +119,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     groups = {item.nodeid: group for item in items if (group := group_of(item)) is not None}
     folder = Path(workerinput[_GROUPS_KEY])
-    partial = folder / f"{workerinput['workerid']}.partial"
+    partial = folder / f"groups-{workerinput['workerid']}.partial"
     partial.write_text(json.dumps(groups), encoding="utf-8")
-    os.replace(partial, folder / f"{workerinput['workerid']}.json")
+    os.replace(partial, folder / f"groups-{workerinput['workerid']}.json")
+
+
+def shared_folder(config: pytest.Config) -> Path | None:
+    """On an xdist worker: the folder it shares with the controller (groups, the shared
+    cluster); ``None`` outside xdist."""
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None or _FOLDER_KEY not in workerinput:
+        return None
+    return Path(workerinput[_FOLDER_KEY])
 
 
 def _loadgroup(config: pytest.Config) -> bool:
@@ -114,13 +139,19 @@ def _loadgroup(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """On the controller: tell each worker where to write its groups."""
+    """On the controller: give each worker the shared folder, where it writes its groups (a
+    ``loadgroup`` run) and asks for the shared cluster, which this starts on first use."""
     config: pytest.Config = node.config
-    if not _loadgroup(config):
-        return
-    if _groups_dir not in config.stash:
-        config.stash[_groups_dir] = Path(tempfile.mkdtemp(prefix="kafkakv-xdist-groups-"))
-    node.workerinput[_GROUPS_KEY] = str(config.stash[_groups_dir])
+    if _folder not in config.stash:
+        folder = Path(tempfile.mkdtemp(prefix="kafkakv-xdist-"))
+        config.stash[_folder] = folder
+        if not os.environ.get(EXTERNAL_ENV):
+            offset = int(os.environ.get(PORT_OFFSET_ENV) or 0)
+            base = BASE_PORT + offset + SHARED_SLOT * WORKER_PORT_STEP
+            config.stash[_shared] = SharedCluster(folder, base)
+    node.workerinput[_FOLDER_KEY] = str(config.stash[_folder])
+    if _loadgroup(config):
+        node.workerinput[_GROUPS_KEY] = str(config.stash[_folder])
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -139,8 +170,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def schedule(self) -> None:
             if self.groups is None:
                 self.groups = {}
-                folder = config.stash.get(_groups_dir, None)
-                for path in sorted(folder.glob("*.json")) if folder is not None else ():
+                folder = config.stash.get(_folder, None)
+                for path in sorted(folder.glob("groups-*.json")) if folder is not None else ():
                     self.groups = json.loads(path.read_text(encoding="utf-8"))
                     break
             super().schedule()
@@ -153,6 +184,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    folder = config.stash.get(_groups_dir, None)
+    shared = config.stash.get(_shared, None)
+    if shared is not None:
+        shared.close()
+    folder = config.stash.get(_folder, None)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)

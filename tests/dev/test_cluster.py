@@ -73,14 +73,14 @@ def _consume(cluster: Cluster, topic: str, count: int, timeout: float = 30.0) ->
 
 
 def test_all_three_brokers_are_in_the_metadata(
-    kafka_cluster: Cluster, request: pytest.FixtureRequest
+    kafka_faults: Cluster, request: pytest.FixtureRequest
 ) -> None:
-    if not isinstance(kafka_cluster, DevCluster):
+    if not isinstance(kafka_faults, DevCluster):
         pytest.skip("checks the harness cluster's own ports")
     offset = port_offset(request.config)
     ports = [11092 + offset, 21092 + offset, 31092 + offset]
-    assert kafka_cluster.bootstrap == ",".join(f"127.0.0.1:{p}" for p in ports)
-    brokers = kafka_cluster.admin().list_topics(timeout=10).brokers
+    assert kafka_faults.bootstrap == ",".join(f"127.0.0.1:{p}" for p in ports)
+    brokers = kafka_faults.admin().list_topics(timeout=10).brokers
     # confluent-kafka's BrokerMetadata declares host as None (its __init__ sets it so).
     assert {b.id: (b.host, b.port) for b in brokers.values()} == {  # type: ignore[comparison-overlap]
         1: ("127.0.0.1", ports[0]),
@@ -89,14 +89,14 @@ def test_all_three_brokers_are_in_the_metadata(
     }
 
 
-def test_produce_and_consume_round_trip(kafka_cluster: Cluster) -> None:
+def test_produce_and_consume_round_trip(kafka_faults: Cluster) -> None:
     topic = unique_topic()
-    create_topic(kafka_cluster, topic, partitions=3)
+    create_topic(kafka_faults, topic, partitions=3)
     for i in range(10):
-        assert _produce(kafka_cluster, topic, f"v{i}".encode(), 30_000) is None
-    values = sorted(m.value() or b"" for m in _consume(kafka_cluster, topic, 10))
+        assert _produce(kafka_faults, topic, f"v{i}".encode(), 30_000) is None
+    values = sorted(m.value() or b"" for m in _consume(kafka_faults, topic, 10))
     assert values == sorted(f"v{i}".encode() for i in range(10))
-    replicas = {p: len(m.replicas) for p, m in kafka_cluster.partitions(topic).items()}
+    replicas = {p: len(m.replicas) for p, m in kafka_faults.partitions(topic).items()}
     assert replicas == {0: 3, 1: 3, 2: 3}
 
 
@@ -112,8 +112,8 @@ def _restart_afterwards(cluster: Cluster) -> Iterator[list[int]]:
                 cluster.start_node(node_id)
 
 
-def test_leader_failover_then_min_insync_refuses_then_recovery(kafka_cluster: Cluster) -> None:
-    cluster = kafka_cluster
+def test_leader_failover_then_min_insync_refuses_then_recovery(kafka_faults: Cluster) -> None:
+    cluster = kafka_faults
     topic = unique_topic()
     create_topic(cluster, topic, replication=3, config={"min.insync.replicas": "2"})
     assert _produce(cluster, topic, b"before", 30_000) is None
@@ -144,14 +144,14 @@ def test_leader_failover_then_min_insync_refuses_then_recovery(kafka_cluster: Cl
     assert values[:2] == [b"before", b"one down"] and values[-1] == b"all back"
 
 
-def test_graceful_stop_and_start_of_one_node(kafka_cluster: Cluster) -> None:
-    with _restart_afterwards(kafka_cluster) as stopped:
-        kafka_cluster.stop_node(3)
+def test_graceful_stop_and_start_of_one_node(kafka_faults: Cluster) -> None:
+    with _restart_afterwards(kafka_faults) as stopped:
+        kafka_faults.stop_node(3)
         stopped.append(3)
-        assert not kafka_cluster.is_running(3)
-        kafka_cluster.start_node(3)
-        assert kafka_cluster.is_running(3)
-    assert 3 in kafka_cluster.admin().list_topics(timeout=10).brokers
+        assert not kafka_faults.is_running(3)
+        kafka_faults.start_node(3)
+        assert kafka_faults.is_running(3)
+    assert 3 in kafka_faults.admin().list_topics(timeout=10).brokers
 
 
 def test_single_broker_fixture_uses_replication_factor_one(kafka_single: Cluster) -> None:
@@ -162,11 +162,11 @@ def test_single_broker_fixture_uses_replication_factor_one(kafka_single: Cluster
 
 
 def test_ports_in_use_are_refused_before_anything_starts(
-    kafka_cluster: Cluster, tmp_path: Path
+    kafka_faults: Cluster, tmp_path: Path
 ) -> None:
-    if not isinstance(kafka_cluster, DevCluster):
+    if not isinstance(kafka_faults, DevCluster):
         pytest.skip("needs the harness cluster holding its ports")
-    taken = kafka_cluster.layout.base_port
+    taken = kafka_faults.layout.base_port
     other = DevCluster(1, base_port=taken, state_dir=tmp_path)
     with pytest.raises(ClusterError, match=rf"{taken}.*in use"):
         other.start()

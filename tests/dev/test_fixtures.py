@@ -50,12 +50,12 @@ def test_a_cluster_that_cannot_start_fails_the_tests_and_never_skips(tmp_path: P
 
 @pytest.mark.kafka
 def test_external_cluster_runs_tests_but_refuses_faults(
-    kafka_cluster: Cluster, tmp_path: Path
+    kafka_faults: Cluster, tmp_path: Path
 ) -> None:
-    env = dict(os.environ, KAFKAKV_TEST_BOOTSTRAP=kafka_cluster.bootstrap)
+    env = dict(os.environ, KAFKAKV_TEST_BOOTSTRAP=kafka_faults.bootstrap)
     done = _inner_pytest(tmp_path, env)
     out = done.stdout
     assert "1 failed, 1 passed" in out, out
     assert "PASSED" in out and "::test_brokers_answer" in out
     assert "offers no fault injection" in out and "KAFKAKV_TEST_BOOTSTRAP" in out
-    assert kafka_cluster.is_running(1)
+    assert kafka_faults.is_running(1)

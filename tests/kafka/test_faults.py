@@ -51,9 +51,9 @@ def _report(reports: Any) -> tuple[Any, ...]:
 
 
 def test_kill_9_of_the_leader_under_load_loses_no_acknowledged_update(
-    kafka_cluster: Cluster,
+    kafka_faults: Cluster,
 ) -> None:
-    url = "kafka://" + kafka_cluster.bootstrap
+    url = "kafka://" + kafka_faults.bootstrap
     name = _name()
     with kafkakv.connect(url, timeout=15) as db:
         db.map(name, value_codec="json")  # creates the topics
@@ -76,10 +76,10 @@ def test_kill_9_of_the_leader_under_load_loses_no_acknowledged_update(
             message = _report(reports)
             assert message[0] == "open", message
         time.sleep(3)
-        leader = kafka_cluster.leader(ops, 0)
-        kafka_cluster.kill(leader)
+        leader = kafka_faults.leader(ops, 0)
+        kafka_faults.kill(leader)
         killed.append(leader)
-        new_leader = kafka_cluster.wait_leader(ops, 0, exclude=[leader], timeout=30)
+        new_leader = kafka_faults.wait_leader(ops, 0, exclude=[leader], timeout=30)
         assert new_leader != leader
         for kind, into in (("written", acked), ("state", states)):
             for _ in writers:
@@ -93,7 +93,7 @@ def test_kill_9_of_the_leader_under_load_loses_no_acknowledged_update(
             w.join(timeout=30)
             if w.is_alive():
                 w.kill()
-        _restore(kafka_cluster, killed, ops)
+        _restore(kafka_faults, killed, ops)
     # Every writer was busy around the kill (most acknowledgements come in the 4 s before it;
     # on a loaded 2-core machine that is a few dozen sync puts per writer).
     assert all(len(keys) > 20 for keys in acked.values()), {w: len(k) for w, k in acked.items()}
@@ -108,21 +108,21 @@ def test_kill_9_of_the_leader_under_load_loses_no_acknowledged_update(
 
 
 def test_two_brokers_down_writes_fail_in_time_reads_answer_then_writes_resume(
-    kafka_cluster: Cluster,
+    kafka_faults: Cluster,
 ) -> None:
-    url = "kafka://" + kafka_cluster.bootstrap
+    url = "kafka://" + kafka_faults.bootstrap
     name = _name()
     with kafkakv.connect(url, timeout=6) as db:
         m = db.map(name, value_codec="json", timeout=6)
         m["before"] = 1
         ops = f"{name}_ops"
-        leader = kafka_cluster.leader(ops, 0)
-        down = [n for n in kafka_cluster.partitions(ops)[0].replicas if n != leader][:2]
+        leader = kafka_faults.leader(ops, 0)
+        down = [n for n in kafka_faults.partitions(ops)[0].replicas if n != leader][:2]
         # Keep the leader, stop two others: the leader is alive but alone in the ISR, and
         # min.insync.replicas=2 refuses writes.
         try:
             for node in down:
-                kafka_cluster.kill(node)
+                kafka_faults.kill(node)
             start = time.monotonic()
             with pytest.raises(KafkaKVError) as info:
                 m["during"] = 2
@@ -133,7 +133,7 @@ def test_two_brokers_down_writes_fail_in_time_reads_answer_then_writes_resume(
             assert m["before"] == 1  # local reads still answer
             assert "during" not in m or m["during"] == 2
         finally:
-            _restore(kafka_cluster, down, ops)
+            _restore(kafka_faults, down, ops)
         deadline = time.monotonic() + 60
         while True:  # the producer recovers by itself; no restart of anything
             try:
@@ -150,9 +150,9 @@ def test_two_brokers_down_writes_fail_in_time_reads_answer_then_writes_resume(
 
 
 def test_kill_9_inside_a_flush_transaction_shows_no_half_flush(
-    kafka_cluster: Cluster,
+    kafka_faults: Cluster,
 ) -> None:
-    url = "kafka://" + kafka_cluster.bootstrap
+    url = "kafka://" + kafka_faults.bootstrap
     name = _name()
     with kafkakv.connect(url, timeout=15) as db:
         db.map(name, value_codec="json")
@@ -202,9 +202,9 @@ abort markers' write)."""
 
 
 def test_a_writer_killed_inside_a_transaction_holds_readers_within_the_documented_bound(
-    kafka_cluster: Cluster,
+    kafka_faults: Cluster,
 ) -> None:
-    url = "kafka://" + kafka_cluster.bootstrap
+    url = "kafka://" + kafka_faults.bootstrap
     topic = _name()
     with kafkakv.connect(url, timeout=15) as db:
         log = db.log
@@ -234,7 +234,7 @@ def test_a_writer_killed_inside_a_transaction_holds_readers_within_the_documente
 
 
 def test_offsets_are_answered_soon_after_the_leader_is_killed_within_each_calls_timeout(
-    kafka_cluster: Cluster,
+    kafka_faults: Cluster,
 ) -> None:
     """The end offset (a linearizable read's barrier) comes from the partition's leader.
     After a kill -9 of that leader, the log's metadata client must learn the new one in
@@ -242,15 +242,15 @@ def test_offsets_are_answered_soon_after_the_leader_is_killed_within_each_calls_
     and no call may outlast its timeout while others queue for that client (the wait for it
     once came on top of the timeout)."""
     topic = unique_topic("offsets")
-    create_topic(kafka_cluster, topic)
+    create_topic(kafka_faults, topic)
     timeout = 8.0
-    log = KafkaLog(kafka_cluster.bootstrap, timeout=timeout)
+    log = KafkaLog(kafka_faults.bootstrap, timeout=timeout)
     calls: list[tuple[float, float, str]] = []  # (start after the kill, seconds, outcome)
     killed: list[int] = []
     try:
         assert log.end_offset(topic, 0) == 0
-        leader = kafka_cluster.leader(topic, 0)
-        kafka_cluster.kill(leader)
+        leader = kafka_faults.leader(topic, 0)
+        kafka_faults.kill(leader)
         killed.append(leader)
         at = time.monotonic()
         answered = threading.Event()
@@ -272,7 +272,7 @@ def test_offsets_are_answered_soon_after_the_leader_is_killed_within_each_calls_
             asker.join()
     finally:
         log.close()
-        _restore(kafka_cluster, killed, topic)
+        _restore(kafka_faults, killed, topic)
     slow = [c for c in calls if c[1] > timeout + 1.5]
     assert not slow, f"calls over their {timeout} s timeout: {slow}"
     answers = [start + took for start, took, outcome in calls if outcome == "0"]
@@ -280,27 +280,27 @@ def test_offsets_are_answered_soon_after_the_leader_is_killed_within_each_calls_
 
 
 def test_a_sync_by_end_offset_keeps_to_the_maps_timeout_while_the_leader_is_paused(
-    kafka_cluster: Cluster,
+    kafka_faults: Cluster,
 ) -> None:
     """``m.sync()`` with end-offset barriers asks the ops partition's leader for its end
     offset. With that leader stopped (SIGSTOP) the call gives up at the map's timeout, not the
     log's longer one (it asked with the log's: about 5 s here, until a new leader answered)."""
-    url = "kafka://" + kafka_cluster.bootstrap
+    url = "kafka://" + kafka_faults.bootstrap
     name = _name()
     ops = f"{name}_ops"
     with kafkakv.connect(url, timeout=30) as db:
         m = db.map(name, timeout=2, barriers="offset")
         m["a"] = 1
-        leader = kafka_cluster.leader(ops, 0)
-        kafka_cluster.kill(leader, signal.SIGSTOP)
+        leader = kafka_faults.leader(ops, 0)
+        kafka_faults.kill(leader, signal.SIGSTOP)
         try:
             started = time.monotonic()
             with pytest.raises(OperationTimeoutError, match=r"no answer within (2\.0|1\.9\d*) s"):
                 m.sync()
             took = time.monotonic() - started
         finally:
-            kafka_cluster.kill(leader, signal.SIGCONT)
+            kafka_faults.kill(leader, signal.SIGCONT)
         assert took < 2 + 1.0, f"sync() took {took:.2f} s with a map timeout of 2 s"
-        kafka_cluster.wait_in_sync(ops, timeout=90)
+        kafka_faults.wait_in_sync(ops, timeout=90)
         m.sync()  # the cluster whole again
         assert m["a"] == 1

@@ -131,6 +131,13 @@ def test_clients_on_two_hosts_stay_linearizable_and_lose_nothing_through_a_fault
         history = _run(
             url, tmp_path, procs, OPS, {"timeout": TIMEOUT_S}, False, during=during, within=within
         )
+        # Progress after the heal, waited for: the clients' workload may end first.
+        healed = struck["acked"]
+        wait_for(
+            lambda: sum(len(w.acked) for w in witnesses) > healed,
+            TIMEOUT_S + 20,
+            "a witness put acknowledged after the heal",
+        )
         for w in witnesses:
             w.finish()
         written = time.monotonic()
@@ -166,7 +173,6 @@ def test_clients_on_two_hosts_stay_linearizable_and_lose_nothing_through_a_fault
     for where, state in [*states.items(), ("fresh", fresh)]:
         lost = [k for k in acked if k not in state]
         assert not lost, f"acknowledged puts missing in the replica of {where}: {lost[:10]}"
-    assert len(acked) > struck["acked"], "no witness put was acknowledged after the heal"
 
 
 def _errors(ops: list[Op]) -> list[str]:

@@ -31,7 +31,9 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"memory://{name}"
         MemoryLog.drop(name)
     elif request.param == "kafka":
-        yield "kafka://" + request.getfixturevalue("kafka_cluster").bootstrap
+        # a test that injects faults reaches its own cluster (tests/kafka_cluster.py)
+        cluster = "kafka_faults" if "kafka_faults" in request.fixturenames else "kafka_cluster"
+        yield "kafka://" + request.getfixturevalue(cluster).bootstrap
     else:
         raise AssertionError(f"unknown backend {request.param}")  # pragma: no cover
 

@@ -344,7 +344,7 @@ def test_replicas_restarted_mid_run_on_persistent_stores_stay_linearizable(
 @pytest.mark.parametrize("target", ["kafka"], indirect=True)
 @pytest.mark.parametrize("fault", ["kill", "pause"])
 def test_a_leader_killed_or_paused_mid_run_leaves_a_linearizable_history(
-    lincheck: Path, clients: Any, kafka_cluster: Cluster, fault: str, tmp_path: Path
+    lincheck: Path, clients: Any, kafka_faults: Cluster, fault: str, tmp_path: Path
 ) -> None:
     """The broker leading the ops topic's partition 0 is killed (kill -9), or paused
     (SIGSTOP) for longer than the brokers' session timeout and then let go on: a deposed
@@ -359,24 +359,24 @@ def test_a_leader_killed_or_paused_mid_run_leaves_a_linearizable_history(
         nonlocal ops_topic
         ops_topic = f"{name}_ops"
         wait_for(lambda: _lines(tmp_path) >= 400, 120, "the clients' first 200 calls")
-        leader = kafka_cluster.leader(ops_topic, 0)
-        kafka_cluster.kill(leader, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        leader = kafka_faults.leader(ops_topic, 0)
+        kafka_faults.kill(leader, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
         hit.append(leader)
         at.append(time.monotonic_ns())
         if fault == "pause":
             time.sleep(8.0)  # twice broker.session.timeout.ms: it is fenced meanwhile
-            kafka_cluster.kill(leader, signal.SIGCONT)
+            kafka_faults.kill(leader, signal.SIGCONT)
 
     try:
         history = clients(300, {}, during=strike)
     finally:
         for node in hit:
             if fault == "pause":
-                kafka_cluster.kill(node, signal.SIGCONT)
-            elif not kafka_cluster.is_running(node):
-                kafka_cluster.start_node(node)
+                kafka_faults.kill(node, signal.SIGCONT)
+            elif not kafka_faults.is_running(node):
+                kafka_faults.start_node(node)
         if ops_topic:
-            kafka_cluster.wait_in_sync(ops_topic, timeout=90)
+            kafka_faults.wait_in_sync(ops_topic, timeout=90)
     assert hit
     before = [op for op in history if op.call < at[0]]
     after = [op for op in history if op.known and op.call > at[0]]

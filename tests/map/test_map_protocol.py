@@ -837,7 +837,8 @@ def test_close_drains_pending_async_updates_then_refuses_every_method(
         futures = [m.put_async(f"a{i}", i) for i in range(50)]
         m.close()
     assert [f.result(timeout=0) for f in futures] == [None] * 50
-    assert all(open_map()[f"a{i}"] == i for i in range(50))
+    other = open_map()
+    assert all(other[f"a{i}"] == i for i in range(50))
     calls: list[Callable[[], Any]] = [
         lambda: m["k"],
         lambda: m.get("k"),

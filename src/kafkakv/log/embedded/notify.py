@@ -45,6 +45,8 @@ _IN_ONLYDIR = 0x01000000
 _ONE_MODIFY = _IN_MODIFY.to_bytes(4, "little")  # the mask of a lone bell's ring, as read
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
+_CLOSE_LOOK_S = 0.1
+"""How often ``close()`` looks whether the reading waiter left, should its wake-up be lost."""
 _EVENT = struct.Struct("iIII")
 _POLL_S = 0.001
 _COALESCE_S = 0.0005  # events closer together than this are delivered together
@@ -294,7 +296,7 @@ class ChangeNotifier:
             deadline = time.monotonic() + 2
             self._sleepers += 1  # the reading waiter wakes this one as it leaves
             while self._reading and time.monotonic() < deadline:
-                self._cond.wait(0.1)
+                self._cond.wait(_CLOSE_LOOK_S)
             self._sleepers -= 1
             self._dirs.clear()
             self._bells.clear()

@@ -1,0 +1,88 @@
+"""The suite's own xdist plumbing: groups, and the Kafka cluster every worker shares."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.shared_cluster import READY, WANT, SharedCluster, attach
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_no_worker_asks_so_no_cluster_starts(tmp_path: Path) -> None:
+    shared = SharedCluster(tmp_path, base_port=11992)
+    time.sleep(0.5)
+    shared.close()
+    assert not (tmp_path / READY).exists() and not (tmp_path / "kafka-cluster").exists()
+
+
+def test_a_cluster_that_cannot_start_is_an_error_the_worker_reads(tmp_path: Path) -> None:
+    # a port of this session's that no cluster takes (the shared one starts at +90)
+    port = 11092 + int(os.environ.get("KAFKAKV_TEST_PORT_OFFSET") or 0) + 95
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        shared = SharedCluster(tmp_path, base_port=port)
+        try:
+            with pytest.raises(RuntimeError, match=rf"{port}.*in use"):
+                attach(tmp_path, timeout=60)
+            assert (tmp_path / WANT).exists()
+        finally:
+            shared.close()
+
+
+def test_a_worker_with_no_controller_gives_up_at_its_timeout(tmp_path: Path) -> None:
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="no Kafka cluster within 1 s"):
+        attach(tmp_path, timeout=1)
+    assert time.monotonic() - start < 3
+
+
+_INNER = """
+import os
+
+def test_a(kafka_cluster, worker_id):
+    with open(os.environ["OUT"], "a") as f:
+        f.write(f"{worker_id} {kafka_cluster.bootstrap}\\n")
+
+def test_b(kafka_cluster, worker_id):
+    test_a(kafka_cluster, worker_id)
+
+def test_c(kafka_cluster, worker_id):
+    kafka_cluster.kill(1)
+"""
+
+
+@pytest.mark.kafka
+def test_workers_share_one_cluster_that_takes_no_faults(tmp_path: Path) -> None:
+    """Two workers, one cluster (on the shared slot's ports); a fault call on it fails."""
+    (tmp_path / "test_inner.py").write_text(_INNER)
+    out = tmp_path / "out.txt"
+    offset = int(os.environ.get("KAFKAKV_TEST_PORT_OFFSET") or 0) + 50
+    env = dict(os.environ, OUT=str(out), KAFKAKV_TEST_PORT_OFFSET=str(offset))
+    env.pop("KAFKAKV_TEST_BOOTSTRAP", None)
+    plugins = ["-p", "tests.parallel", "-p", "tests.kafka_cluster", "-p", "no:cacheprovider"]
+    where = ["--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *plugins, "-q", "-n", "2", "--dist", "load", *where],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert "1 failed, 2 passed" in done.stdout, done.stdout + done.stderr
+    assert "offers no fault injection" in done.stdout
+    lines = [line.split() for line in out.read_text().splitlines()]
+    first = 11092 + offset + 90
+    assert {bootstrap for _, bootstrap in lines} == {
+        f"127.0.0.1:{first},127.0.0.1:{first + 10000},127.0.0.1:{first + 20000}"
+    }
