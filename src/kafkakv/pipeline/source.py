@@ -45,6 +45,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
 )
@@ -64,6 +66,14 @@ from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.partitions import partitions_for
+from kafkakv.pipeline.streaming import (
+    MapStreamReader,
+    MapStreamWriter,
+    StreamOptions,
+    change_schema,
+    is_stream_read,
+    sink_options,
+)
 
 __all__ = ["KafkaKVDataSource"]
 
@@ -85,6 +95,8 @@ class KafkaKVDataSource(DataSource):
         return SourceOptions.from_options(self.options)
 
     def schema(self) -> str:
+        if is_stream_read(self.options):  # readStream: kafkakv.pipeline.streaming
+            return change_schema(StreamOptions.from_options(self.options).source)
         opts = self._settings()
         return (
             f"key {spark_type(opts.key_codec)}, value {spark_type(opts.value_codec)}, "
@@ -104,6 +116,13 @@ class KafkaKVDataSource(DataSource):
         if missing:
             raise ConfigError(f"writing to kafkakv needs columns key and value; missing {missing}")
         return KafkaKVWriter(self._settings())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return MapStreamReader(StreamOptions.from_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        sink = KafkaKVDataSource(sink_options(self.options, overwrite))
+        return MapStreamWriter(sink.writer(schema, overwrite=False))
 
 
 class LogPartition(InputPartition):

@@ -1,0 +1,437 @@
+"""``spark.readStream.format("kafkakv")`` and ``df.writeStream.format("kafkakv")``: a map's
+change feed as a Structured Streaming source, and micro-batches applied to a map as a sink.
+
+**Reading.** A stream's offsets are change-feed cursors (:class:`~kafkakv.map.feed.Cursor`):
+for each partition of the map, the next ops offset, as JSON (:func:`offset_of`). Spark stores
+them in its checkpoint, so a query restarted from it goes on exactly after its last committed
+micro-batch. ``latestOffset`` is the current end of the ops partitions; a micro-batch reads
+the changes between two cursors, one Spark task per log partition that moved: the task opens
+a replica of that partition alone and takes the changes from the feed
+(:meth:`~kafkakv.map.ReplicaMap.changes`) up to the end offset the planner noted. Rows are
+``key, old, new, partition, offset, cursor``: ``cursor`` is the feed's cursor (its text) of
+the partition just after the change. Option ``startingOffsets`` (required to stream, since a
+data source's schema cannot tell a stream from a batch read): ``earliest`` (the map's
+contents as changes with a null ``old``, then every change), ``latest``, or a cursor (its
+text, or the JSON of an offset).
+
+The changes before a cursor are told by replaying the ops from the last flush
+(:mod:`kafkakv.map.feed`): a micro-batch whose start a flush has covered fails with
+:class:`~kafkakv.errors.CursorExpiredError`.
+
+**Writing.** Each task of a micro-batch keeps the last row of each key, sorts them by key and
+appends them as puts (a null value: a remove) through the batch writer it is given (the data
+source's, :class:`~kafkakv.pipeline.source.KafkaKVWriter`). A micro-batch that Spark runs
+again after a failure reads the same offsets, so it appends the same final value of each key
+again: the map ends as if it ran once (docs/pipeline.md, "Streaming").
+
+>>> offset_of(Cursor({1: 98, 0: 120}))
+{'offsets': {'0': 120, '1': 98}}
+>>> cursor_of({'offsets': {'0': 120, '1': 98}, 'skips': {'1': 2}})
+Cursor('0:120,1:98+2')
+>>> cursor_of(SNAPSHOT) is None
+True
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from kafkakv.codecs import codec_for
+from kafkakv.errors import (
+    ConfigError,
+    CursorError,
+    CursorExpiredError,
+    DataLossError,
+    UnknownTopicError,
+)
+from kafkakv.map.feed import ChangeFeed, Cursor
+from kafkakv.map.replica import ReplicaMap
+from kafkakv.pipeline.arrow import decode_column, spark_type
+from kafkakv.pipeline.options import SourceOptions
+
+__all__ = [
+    "SNAPSHOT",
+    "MapStreamReader",
+    "MapStreamWriter",
+    "StreamOptions",
+    "change_schema",
+    "cursor_of",
+    "is_stream_read",
+    "offset_of",
+    "sink_options",
+]
+
+BATCH_ROWS = 65_536
+"""Rows per Arrow batch a read task yields."""
+
+SNAPSHOT: dict[str, Any] = {"snapshot": True}
+"""The initial offset of ``startingOffsets=earliest``: the map's contents, not yet a cursor."""
+
+_STARTING = "startingoffsets"
+_SPARK_SINK_OPTIONS = ("checkpointlocation", "path", "queryname")
+"""Options of a writeStream that are Spark's, which it passes on to the sink as well."""
+_COLUMNS = ("key", "old", "new", "partition", "offset", "cursor")
+
+
+def is_stream_read(options: Mapping[str, str]) -> bool:
+    """Whether Spark's options are a stream read's (they name ``startingOffsets``)."""
+    return any(k.lower() == _STARTING for k in options)
+
+
+def sink_options(options: Mapping[str, str], overwrite: bool) -> dict[str, str]:
+    """A writeStream's options without Spark's own; raises
+    :class:`~kafkakv.errors.ConfigError` for output mode ``complete`` (``overwrite``)."""
+    if overwrite:
+        raise ConfigError(
+            "a kafkakv sink applies each micro-batch's rows as updates: use outputMode "
+            "'append' or 'update', not 'complete'"
+        )
+    return {k: v for k, v in options.items() if k.lower() not in _SPARK_SINK_OPTIONS}
+
+
+def change_schema(opts: SourceOptions) -> str:
+    """The columns of a stream of changes (types from the codecs)."""
+    value = spark_type(opts.value_codec)
+    return (
+        f"key {spark_type(opts.key_codec)}, old {value}, new {value}, partition int, "
+        "offset bigint, cursor string"
+    )
+
+
+def offset_of(cursor: Cursor) -> dict[str, Any]:
+    """The JSON-able offset Spark stores for ``cursor`` (partitions as strings, in order)."""
+    out: dict[str, Any] = {"offsets": {str(p): cursor[p] for p in cursor}}
+    skips = {str(p): cursor.skip(p) for p in cursor if cursor.skip(p)}
+    if skips:
+        out["skips"] = skips
+    return out
+
+
+def cursor_of(offset: Mapping[str, Any]) -> Cursor | None:
+    """The cursor an offset stands for (None for :data:`SNAPSHOT`); raises
+    :class:`~kafkakv.errors.CursorError` for anything else."""
+    if offset.get("snapshot") is True and len(offset) == 1:
+        return None
+    try:
+        offsets, skips = offset["offsets"], offset.get("skips", {})
+        if set(offset) - {"offsets", "skips"}:
+            raise ValueError(offset)
+        return Cursor(
+            {int(p): o for p, o in offsets.items()}, {int(p): k for p, k in skips.items()}
+        )
+    except (KeyError, ValueError, TypeError, AttributeError):
+        raise CursorError(
+            f"not a kafkakv stream offset: {offset!r} (expected "
+            '{"offsets": {"0": 120, ...}} or {"snapshot": true})'
+        ) from None
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """A stream read's settings: the data source's, and where the stream starts
+    (``earliest``, ``latest`` or a :class:`~kafkakv.map.feed.Cursor`)."""
+
+    source: SourceOptions
+    starting: str | Cursor
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> StreamOptions:
+        """Parse Spark's string options; raises :class:`~kafkakv.errors.ConfigError`."""
+        lowered = {k.lower(): v for k, v in options.items()}
+        text = lowered.pop(_STARTING, None)
+        source = SourceOptions.from_options(lowered)
+        if source.map is None:
+            raise ConfigError(
+                f"streaming reads a map's changes; {source.what} is a topic (read it as a batch)"
+            )
+        if text is None:
+            raise ConfigError(
+                "streaming a map needs option startingOffsets: earliest, latest or a cursor"
+            )
+        starting: str | Cursor
+        if text.strip().lower() in ("earliest", "latest"):
+            starting = text.strip().lower()
+        else:
+            try:
+                if text.lstrip().startswith("{"):
+                    cursor = cursor_of(json.loads(text))
+                    if cursor is None:
+                        raise CursorError("a snapshot marker is not a starting cursor")
+                    starting = cursor
+                else:
+                    starting = Cursor.parse(text.strip())
+            except (CursorError, ValueError) as exc:
+                raise ConfigError(
+                    f"option startingOffsets={text!r}: earliest, latest, a cursor's text "
+                    f'("0:120,1:98") or its JSON ({{"offsets": {{"0": 120, "1": 98}}}}); {exc}'
+                ) from None
+        return cls(source, starting)
+
+
+class ChangeRange(InputPartition):
+    """One read task: the changes of log partition ``partition`` from ``start`` (None: the
+    partition's contents at ``end`` first) up to ops offset ``end``."""
+
+    def __init__(self, partition: int, start: tuple[int, int] | None, end: int) -> None:
+        super().__init__((partition, start, end))
+        self.partition = partition
+        self.start = start  # (offset, changes of that record already taken)
+        self.end = end
+
+
+class MapStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The changes of a map, micro-batch by micro-batch (see the module docstring). Holds only
+    settings: every call opens its own connection to the log."""
+
+    def __init__(self, opts: StreamOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.fields = [(f.name, to_arrow_type(f.dataType)) for f in schema.fields]
+        unknown = [name for name, _ in self.fields if name not in _COLUMNS]
+        if unknown:
+            raise ConfigError(
+                f"a stream of {opts.source.what} has columns {', '.join(_COLUMNS)}; "
+                f"not {unknown} (start a stream with option startingOffsets)"
+            )
+        self._until: Cursor | None = None  # trigger(availableNow=True): the end to reach
+
+    # -- planning (the driver) ---------------------------------------------------------------
+    def _ends(self) -> Cursor:
+        """The end of every ops partition now (one metadata call per partition)."""
+        source = self.opts.source
+        with source.connect() as db:
+            log, topics = db.log, source.map_topics
+            existing = set(log.topics())
+            missing = [t for t in (topics.data, topics.ops, topics.flush) if t not in existing]
+            if missing:
+                raise UnknownTopicError(
+                    f"{source.what} does not exist on {source.target}: no {missing}"
+                )
+            count = log.partitions(topics.ops)
+            return Cursor({p: log.end_offset(topics.ops, p) for p in range(count)})
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts (a restarted one starts from its checkpoint instead)."""
+        starting = self.opts.starting
+        if starting == "earliest":
+            return SNAPSHOT
+        ends = self._ends()
+        if starting == "latest":
+            return offset_of(ends)
+        assert isinstance(starting, Cursor)
+        _check_fits(starting, ends, self.opts.source)
+        return offset_of(starting)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The end of the ops partitions now (or when ``availableNow`` was prepared)."""
+        ends = self._until or self._ends()
+        begin = cursor_of(start)
+        if begin is not None:
+            _check_fits(begin, ends, self.opts.source)
+            if all(begin[p] == ends[p] and not begin.skip(p) for p in ends):
+                return start  # nothing new: Spark plans no micro-batch
+        return offset_of(ends)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._until = self._ends()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One task per partition with changes between the two offsets (or, from
+        :data:`SNAPSHOT`, one per partition)."""
+        stop = cursor_of(end)
+        assert stop is not None
+        begin = cursor_of(start)
+        if begin is None:
+            return [ChangeRange(p, None, stop[p]) for p in stop]
+        return [
+            ChangeRange(p, (begin[p], begin.skip(p)), stop[p])
+            for p in stop
+            if (begin[p], begin.skip(p)) < (stop[p], 0)
+        ]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the log keeps the ops (until its retention or a flush)."""
+
+    # -- reading (each task) -----------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ChangeRange)
+        source = self.opts.source
+        assert source.map is not None
+        p, end = partition.partition, partition.end
+        with source.connect() as db:
+            replica = db.map(
+                source.map,
+                shard=[p],
+                key_codec="bytes",  # the stored bytes: Arrow decodes them by the codecs
+                value_codec="bytes",
+                topics=source.topics,
+                timeout=source.timeout,
+                create=False,
+            )
+            applied = replica.applied_offsets()[p]
+            if applied < end:  # the bootstrap reads to the end: this cannot happen
+                raise DataLossError(
+                    f"{source.what} partition {p}: the replica reached ops offset {applied}, "
+                    f"short of {end} noted when the micro-batch was planned"
+                )
+            if partition.start is None:
+                rows = _snapshot_rows(replica, p, end, source)
+            else:
+                offset, skip = partition.start
+                rows = _change_rows(replica, Cursor({p: offset}, {p: skip}), end, source)
+            while True:
+                chunk = list(itertools.islice(rows, BATCH_ROWS))
+                if not chunk:
+                    return
+                yield self._batch(p, chunk)
+
+    def _batch(self, p: int, rows: list[_Row]) -> pa.RecordBatch:
+        source = self.opts.source
+        where = f"{source.what} partition {p}"
+        columns = list(zip(*rows, strict=True))
+        arrays = []
+        for name, arrow_type in self.fields:
+            if name == "key":
+                column = _decode(columns[0], source.key_codec, f"{where}: key")
+            elif name == "old":
+                column = _decode(columns[1], source.value_codec, f"{where}: old value")
+            elif name == "new":
+                column = _decode(columns[2], source.value_codec, f"{where}: new value")
+            elif name == "partition":
+                column = pa.array([p] * len(rows), pa.int32())
+            elif name == "offset":
+                column = pa.array(columns[3], pa.int64())
+            else:
+                column = pa.array(columns[4], pa.string())
+            if column.type != arrow_type:
+                try:
+                    column = column.cast(arrow_type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise ConfigError(
+                        f"column {name!r} of {source.what} is {column.type}, which does not "
+                        f"convert to the schema's {arrow_type}"
+                    ) from exc
+            arrays.append(column)
+        return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in self.fields])
+
+
+#: One row as a task gathers it: key, old, new (stored bytes), ops offset, cursor text.
+_Row = tuple[bytes, bytes | None, bytes | None, int | None, str]
+
+
+def _check_fits(cursor: Cursor, ends: Cursor, source: SourceOptions) -> None:
+    """Raise CursorError unless ``cursor`` names the map's partitions, within the log."""
+    if set(cursor) != set(ends):
+        raise CursorError(
+            f"cursor {cursor} names partitions {sorted(cursor)}; {source.what} has {sorted(ends)}"
+        )
+    past = [p for p in ends if cursor[p] > ends[p]]
+    if past:
+        raise CursorError(
+            f"cursor {cursor} points past the end of {source.what}'s ops ({ends}): a cursor "
+            "of another map or log?"
+        )
+
+
+def _changes(
+    feed: ChangeFeed[bytes, bytes], end: int
+) -> Iterator[tuple[bytes, bytes | None, bytes | None, int, Cursor]]:
+    """The changes ``feed`` holds before ops offset ``end`` (it holds all of them: the
+    replica applied past ``end`` before the feed began, so they are replayed)."""
+    feed.timeout = 0  # what is not there now never comes before end
+    for change in feed:
+        if change.offset >= end:
+            return
+        yield change.key, change.old, change.new, change.offset, change.cursor
+
+
+def _change_rows(
+    replica: ReplicaMap[bytes, bytes], since: Cursor, end: int, source: SourceOptions
+) -> Iterator[_Row]:
+    try:
+        feed = replica.changes(since=since)
+    except CursorExpiredError as exc:
+        raise CursorExpiredError(
+            f"{source.what}: the micro-batch from {since} cannot be read ({exc}). Start the "
+            "query again with a new checkpoint and startingOffsets=earliest",
+            partition=exc.partition,
+            flushed=exc.flushed,
+        ) from exc
+    with feed:
+        for key, old, new, offset, cursor in _changes(feed, end):
+            yield key, old, new, offset, str(cursor)
+
+
+def _snapshot_rows(
+    replica: ReplicaMap[bytes, bytes], p: int, end: int, source: SourceOptions
+) -> Iterator[_Row]:
+    """The partition's contents at ops offset ``end`` exactly, as changes from nothing: the
+    replica's snapshot, with the changes it holds past ``end`` undone (from their old
+    values, newest first)."""
+    items, at = replica.snapshot()
+    if at[p] > end:
+        with replica.changes(since=Cursor({p: end})) as feed:
+            later = list(_changes(feed, at[p]))
+        for key, old, _new, _offset, _cursor in reversed(later):
+            if old is None:
+                items.pop(key, None)
+            else:
+                items[key] = old
+    cursor = str(Cursor({p: end}))
+    for key, value in items.items():
+        yield key, None, value, None, cursor
+
+
+def _decode(values: Sequence[bytes | None], codec: str, what: str) -> pa.Array[Any]:
+    if codec == "int":
+        decode = codec_for("int").decode
+        return pa.array([None if v is None else decode(v) for v in values], pa.int64())
+    return decode_column(values, codec, what)  # type: ignore[arg-type]  # nulls stay nulls
+
+
+class BatchAppender(Protocol):
+    """What the stream writer needs of the data source's batch writer: append the rows of
+    one task to the map."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage: ...
+
+
+class MapStreamWriter(DataSourceStreamArrowWriter):
+    """Applies each micro-batch to a map: per task, the last row of each key, sorted by key,
+    appended by ``appender`` (see the module docstring)."""
+
+    def __init__(self, appender: BatchAppender) -> None:
+        self.appender = appender
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:  # type: ignore[override]
+        batches = [b for b in iterator if b.num_rows]
+        if not batches:
+            return self.appender.write(iter(()))
+        table = pa.Table.from_batches(batches)
+        keys = table.column("key")
+        if keys.null_count:  # the appender names the row
+            return self.appender.write(iter(table.to_batches()))
+        last: dict[Any, int] = {k: row for row, k in enumerate(keys.to_pylist())}
+        rows = [last[k] for k in sorted(last)]
+        return self.appender.write(iter(table.take(pa.array(rows, pa.int64())).to_batches()))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: the tasks appended their rows."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: what a failed task appended is appended again, with the same
+        final values, when Spark runs the micro-batch again."""

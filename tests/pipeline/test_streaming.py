@@ -1,0 +1,201 @@
+"""Structured Streaming in and out of maps on the embedded log: a query restarted from its
+checkpoint goes on exactly after its last micro-batch, every startingOffsets, a micro-batch
+that Spark runs again, and options that are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
+
+import kafkakv
+from kafkakv.errors import ConfigError, CursorError
+from kafkakv.pipeline import SourceOptions
+from kafkakv.pipeline.streaming import (
+    SNAPSHOT,
+    StreamOptions,
+    _snapshot_rows,
+    cursor_of,
+    offset_of,
+)
+
+
+def _changes(spark: Any, target: str, name: str, starting: str) -> Any:
+    return (
+        spark.readStream.format("kafkakv")
+        .options(target=target, map=name, startingOffsets=starting)
+        .load()
+    )
+
+
+def _doubled(spark: Any, target: str, source: str, sink: str, checkpoint: Path) -> None:
+    """Run the query A -> (value * 2, key 'skip' left out) -> B over what A holds now."""
+    rows = _changes(spark, target, source, "earliest")
+    out = rows.where(F.col("key") != "skip").select(
+        "key", (F.col("new").cast("int") * 2).cast("string").alias("value")
+    )
+    query = (
+        out.writeStream.format("kafkakv")
+        .options(target=target, map=sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def _contents(target: str, name: str) -> dict[str, Any]:
+    with kafkakv.connect(target) as db:
+        return dict(db.map(name).items())
+
+
+def _expected(a: dict[str, Any]) -> dict[str, Any]:
+    return {k: v * 2 for k, v in a.items() if k != "skip"}
+
+
+def test_a_map_to_map_stream_restarts_from_its_checkpoint(spark: Any, tmp_path: Path) -> None:
+    target, checkpoint = str(tmp_path / "log"), tmp_path / "checkpoint"
+    with kafkakv.connect(target) as db:
+        a = db.map("a", partitions=2)
+        db.map("b", partitions=3).close()
+        a.update({f"k{i}": i for i in range(8)})
+        a["skip"] = 100
+        del a["k1"]
+        first = dict(a.items())
+    _doubled(spark, target, "a", "b", checkpoint)
+    assert _contents(target, "b") == _expected(first)
+    with kafkakv.connect(target) as db:
+        a = db.map("a")
+        a["k2"] = 20  # one key changed twice in one micro-batch: the last value wins
+        a["k2"] = 21
+        a["k9"] = 9
+        del a["k3"]
+        a["skip"] = 101
+        second = dict(a.items())
+    _doubled(spark, target, "a", "b", checkpoint)  # the restart: only the changes since
+    assert _contents(target, "b") == _expected(second)
+    commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    assert commits == [0, 1]
+
+
+def _collect(df: Any, checkpoint: Path) -> list[Any]:
+    """Run a query over what its source holds now; the rows of its micro-batches."""
+    rows: list[Any] = []
+    query = (
+        df.writeStream.foreachBatch(lambda batch, _id: rows.extend(batch.collect()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return rows
+
+
+def _seen(rows: list[Any]) -> list[tuple[str, str | None, str | None]]:
+    return sorted((r["key"], r["old"], r["new"]) for r in rows)
+
+
+def test_starting_offsets_earliest_latest_and_a_cursor(spark: Any, tmp_path: Path) -> None:
+    target = str(tmp_path / "log")
+    with kafkakv.connect(target) as db:
+        m = db.map("m", partitions=2)
+        m["x"] = 1
+        m["y"] = 2
+        m.flush()  # earliest starts from the contents, not from changes the flush covered
+        m["x"] = 3
+        cursor = m.cursor()
+        m["z"] = 4
+        del m["y"]
+    earliest = _changes(spark, target, "m", "earliest")
+    rows = _collect(earliest, tmp_path / "e")
+    assert _seen(rows) == [("x", None, "3"), ("z", None, "4")]  # the contents, as changes
+    assert [r["offset"] for r in rows] == [None, None]
+    since = _collect(_changes(spark, target, "m", str(cursor)), tmp_path / "c")
+    assert _seen(since) == [("y", "2", None), ("z", None, "4")]
+    for r in since:  # the feed's cursor of the row's partition, just after the change
+        assert r["cursor"] == f"{r['partition']}:{r['offset'] + 1}"
+    as_json = json.dumps(offset_of(cursor))
+    assert _seen(_collect(_changes(spark, target, "m", as_json), tmp_path / "j")) == [
+        ("y", "2", None),
+        ("z", None, "4"),
+    ]
+    latest = _changes(spark, target, "m", "latest")
+    assert _collect(latest, tmp_path / "l") == []  # nothing after the start
+    with kafkakv.connect(target) as db:
+        m = db.map("m")
+        m["w"] = 5
+        m["x"] = 6
+    assert _seen(_collect(latest, tmp_path / "l")) == [("w", None, "5"), ("x", "3", "6")]
+    assert _seen(_collect(earliest, tmp_path / "e")) == [("w", None, "5"), ("x", "3", "6")]
+
+
+def test_a_snapshot_micro_batch_holds_the_contents_at_its_end_offset(tmp_path: Path) -> None:
+    target = str(tmp_path / "log")
+    opts = SourceOptions(target, map="m")
+    with kafkakv.connect(target) as db:
+        m = db.map("m")
+        m.update({"a": 1, "b": 2})
+        end = m.cursor()[0]
+        m.update({"a": 10, "c": 3})  # after the planner noted the end: undone
+        del m["b"]
+        replica = db.map("m", key_codec="bytes", value_codec="bytes")
+        rows = list(_snapshot_rows(replica, 0, end, opts))
+    assert sorted((k, old, new) for k, old, new, _o, _c in rows) == [
+        (b"a", None, b"1"),
+        (b"b", None, b"2"),
+    ]
+    assert {c for *_, c in rows} == {f"0:{end}"}
+
+
+def test_a_micro_batch_run_again_leaves_the_map_as_if_it_ran_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    target, checkpoint = str(tmp_path / "log"), tmp_path / "checkpoint"
+    with kafkakv.connect(target) as db:
+        a = db.map("a")
+        db.map("b").close()  # a sink map must exist (its partitions are the writer's)
+        a.update({"k1": 1, "k2": 2, "k3": 3})
+        a["k1"] = 10
+        del a["k2"]
+        expected = _expected(dict(a.items()))
+    _doubled(spark, target, "a", "b", checkpoint)
+    assert _contents(target, "b") == expected
+    with kafkakv.connect(target) as db:
+        ops_before = db.log.end_offset("b_ops", 0)
+    for done in ("0", ".0.crc"):  # as if the query died before it committed micro-batch 0
+        (checkpoint / "commits" / done).unlink()
+    _doubled(spark, target, "a", "b", checkpoint)
+    with kafkakv.connect(target) as db:
+        assert db.log.end_offset("b_ops", 0) > ops_before  # Spark did run it again
+    assert _contents(target, "b") == expected
+
+
+def test_bad_options_are_refused_with_a_typed_error(spark: Any, tmp_path: Path) -> None:
+    target = str(tmp_path / "log")
+    with kafkakv.connect(target) as db:
+        db.map("m", partitions=2)["a"] = 1
+    with pytest.raises(ConfigError, match="needs option startingOffsets"):
+        StreamOptions.from_options({"target": target, "map": "m"})
+    with pytest.raises(ConfigError, match="startingOffsets='soon'"):
+        StreamOptions.from_options({"target": target, "map": "m", "startingOffsets": "soon"})
+    with pytest.raises(ConfigError, match="is a topic"):
+        StreamOptions.from_options({"target": target, "topic": "t", "startingOffsets": "latest"})
+    with pytest.raises(CursorError, match="not a kafkakv stream offset"):
+        cursor_of({"offsets": 3})
+    assert cursor_of(SNAPSHOT) is None
+    with pytest.raises(PySparkException, match=r"ConfigError.*startingOffsets"):
+        _changes(spark, target, "m", "soon")
+    with pytest.raises(PySparkException, match=r"ConfigError.*needs option startingOffsets"):
+        spark.readStream.format("kafkakv").schema("key string, new string").options(
+            target=target, map="m"
+        ).load().writeStream.format("console").start().awaitTermination()
+    for starting, why in (("0:0", "CursorError.*names partitions"), ("0:9,1:0", "past the end")):
+        with pytest.raises(PySparkException, match=why):
+            _collect(_changes(spark, target, "m", starting), tmp_path / starting)
+    with pytest.raises(PySparkException, match="UnknownTopicError"):
+        _collect(_changes(spark, target, "absent", "latest"), tmp_path / "absent")
