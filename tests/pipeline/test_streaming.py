@@ -199,3 +199,9 @@ def test_bad_options_are_refused_with_a_typed_error(spark: Any, tmp_path: Path) 
             _collect(_changes(spark, target, "m", starting), tmp_path / starting)
     with pytest.raises(PySparkException, match="UnknownTopicError"):
         _collect(_changes(spark, target, "absent", "latest"), tmp_path / "absent")
+    with kafkakv.connect(target) as db:
+        m = db.map("m")
+        m["b"] = 2
+        m.flush()  # the changes from offset 0 on are no longer told
+    with pytest.raises(PySparkException, match=r"CursorExpiredError.*startingOffsets=earliest"):
+        _collect(_changes(spark, target, "m", "0:0,1:0"), tmp_path / "expired")

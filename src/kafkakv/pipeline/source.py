@@ -28,6 +28,9 @@ of a task appends all its rows again, from a new origin: replicas apply both cop
 second leaves each key as the first would have (docs/pipeline.md, "What a retried task
 repeats").
 
+Streams (``readStream``, ``writeStream``; option ``startingOffsets`` makes a read a stream of
+changes) are :mod:`kafkakv.pipeline.streaming`'s, which these methods delegate to.
+
 The data source pickles only :class:`~kafkakv.pipeline.options.SourceOptions` (strings); every
 task opens its own connection to the log and closes it before it ends.
 """
