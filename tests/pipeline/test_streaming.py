@@ -5,6 +5,11 @@ that Spark runs again, and options that are refused."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,7 @@ from kafkakv.pipeline.streaming import (
     cursor_of,
     offset_of,
 )
+from tests.waiting import wait_for
 
 
 def _changes(spark: Any, target: str, name: str, starting: str) -> Any:
@@ -205,3 +211,68 @@ def test_bad_options_are_refused_with_a_typed_error(spark: Any, tmp_path: Path) 
         m.flush()  # the changes from offset 0 on are no longer told
     with pytest.raises(PySparkException, match=r"CursorExpiredError.*startingOffsets=earliest"):
         _collect(_changes(spark, target, "m", "0:0,1:0"), tmp_path / "expired")
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys
+    from pyspark.sql import functions as F
+    from kafkakv.pipeline import spark_session
+
+    target, checkpoint = sys.argv[1], sys.argv[2]
+    spark = spark_session(app_name="kafkakv-stream-kill-test")
+    rows = spark.readStream.format("kafkakv").options(
+        target=target, map="a", startingOffsets="earliest"
+    ).load()
+    out = rows.where(F.col("key") != "skip").select(
+        "key", (F.col("new").cast("int") * 2).cast("string").alias("value")
+    )
+    query = out.writeStream.format("kafkakv").options(target=target, map="b").option(
+        "checkpointLocation", checkpoint
+    ).start()  # micro-batch after micro-batch, until it is killed
+    query.awaitTermination()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_query_killed_mid_stream_goes_on_from_its_checkpoint(spark: Any, tmp_path: Path) -> None:
+    target, checkpoint = str(tmp_path / "log"), tmp_path / "checkpoint"
+    with kafkakv.connect(target) as db:
+        a = db.map("a", partitions=2)
+        db.map("b", partitions=2).close()
+        a.update({f"k{i}": i for i in range(10)})
+        with (tmp_path / "child.log").open("w") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-c", _CHILD, target, str(checkpoint)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its JVM and Python workers die with it
+            )
+        changed = 0
+
+        def change_and_look() -> bool:
+            """One more change of A per look, until the query, past its first two
+            micro-batches, has planned one that it has not committed yet."""
+            nonlocal changed
+            a[f"k{changed % 12}"] = changed
+            changed += 1
+            done, planned = (_batches(checkpoint / d) for d in ("commits", "offsets"))
+            return done >= 2 and planned > done
+
+        try:
+            wait_for(change_and_look, 120, "a micro-batch under way", interval=0.02)
+        finally:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        a["skip"] = 1
+        del a["k3"]
+        a["k4"] = -4
+        expected = _expected(dict(a.items()))
+    _doubled(spark, target, "a", "b", checkpoint)  # the restart, from the checkpoint
+    assert _contents(target, "b") == expected
+
+
+def _batches(log: Path) -> int:
+    """How many micro-batches a checkpoint's offsets or commits log holds."""
+    return sum(p.name.isdigit() for p in log.iterdir()) if log.is_dir() else 0
