@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 import kafkakv
 from kafkakv.errors import ConfigError, CursorError
+from kafkakv.log.partitioner import partition_for
 from kafkakv.pipeline import SourceOptions
 from kafkakv.pipeline.streaming import (
     SNAPSHOT,
@@ -30,10 +31,10 @@ from kafkakv.pipeline.streaming import (
 from tests.waiting import wait_for
 
 
-def _changes(spark: Any, target: str, name: str, starting: str) -> Any:
+def _changes(spark: Any, target: str, name: str, starting: str, kind: str = "map") -> Any:
     return (
         spark.readStream.format("kafkakv")
-        .options(target=target, map=name, startingOffsets=starting)
+        .options(target=target, startingOffsets=starting, **{kind: name})
         .load()
     )
 
@@ -140,6 +141,43 @@ def test_starting_offsets_earliest_latest_and_a_cursor(spark: Any, tmp_path: Pat
     assert _seen(_collect(earliest, tmp_path / "e")) == [("w", None, "5"), ("x", "3", "6")]
 
 
+def test_a_topic_streams_its_records_by_offset(spark: Any, tmp_path: Path) -> None:
+    target = str(tmp_path / "log")
+    offsets = {}
+    with kafkakv.connect(target) as db:
+        db.log.create_topic("t", 2, {"cleanup.policy": "compact"})
+        first = [(b"a", b'"1"'), (b"b", b'"2"'), (b"a", b'"3"'), (b"b", None), (b"c", b'"4"')]
+        for key, value in first:
+            offsets[key] = db.log.append("t", partition_for(key, 2), [kafkakv.Record(key, value)])
+        ends = [db.log.end_offset("t", p) for p in range(2)]
+    earliest = _changes(spark, target, "t", "earliest", kind="topic")
+    rows = _collect(earliest, tmp_path / "e")
+    assert rows[0].asDict().keys() == {"key", "value", "partition", "offset"}
+    assert sorted((r["key"], r["offset"], r["value"]) for r in rows) == sorted(
+        (k.decode(), o, None if v is None else v.decode())
+        for (k, v), o in zip(first, _appended(first), strict=True)
+    )
+    with kafkakv.connect(target) as db:
+        d = db.log.append("t", partition_for(b"d", 2), [kafkakv.Record(b"d", b'"5"')])
+    again = _collect(earliest, tmp_path / "e")  # from the checkpoint: only the new record
+    assert [(r["key"], r["value"], r["offset"]) for r in again] == [("d", '"5"', d)]
+    c = partition_for(b"c", 2)  # from record c on in its partition, from the end in the other
+    since = ",".join(f"{p}:{offsets[b'c'] if p == c else ends[p]}" for p in range(2))
+    got = _collect(_changes(spark, target, "t", since, kind="topic"), tmp_path / "c")
+    assert sorted(r["key"] for r in got) == ["c", "d"]
+
+
+def _appended(records: list[tuple[bytes, bytes | None]]) -> list[int]:
+    """The offset each record took, appended in order to a new 2-partition topic."""
+    next_offset = [0, 0]
+    out = []
+    for key, _value in records:
+        p = partition_for(key, 2)
+        out.append(next_offset[p])
+        next_offset[p] += 1
+    return out
+
+
 def test_a_snapshot_micro_batch_holds_the_contents_at_its_end_offset(tmp_path: Path) -> None:
     target = str(tmp_path / "log")
     opts = SourceOptions(target, map="m")
@@ -189,8 +227,8 @@ def test_bad_options_are_refused_with_a_typed_error(spark: Any, tmp_path: Path) 
         StreamOptions.from_options({"target": target, "map": "m"})
     with pytest.raises(ConfigError, match="startingOffsets='soon'"):
         StreamOptions.from_options({"target": target, "map": "m", "startingOffsets": "soon"})
-    with pytest.raises(ConfigError, match="is a topic"):
-        StreamOptions.from_options({"target": target, "topic": "t", "startingOffsets": "latest"})
+    with pytest.raises(ConfigError, match="no '\\+k'"):
+        StreamOptions.from_options({"target": target, "topic": "t", "startingOffsets": "0:1+1"})
     with pytest.raises(CursorError, match="not a kafkakv stream offset"):
         cursor_of({"offsets": 3})
     assert cursor_of(SNAPSHOT) is None

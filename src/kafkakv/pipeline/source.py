@@ -70,8 +70,8 @@ from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, s
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.partitions import partitions_for
 from kafkakv.pipeline.streaming import (
-    MapStreamReader,
-    MapStreamWriter,
+    KafkaKVStreamReader,
+    KafkaKVStreamWriter,
     StreamOptions,
     change_schema,
     is_stream_read,
@@ -121,11 +121,11 @@ class KafkaKVDataSource(DataSource):
         return KafkaKVWriter(self._settings())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return MapStreamReader(StreamOptions.from_options(self.options), schema)
+        return KafkaKVStreamReader(StreamOptions.from_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         sink = KafkaKVDataSource(sink_options(self.options, overwrite))
-        return MapStreamWriter(sink.writer(schema, overwrite=False))
+        return KafkaKVStreamWriter(sink.writer(schema, overwrite=False))
 
 
 class LogPartition(InputPartition):

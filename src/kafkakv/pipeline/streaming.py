@@ -1,18 +1,23 @@
 """``spark.readStream.format("kafkakv")`` and ``df.writeStream.format("kafkakv")``: a map's
-change feed as a Structured Streaming source, and micro-batches applied to a map as a sink.
+change feed (or a topic's records) as a Structured Streaming source, and micro-batches applied
+to a map (or a topic) as a sink.
 
-**Reading.** A stream's offsets are change-feed cursors (:class:`~kafkakv.map.feed.Cursor`):
-for each partition of the map, the next ops offset, as JSON (:func:`offset_of`). Spark stores
-them in its checkpoint, so a query restarted from it goes on exactly after its last committed
-micro-batch. ``latestOffset`` is the current end of the ops partitions; a micro-batch reads
-the changes between two cursors, one Spark task per log partition that moved: the task opens
-a replica of that partition alone and takes the changes from the feed
-(:meth:`~kafkakv.map.ReplicaMap.changes`) up to the end offset the planner noted. Rows are
-``key, old, new, partition, offset, cursor``: ``cursor`` is the feed's cursor (its text) of
-the partition just after the change. Option ``startingOffsets`` (required to stream, since a
-data source's schema cannot tell a stream from a batch read): ``earliest`` (the map's
-contents as changes with a null ``old``, then every change), ``latest``, or a cursor (its
-text, or the JSON of an offset).
+**Reading a map.** A stream's offsets are change-feed cursors
+(:class:`~kafkakv.map.feed.Cursor`): for each partition of the map, the next ops offset, as
+JSON (:func:`offset_of`). Spark stores them in its checkpoint, so a query restarted from it
+goes on exactly after its last committed micro-batch. ``latestOffset`` is the current end of
+the ops partitions; a micro-batch reads the changes between two cursors, one Spark task per
+log partition that moved: the task opens a replica of that partition alone and takes the
+changes from the feed (:meth:`~kafkakv.map.ReplicaMap.changes`) up to the end offset the
+planner noted. Rows are ``key, old, new, partition, offset, cursor``: ``cursor`` is the feed's
+cursor (its text) of the partition just after the change. Option ``startingOffsets``
+(required to stream, since a data source's schema cannot tell a stream from a batch read):
+``earliest`` (the map's contents as changes with a null ``old``, then every change),
+``latest``, or a cursor (its text, or the JSON of an offset).
+
+A **topic** streams its records (``key, value, partition, offset``, a tombstone's value null)
+by the same offsets, the topic's own: ``earliest`` is its first records, and a task reads
+its partition's records between the two offsets, with no replica.
 
 The changes before a cursor are told by replaying the ops from the last flush
 (:mod:`kafkakv.map.feed`): a micro-batch whose start a flush has covered fails with
@@ -59,6 +64,7 @@ from kafkakv.errors import (
     DataLossError,
     UnknownTopicError,
 )
+from kafkakv.log.base import Log
 from kafkakv.map.feed import ChangeFeed, Cursor
 from kafkakv.map.replica import ReplicaMap
 from kafkakv.pipeline.arrow import decode_column, spark_type
@@ -66,8 +72,8 @@ from kafkakv.pipeline.options import SourceOptions
 
 __all__ = [
     "SNAPSHOT",
-    "MapStreamReader",
-    "MapStreamWriter",
+    "KafkaKVStreamReader",
+    "KafkaKVStreamWriter",
     "StreamOptions",
     "change_schema",
     "cursor_of",
@@ -86,6 +92,8 @@ _STARTING = "startingoffsets"
 _SPARK_SINK_OPTIONS = ("checkpointlocation", "path", "queryname")
 """Options of a writeStream that are Spark's, which it passes on to the sink as well."""
 _COLUMNS = ("key", "old", "new", "partition", "offset", "cursor")
+_TOPIC_COLUMNS = ("key", "value", "partition", "offset")
+_READ_BYTES = 8 << 20
 
 
 def is_stream_read(options: Mapping[str, str]) -> bool:
@@ -105,8 +113,11 @@ def sink_options(options: Mapping[str, str], overwrite: bool) -> dict[str, str]:
 
 
 def change_schema(opts: SourceOptions) -> str:
-    """The columns of a stream of changes (types from the codecs)."""
+    """The columns of a stream of a map's changes, or of a topic's records (types from the
+    codecs)."""
     value = spark_type(opts.value_codec)
+    if opts.map is None:
+        return f"key {spark_type(opts.key_codec)}, value {value}, partition int, offset bigint"
     return (
         f"key {spark_type(opts.key_codec)}, old {value}, new {value}, partition int, "
         "offset bigint, cursor string"
@@ -155,13 +166,10 @@ class StreamOptions:
         lowered = {k.lower(): v for k, v in options.items()}
         text = lowered.pop(_STARTING, None)
         source = SourceOptions.from_options(lowered)
-        if source.map is None:
-            raise ConfigError(
-                f"streaming reads a map's changes; {source.what} is a topic (read it as a batch)"
-            )
         if text is None:
             raise ConfigError(
-                "streaming a map needs option startingOffsets: earliest, latest or a cursor"
+                f"streaming {source.what} needs option startingOffsets: earliest, latest or a "
+                "cursor"
             )
         starting: str | Cursor
         if text.strip().lower() in ("earliest", "latest"):
@@ -180,12 +188,18 @@ class StreamOptions:
                     f"option startingOffsets={text!r}: earliest, latest, a cursor's text "
                     f'("0:120,1:98") or its JSON ({{"offsets": {{"0": 120, "1": 98}}}}); {exc}'
                 ) from None
+            if source.topic is not None and any(starting.skip(p) for p in starting):
+                raise ConfigError(
+                    f"option startingOffsets={text!r}: a topic's offsets name records, not "
+                    "changes inside one (no '+k')"
+                )
         return cls(source, starting)
 
 
 class ChangeRange(InputPartition):
     """One read task: the changes of log partition ``partition`` from ``start`` (None: the
-    partition's contents at ``end`` first) up to ops offset ``end``."""
+    partition's contents at ``end`` first) up to ops offset ``end`` (for a topic: its
+    records)."""
 
     def __init__(self, partition: int, start: tuple[int, int] | None, end: int) -> None:
         super().__init__((partition, start, end))
@@ -194,40 +208,50 @@ class ChangeRange(InputPartition):
         self.end = end
 
 
-class MapStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The changes of a map, micro-batch by micro-batch (see the module docstring). Holds only
-    settings: every call opens its own connection to the log."""
+class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The changes of a map, or the records of a topic, micro-batch by micro-batch (see the
+    module docstring). Holds only settings: every call opens its own connection to the log."""
 
     def __init__(self, opts: StreamOptions, schema: StructType) -> None:
         self.opts = opts
         self.fields = [(f.name, to_arrow_type(f.dataType)) for f in schema.fields]
-        unknown = [name for name, _ in self.fields if name not in _COLUMNS]
+        columns = _COLUMNS if opts.source.map is not None else _TOPIC_COLUMNS
+        unknown = [name for name, _ in self.fields if name not in columns]
         if unknown:
             raise ConfigError(
-                f"a stream of {opts.source.what} has columns {', '.join(_COLUMNS)}; "
+                f"a stream of {opts.source.what} has columns {', '.join(columns)}; "
                 f"not {unknown} (start a stream with option startingOffsets)"
             )
         self._until: Cursor | None = None  # trigger(availableNow=True): the end to reach
 
     # -- planning (the driver) ---------------------------------------------------------------
-    def _ends(self) -> Cursor:
-        """The end of every ops partition now (one metadata call per partition)."""
+    def _ends(self, start: bool = False) -> Cursor:
+        """The end (or ``start``) of every partition of the map's ops topic or of the topic
+        now (one metadata call per partition)."""
         source = self.opts.source
         with source.connect() as db:
-            log, topics = db.log, source.map_topics
+            log = db.log
             existing = set(log.topics())
-            missing = [t for t in (topics.data, topics.ops, topics.flush) if t not in existing]
+            if source.map is not None:
+                topics = source.map_topics
+                topic = topics.ops
+                missing = [t for t in (topics.data, topic, topics.flush) if t not in existing]
+            else:
+                topic = str(source.topic)
+                missing = [] if topic in existing else [topic]
             if missing:
                 raise UnknownTopicError(
                     f"{source.what} does not exist on {source.target}: no {missing}"
                 )
-            count = log.partitions(topics.ops)
-            return Cursor({p: log.end_offset(topics.ops, p) for p in range(count)})
+            offset = log.start_offset if start else log.end_offset
+            return Cursor({p: offset(topic, p) for p in range(log.partitions(topic))})
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts (a restarted one starts from its checkpoint instead)."""
         starting = self.opts.starting
         if starting == "earliest":
+            if self.opts.source.map is None:
+                return offset_of(self._ends(start=True))  # every record the topic holds
             return SNAPSHOT
         ends = self._ends()
         if starting == "latest":
@@ -270,8 +294,13 @@ class MapStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ChangeRange)
         source = self.opts.source
-        assert source.map is not None
         p, end = partition.partition, partition.end
+        if source.map is None:
+            assert partition.start is not None
+            with source.connect() as db:
+                records = _topic_rows(db.log, str(source.topic), p, partition.start[0], end)
+                yield from self._batches(p, records)
+            return
         with source.connect() as db:
             replica = db.map(
                 source.map,
@@ -293,11 +322,14 @@ class MapStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 offset, skip = partition.start
                 rows = _change_rows(replica, Cursor({p: offset}, {p: skip}), end, source)
-            while True:
-                chunk = list(itertools.islice(rows, BATCH_ROWS))
-                if not chunk:
-                    return
-                yield self._batch(p, chunk)
+            yield from self._batches(p, rows)
+
+    def _batches(self, p: int, rows: Iterator[_Row]) -> Iterator[pa.RecordBatch]:
+        while True:
+            chunk = list(itertools.islice(rows, BATCH_ROWS))
+            if not chunk:
+                return
+            yield self._batch(p, chunk)
 
     def _batch(self, p: int, rows: list[_Row]) -> pa.RecordBatch:
         source = self.opts.source
@@ -309,8 +341,8 @@ class MapStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 column = _decode(columns[0], source.key_codec, f"{where}: key")
             elif name == "old":
                 column = _decode(columns[1], source.value_codec, f"{where}: old value")
-            elif name == "new":
-                column = _decode(columns[2], source.value_codec, f"{where}: new value")
+            elif name in ("new", "value"):
+                column = _decode(columns[2], source.value_codec, f"{where}: {name} value")
             elif name == "partition":
                 column = pa.array([p] * len(rows), pa.int32())
             elif name == "offset":
@@ -345,6 +377,22 @@ def _check_fits(cursor: Cursor, ends: Cursor, source: SourceOptions) -> None:
             f"cursor {cursor} points past the end of {source.what}'s ops ({ends}): a cursor "
             "of another map or log?"
         )
+
+
+def _topic_rows(log: Log, topic: str, p: int, start: int, end: int) -> Iterator[_Row]:
+    """The keyed records of ``topic[p]`` at offsets ``start`` up to ``end`` (a tombstone's
+    value is None), as rows with ``new`` the record's value."""
+    offset = start
+    while offset < end:
+        batch = log.read_batch(topic, p, offset, max_records=50_000, max_bytes=_READ_BYTES)
+        for record in batch.records:
+            if record.offset is None or record.offset >= end:
+                return
+            if record.key is not None:  # not a key-value record: nothing to stream
+                yield record.key, None, record.value, record.offset, f"{p}:{record.offset + 1}"
+        if batch.next_offset <= offset:
+            return  # nothing more is readable below the end offset
+        offset = batch.next_offset
 
 
 def _changes(
@@ -410,7 +458,7 @@ class BatchAppender(Protocol):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage: ...
 
 
-class MapStreamWriter(DataSourceStreamArrowWriter):
+class KafkaKVStreamWriter(DataSourceStreamArrowWriter):
     """Applies each micro-batch to a map: per task, the last row of each key, sorted by key,
     appended by ``appender`` (see the module docstring)."""
 
