@@ -22,6 +22,7 @@ from kafkakv.errors import ConfigError, CursorError
 from kafkakv.log.partitioner import partition_for
 from kafkakv.pipeline import SourceOptions
 from kafkakv.pipeline.streaming import (
+    LEDGER_MAP,
     SNAPSHOT,
     StreamOptions,
     _snapshot_rows,
@@ -209,14 +210,38 @@ def test_a_micro_batch_run_again_leaves_the_map_as_if_it_ran_once(
         expected = _expected(dict(a.items()))
     _doubled(spark, target, "a", "b", checkpoint)
     assert _contents(target, "b") == expected
-    with kafkakv.connect(target) as db:
-        ops_before = db.log.end_offset("b_ops", 0)
-    for done in ("0", ".0.crc"):  # as if the query died before it committed micro-batch 0
-        (checkpoint / "commits" / done).unlink()
+    query = json.loads((checkpoint / "metadata").read_text())["id"]
+    assert _ledger(target) == {query: 0}  # the sink noted the micro-batch it committed
+    ops = _ops_end(target, "b")
+
+    _uncommit(checkpoint, 0)  # as if the query died after the sink's commit, before Spark's
     _doubled(spark, target, "a", "b", checkpoint)
-    with kafkakv.connect(target) as db:
-        assert db.log.end_offset("b_ops", 0) > ops_before  # Spark did run it again
+    assert (checkpoint / "commits" / "0").exists()  # Spark ran micro-batch 0 again...
+    assert _ops_end(target, "b") == ops  # ... and the sink skipped it: the ledger had it
     assert _contents(target, "b") == expected
+
+    _uncommit(checkpoint, 0)  # as if the query died after its tasks wrote, before any commit
+    with kafkakv.connect(target) as db:
+        db.map(LEDGER_MAP, value_codec="int").remove_all([query])
+    _doubled(spark, target, "a", "b", checkpoint)
+    assert _ops_end(target, "b") > ops  # appended again: the same final value of each key
+    assert _contents(target, "b") == expected
+    assert _ledger(target) == {query: 0}
+
+
+def _uncommit(checkpoint: Path, batch: int) -> None:
+    for name in (str(batch), f".{batch}.crc"):
+        (checkpoint / "commits" / name).unlink()
+
+
+def _ledger(target: str) -> dict[str, int]:
+    with kafkakv.connect(target) as db:
+        return dict(db.map(LEDGER_MAP, value_codec="int").items())
+
+
+def _ops_end(target: str, name: str) -> int:
+    with kafkakv.connect(target) as db:
+        return db.log.end_offset(f"{name}_ops", 0)
 
 
 def test_bad_options_are_refused_with_a_typed_error(spark: Any, tmp_path: Path) -> None:

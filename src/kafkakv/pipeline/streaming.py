@@ -25,9 +25,11 @@ The changes before a cursor are told by replaying the ops from the last flush
 
 **Writing.** Each task of a micro-batch keeps the last row of each key, sorts them by key and
 appends them as puts (a null value: a remove) through the batch writer it is given (the data
-source's, :class:`~kafkakv.pipeline.source.KafkaKVWriter`). A micro-batch that Spark runs
-again after a failure reads the same offsets, so it appends the same final value of each key
-again: the map ends as if it ran once (docs/pipeline.md, "Streaming").
+source's, :class:`~kafkakv.pipeline.source.KafkaKVWriter`). The sink's commit notes the
+micro-batch in :data:`LEDGER_MAP` before Spark notes it in the checkpoint, and tasks skip a
+micro-batch noted there; one that Spark runs again before that reads the same offsets, so it
+appends the same final value of each key again. Either way the map ends as if it ran once
+(docs/pipeline.md, "Streaming").
 
 >>> offset_of(Cursor({1: 98, 0: 120}))
 {'offsets': {'0': 120, '1': 98}}
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
@@ -62,6 +65,7 @@ from kafkakv.errors import (
     CursorError,
     CursorExpiredError,
     DataLossError,
+    UnknownMapError,
     UnknownTopicError,
 )
 from kafkakv.log.base import Log
@@ -71,10 +75,12 @@ from kafkakv.pipeline.arrow import decode_column, spark_type
 from kafkakv.pipeline.options import SourceOptions
 
 __all__ = [
+    "LEDGER_MAP",
     "SNAPSHOT",
     "KafkaKVStreamReader",
     "KafkaKVStreamWriter",
     "StreamOptions",
+    "StreamWritten",
     "change_schema",
     "cursor_of",
     "is_stream_read",
@@ -458,14 +464,40 @@ class BatchAppender(Protocol):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage: ...
 
 
+LEDGER_MAP = "kafkakv-streams"
+"""The map, on the sink's log, holding the last micro-batch each streaming query committed
+there: query id -> batch id (``int`` values)."""
+
+#: The local properties Spark gives every task of a micro-batch.
+_QUERY_ID, _BATCH_ID = "sql.streaming.queryId", "streaming.sql.batchId"
+
+
+@dataclass
+class StreamWritten(WriterCommitMessage):
+    """What one task of a micro-batch did: ``written`` is the appender's message, None when
+    the micro-batch was committed before (``query``: its query's id, when Spark said)."""
+
+    query: str | None
+    batch: int | None
+    written: WriterCommitMessage | None
+
+
 class KafkaKVStreamWriter(DataSourceStreamArrowWriter):
     """Applies each micro-batch to a map: per task, the last row of each key, sorted by key,
-    appended by ``appender`` (see the module docstring)."""
+    appended by ``appender``; a micro-batch that :data:`LEDGER_MAP` says its query committed
+    already is skipped (see the module docstring)."""
 
-    def __init__(self, appender: BatchAppender) -> None:
+    def __init__(self, appender: BatchAppender, opts: SourceOptions) -> None:
         self.appender = appender
+        self.opts = opts
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamWritten:  # type: ignore[override]
+        query, batch = _micro_batch()
+        if query is not None and batch is not None and batch <= self._committed(query):
+            return StreamWritten(query, batch, None)  # Spark runs it again: it was done
+        return StreamWritten(query, batch, self._append(iterator))
+
+    def _append(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         batches = [b for b in iterator if b.num_rows]
         if not batches:
             return self.appender.write(iter(()))
@@ -477,9 +509,35 @@ class KafkaKVStreamWriter(DataSourceStreamArrowWriter):
         rows = [last[k] for k in sorted(last)]
         return self.appender.write(iter(table.take(pa.array(rows, pa.int64())).to_batches()))
 
+    def _committed(self, query: str) -> int:
+        """The last micro-batch the query committed to this log (-1: none). Costs opening
+        the ledger map (its bootstrap: one small partition)."""
+        with self.opts.connect() as db:
+            try:
+                ledger = db.map(LEDGER_MAP, value_codec="int", create=False)
+            except UnknownMapError:
+                return -1
+            return int(ledger.get(query, -1))
+
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do: the tasks appended their rows."""
+        """Note in :data:`LEDGER_MAP` that the query committed micro-batch ``batchId`` (one
+        put, waited for), before Spark notes it in the checkpoint."""
+        queries = {m.query for m in messages if isinstance(m, StreamWritten) and m.query}
+        if not queries:
+            return
+        with self.opts.connect() as db:
+            ledger = db.map(LEDGER_MAP, value_codec="int", timeout=self.opts.timeout)
+            ledger.put_all(dict.fromkeys(sorted(queries), batchId))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: what a failed task appended is appended again, with the same
         final values, when Spark runs the micro-batch again."""
+
+
+def _micro_batch() -> tuple[str | None, int | None]:
+    """The query id and micro-batch id of the running task (None when Spark does not say)."""
+    context = TaskContext.get()
+    if context is None:
+        return None, None
+    query, batch = context.getLocalProperty(_QUERY_ID), context.getLocalProperty(_BATCH_ID)
+    return query, None if batch is None else int(batch)
