@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
 import kafkakv
-from kafkakv.errors import ConfigError, CursorError
+from kafkakv.errors import ConfigError, CursorError, UnknownTopicError
 from kafkakv.log.partitioner import partition_for
 from kafkakv.pipeline import SourceOptions
+from kafkakv.pipeline.source import KafkaKVDataSource
 from kafkakv.pipeline.streaming import (
     LEDGER_MAP,
     SNAPSHOT,
@@ -127,11 +129,8 @@ def test_starting_offsets_earliest_latest_and_a_cursor(spark: Any, tmp_path: Pat
     assert _seen(since) == [("y", "2", None), ("z", None, "4")]
     for r in since:  # the feed's cursor of the row's partition, just after the change
         assert r["cursor"] == f"{r['partition']}:{r['offset'] + 1}"
-    as_json = json.dumps(offset_of(cursor))
-    assert _seen(_collect(_changes(spark, target, "m", as_json), tmp_path / "j")) == [
-        ("y", "2", None),
-        ("z", None, "4"),
-    ]
+    as_json = {"target": target, "map": "m", "startingOffsets": json.dumps(offset_of(cursor))}
+    assert StreamOptions.from_options(as_json).starting == cursor  # the same start
     latest = _changes(spark, target, "m", "latest")
     assert _collect(latest, tmp_path / "l") == []  # nothing after the start
     with kafkakv.connect(target) as db:
@@ -259,15 +258,20 @@ def test_bad_options_are_refused_with_a_typed_error(spark: Any, tmp_path: Path) 
     assert cursor_of(SNAPSHOT) is None
     with pytest.raises(PySparkException, match=r"ConfigError.*startingOffsets"):
         _changes(spark, target, "m", "soon")
-    with pytest.raises(PySparkException, match=r"ConfigError.*needs option startingOffsets"):
-        spark.readStream.format("kafkakv").schema("key string, new string").options(
-            target=target, map="m"
-        ).load().writeStream.format("console").start().awaitTermination()
-    for starting, why in (("0:0", "CursorError.*names partitions"), ("0:9,1:0", "past the end")):
-        with pytest.raises(PySparkException, match=why):
-            _collect(_changes(spark, target, "m", starting), tmp_path / starting)
-    with pytest.raises(PySparkException, match="UnknownTopicError"):
-        _collect(_changes(spark, target, "absent", "latest"), tmp_path / "absent")
+    user_schema = StructType([StructField(c, StringType()) for c in ("key", "new")])
+    with pytest.raises(ConfigError, match="needs option startingOffsets"):
+        KafkaKVDataSource({"target": target, "map": "m"}).streamReader(user_schema)
+    for starting, error, why in (
+        ("0:0", CursorError, "names partitions"),
+        ("0:9,1:0", CursorError, "past the end"),
+        ("latest", UnknownTopicError, "does not exist"),
+    ):
+        name = "absent" if error is UnknownTopicError else "m"
+        options = {"target": target, "map": name, "startingOffsets": starting}
+        with pytest.raises(error, match=why):  # when the query starts
+            KafkaKVDataSource(options).streamReader(user_schema).initialOffset()
+    with pytest.raises(ConfigError, match="outputMode"):
+        KafkaKVDataSource({"target": target, "map": "m"}).streamWriter(user_schema, True)
     with kafkakv.connect(target) as db:
         m = db.map("m")
         m["b"] = 2
@@ -280,6 +284,7 @@ _CHILD = textwrap.dedent(
     """
     import sys
     from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
     from kafkakv.pipeline import spark_session
 
     target, checkpoint = sys.argv[1], sys.argv[2]
