@@ -68,27 +68,29 @@ def _expected(a: dict[str, Any]) -> dict[str, Any]:
     return {k: v * 2 for k, v in a.items() if k != "skip"}
 
 
-def test_a_map_to_map_stream_restarts_from_its_checkpoint(spark: Any, tmp_path: Path) -> None:
-    target, checkpoint = str(tmp_path / "log"), tmp_path / "checkpoint"
+def test_a_map_to_map_stream_restarts_from_its_checkpoint(
+    spark: Any, target: str, name: str, tmp_path: Path
+) -> None:
+    checkpoint, a_name, b_name = tmp_path / "checkpoint", f"{name}-a", f"{name}-b"
     with kafkakv.connect(target) as db:
-        a = db.map("a", partitions=2)
-        db.map("b", partitions=3).close()
+        a = db.map(a_name, partitions=2)
+        db.map(b_name, partitions=3).close()
         a.update({f"k{i}": i for i in range(8)})
         a["skip"] = 100
         del a["k1"]
         first = dict(a.items())
-    _doubled(spark, target, "a", "b", checkpoint)
-    assert _contents(target, "b") == _expected(first)
+    _doubled(spark, target, a_name, b_name, checkpoint)
+    assert _contents(target, b_name) == _expected(first)
     with kafkakv.connect(target) as db:
-        a = db.map("a")
+        a = db.map(a_name)
         a["k2"] = 20  # one key changed twice in one micro-batch: the last value wins
         a["k2"] = 21
         a["k9"] = 9
         del a["k3"]
         a["skip"] = 101
         second = dict(a.items())
-    _doubled(spark, target, "a", "b", checkpoint)  # the restart: only the changes since
-    assert _contents(target, "b") == _expected(second)
+    _doubled(spark, target, a_name, b_name, checkpoint)  # the restart: the changes since
+    assert _contents(target, b_name) == _expected(second)
     commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     assert commits == [0, 1]
 
