@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 import kafkakv
 from kafkakv.errors import ConfigError, CursorError, UnknownTopicError
@@ -26,6 +27,7 @@ from kafkakv.pipeline.source import KafkaKVDataSource
 from kafkakv.pipeline.streaming import (
     LEDGER_MAP,
     SNAPSHOT,
+    KafkaKVStreamReader,
     StreamOptions,
     _snapshot_rows,
     cursor_of,
@@ -180,6 +182,43 @@ def _appended(records: list[tuple[bytes, bytes | None]]) -> list[int]:
     return out
 
 
+def test_a_map_sharing_its_topics_streams_only_its_own_changes(tmp_path: Path) -> None:
+    target = str(tmp_path / "log")  # the reader driven as Spark drives it, without Spark
+    with kafkakv.connect(target) as db:
+        maps = db.maps("shared", ["left", "right"], partitions=2, key_codec="int")
+        for i in range(4):
+            maps["left"][i] = {"i": i}
+        maps["right"][100] = {"side": "right"}
+        del maps["left"][2]
+    schema = StructType(
+        [
+            StructField("key", LongType()),
+            StructField("old", StringType()),
+            StructField("new", StringType()),
+        ]
+    )
+    options = {"target": target, "map": "left", "topics": "shared", "key_codec": "int"}
+    reader = KafkaKVStreamReader(
+        StreamOptions.from_options({**options, "startingOffsets": "0:0,1:0"}), schema
+    )
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    rows = [
+        row
+        for partition in reader.partitions(start, end)
+        for batch in reader.read(partition)
+        for row in batch.to_pylist()
+    ]
+    assert sorted(((r["key"], r["old"], r["new"]) for r in rows), key=str) == [
+        (0, None, '{"i":0}'),
+        (1, None, '{"i":1}'),
+        (2, '{"i":2}', None),
+        (2, None, '{"i":2}'),
+        (3, None, '{"i":3}'),
+    ]
+    assert reader.latestOffset(end, ReadAllAvailable()) is end  # nothing new: no micro-batch
+
+
 def test_a_snapshot_micro_batch_holds_the_contents_at_its_end_offset(tmp_path: Path) -> None:
     target = str(tmp_path / "log")
     opts = SourceOptions(target, map="m")
@@ -286,7 +325,8 @@ _CHILD = textwrap.dedent(
     """
     import sys
     from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+from pyspark.sql.types import LongType, StringType, StructField, StructType
     from kafkakv.pipeline import spark_session
 
     target, checkpoint = sys.argv[1], sys.argv[2]
