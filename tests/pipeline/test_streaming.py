@@ -325,12 +325,12 @@ _CHILD = textwrap.dedent(
     """
     import sys
     from pyspark.sql import functions as F
-from pyspark.sql.streaming.datasource import ReadAllAvailable
-from pyspark.sql.types import LongType, StringType, StructField, StructType
     from kafkakv.pipeline import spark_session
 
-    target, checkpoint = sys.argv[1], sys.argv[2]
-    spark = spark_session(app_name="kafkakv-stream-kill-test")
+    target, checkpoint, scratch = sys.argv[1], sys.argv[2], sys.argv[3]
+    spark = spark_session(  # its scratch space in the test's directory: nothing outlives it
+        app_name="kafkakv-stream-kill-test", config={"spark.local.dir": scratch}
+    )
     rows = spark.readStream.format("kafkakv").options(
         target=target, map="a", startingOffsets="earliest"
     ).load()
@@ -354,7 +354,7 @@ def test_a_query_killed_mid_stream_goes_on_from_its_checkpoint(spark: Any, tmp_p
         a.update({f"k{i}": i for i in range(10)})
         with (tmp_path / "child.log").open("w") as log:
             child = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, target, str(checkpoint)],
+                [sys.executable, "-c", _CHILD, target, str(checkpoint), str(tmp_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its JVM and Python workers die with it
@@ -365,6 +365,7 @@ def test_a_query_killed_mid_stream_goes_on_from_its_checkpoint(spark: Any, tmp_p
             """One more change of A per look, until the query, past its first two
             micro-batches, has planned one that it has not committed yet."""
             nonlocal changed
+            assert child.poll() is None, f"the query's process ended: see {tmp_path}/child.log"
             a[f"k{changed % 12}"] = changed
             changed += 1
             done, planned = (_batches(checkpoint / d) for d in ("commits", "offsets"))
