@@ -315,6 +315,7 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 value_codec="bytes",
                 topics=source.topics,
                 timeout=source.timeout,
+                barriers="offset",  # a reader appends nothing (a record would be a new end)
                 create=False,
             )
             applied = replica.applied_offsets()[p]
