@@ -1,6 +1,8 @@
-"""Structured Streaming in and out of maps on the embedded log: a query restarted from its
-checkpoint goes on exactly after its last micro-batch, every startingOffsets, a micro-batch
-that Spark runs again, and options that are refused."""
+"""Structured Streaming in and out of maps (the format's streamReader and streamWriter): a
+query restarted from its checkpoint goes on exactly after its last micro-batch (on both logs),
+every startingOffsets, a topic's records, a micro-batch that Spark runs again, a query killed
+with SIGKILL mid-batch, and options that are refused. One Spark session for all (the
+``spark`` fixture); queries run with ``trigger(availableNow=True)``, so each ends by itself."""
 
 from __future__ import annotations
 
