@@ -125,7 +125,7 @@ class KafkaKVDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         sink = KafkaKVDataSource(sink_options(self.options, overwrite))
-        return KafkaKVStreamWriter(sink.writer(schema, overwrite=False), sink._settings())
+        return KafkaKVStreamWriter.open(sink.writer(schema, overwrite=False), sink._settings())
 
 
 class LogPartition(InputPartition):

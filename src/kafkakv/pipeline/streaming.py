@@ -485,16 +485,32 @@ class StreamWritten(WriterCommitMessage):
 
 class KafkaKVStreamWriter(DataSourceStreamArrowWriter):
     """Applies each micro-batch to a map: per task, the last row of each key, sorted by key,
-    appended by ``appender``; a micro-batch that :data:`LEDGER_MAP` says its query committed
-    already is skipped (see the module docstring)."""
+    appended by ``appender``; a micro-batch that :data:`LEDGER_MAP` said its query had
+    committed when the writer was made (when the query started) is skipped (see the module
+    docstring). ``committed``: that ledger, query id -> last committed batch id."""
 
-    def __init__(self, appender: BatchAppender, opts: SourceOptions) -> None:
+    def __init__(
+        self, appender: BatchAppender, opts: SourceOptions, committed: Mapping[str, int]
+    ) -> None:
         self.appender = appender
         self.opts = opts
+        self.committed = dict(committed)
+
+    @classmethod
+    def open(cls, appender: BatchAppender, opts: SourceOptions) -> KafkaKVStreamWriter:
+        """The writer, with the ledger as it is now (on the driver, when the query starts:
+        Spark runs a micro-batch again only then). Costs opening the ledger map (the
+        bootstrap of one small partition), none if there is none yet."""
+        with opts.connect() as db:
+            try:
+                ledger = db.map(LEDGER_MAP, value_codec="int", timeout=opts.timeout, create=False)
+            except UnknownMapError:
+                return cls(appender, opts, {})
+            return cls(appender, opts, dict(ledger.items()))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamWritten:  # type: ignore[override]
         query, batch = _micro_batch()
-        if query is not None and batch is not None and batch <= self._committed(query):
+        if query is not None and batch is not None and batch <= self.committed.get(query, -1):
             return StreamWritten(query, batch, None)  # Spark runs it again: it was done
         return StreamWritten(query, batch, self._append(iterator))
 
@@ -509,16 +525,6 @@ class KafkaKVStreamWriter(DataSourceStreamArrowWriter):
         last: dict[Any, int] = {k: row for row, k in enumerate(keys.to_pylist())}
         rows = [last[k] for k in sorted(last)]
         return self.appender.write(iter(table.take(pa.array(rows, pa.int64())).to_batches()))
-
-    def _committed(self, query: str) -> int:
-        """The last micro-batch the query committed to this log (-1: none). Costs opening
-        the ledger map (its bootstrap: one small partition)."""
-        with self.opts.connect() as db:
-            try:
-                ledger = db.map(LEDGER_MAP, value_codec="int", create=False)
-            except UnknownMapError:
-                return -1
-            return int(ledger.get(query, -1))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Note in :data:`LEDGER_MAP` that the query committed micro-batch ``batchId`` (one
