@@ -486,8 +486,9 @@ class StreamWritten(WriterCommitMessage):
 class KafkaKVStreamWriter(DataSourceStreamArrowWriter):
     """Applies each micro-batch to a map: per task, the last row of each key, sorted by key,
     appended by ``appender``; a micro-batch that :data:`LEDGER_MAP` said its query had
-    committed when the writer was made (when the query started) is skipped (see the module
-    docstring). ``committed``: that ledger, query id -> last committed batch id."""
+    committed when the writer was made (Spark makes one for each micro-batch, on the driver)
+    is skipped (see the module docstring). ``committed``: that ledger, query id -> last
+    committed batch id."""
 
     def __init__(
         self, appender: BatchAppender, opts: SourceOptions, committed: Mapping[str, int]
@@ -498,9 +499,9 @@ class KafkaKVStreamWriter(DataSourceStreamArrowWriter):
 
     @classmethod
     def open(cls, appender: BatchAppender, opts: SourceOptions) -> KafkaKVStreamWriter:
-        """The writer, with the ledger as it is now (on the driver, when the query starts:
-        Spark runs a micro-batch again only then). Costs opening the ledger map (the
-        bootstrap of one small partition), none if there is none yet."""
+        """The writer, with the ledger as it is now (on the driver, before the micro-batch's
+        tasks run). Costs opening the ledger map (the bootstrap of one small partition), if
+        there is one."""
         with opts.connect() as db:
             try:
                 ledger = db.map(LEDGER_MAP, value_codec="int", timeout=opts.timeout, create=False)
