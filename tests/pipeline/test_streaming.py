@@ -354,7 +354,8 @@ _CHILD = textwrap.dedent(
 def test_a_query_killed_mid_stream_goes_on_from_its_checkpoint(spark: Any, tmp_path: Path) -> None:
     target, checkpoint = str(tmp_path / "log"), tmp_path / "checkpoint"
     with kafkakv.connect(target) as db:
-        a = db.map("a", partitions=2)
+        # No flush of A may overtake the stream (docs/pipeline.md, "Streaming": expiry).
+        a = db.map("a", partitions=2, flush_period=1_000_000)
         db.map("b", partitions=2).close()
         a.update({f"k{i}": i for i in range(10)})
         with (tmp_path / "child.log").open("w") as log:
@@ -366,17 +367,22 @@ def test_a_query_killed_mid_stream_goes_on_from_its_checkpoint(spark: Any, tmp_p
             )
         changed = 0
 
+        def alive() -> bool:
+            assert child.poll() is None, f"the query's process ended: see {tmp_path}/child.log"
+            return True
+
         def change_and_look() -> bool:
             """One more change of A per look, until the query, past its first two
             micro-batches, has planned one that it has not committed yet."""
             nonlocal changed
-            assert child.poll() is None, f"the query's process ended: see {tmp_path}/child.log"
+            alive()
             a[f"k{changed % 12}"] = changed
             changed += 1
             done, planned = (_batches(checkpoint / d) for d in ("commits", "offsets"))
             return done >= 2 and planned > done
 
         try:
+            wait_for(lambda: alive() and _batches(checkpoint / "commits"), 120, "micro-batch 0")
             wait_for(change_and_look, 120, "a micro-batch under way", interval=0.02)
         finally:
             os.killpg(child.pid, signal.SIGKILL)
