@@ -24,7 +24,6 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 import kafkakv
 from kafkakv.errors import ConfigError, CursorError, UnknownTopicError
 from kafkakv.log.partitioner import partition_for
-from kafkakv.pipeline import SourceOptions
 from kafkakv.pipeline.source import KafkaKVDataSource
 from kafkakv.pipeline.streaming import (
     LEDGER_MAP,
@@ -226,7 +225,6 @@ def test_a_map_sharing_its_topics_streams_only_its_own_changes(tmp_path: Path) -
 
 def test_a_snapshot_micro_batch_holds_the_contents_at_its_end_offset(tmp_path: Path) -> None:
     target = str(tmp_path / "log")
-    opts = SourceOptions(target, map="m")
     with kafkakv.connect(target) as db:
         m = db.map("m")
         m.update({"a": 1, "b": 2})
@@ -234,12 +232,48 @@ def test_a_snapshot_micro_batch_holds_the_contents_at_its_end_offset(tmp_path: P
         m.update({"a": 10, "c": 3})  # after the planner noted the end: undone
         del m["b"]
         replica = db.map("m", key_codec="bytes", value_codec="bytes")
-        rows = list(_snapshot_rows(replica, 0, end, opts))
+        rows = list(_snapshot_rows(replica, 0, end))
     assert sorted((k, old, new) for k, old, new, _o, _c in rows) == [
         (b"a", None, b"1"),
         (b"b", None, b"2"),
     ]
     assert {c for *_, c in rows} == {f"0:{end}"}
+
+
+def test_changes_a_flush_overtook_come_as_their_net_effect(spark: Any, tmp_path: Path) -> None:
+    target, checkpoint = str(tmp_path / "log"), tmp_path / "checkpoint"
+    with kafkakv.connect(target) as db:
+        a = db.map("a", partitions=2)
+        db.map("b", partitions=2).close()
+        a.update({f"k{i}": i for i in range(6)})
+        ends = [db.log.end_offset("a_ops", p) for p in range(2)]
+    _doubled(spark, target, "a", "b", checkpoint)  # micro-batch 0 ends at `ends`
+    with kafkakv.connect(target) as db:
+        a = db.map("a")
+        a["k0"] = 10
+        del a["k1"]
+        a.put_all({"k2": 20, "k6": 6})  # a batch: its keys are in its op
+        a["k6"] = 60
+        a.flush()  # the states between `ends` and here are gone
+        a.sync()  # (its FLUSHED marks applied here too)
+        assert any(f >= e for f, e in zip(a.flushed_offsets().values(), ends, strict=True))
+        a["k3"] = 30  # after the flush: told exactly
+        expected = _expected(dict(a.items()))
+    rows = _collect(
+        _changes(spark, target, "a", json.dumps(offset_of(_cursor(ends)))), tmp_path / "c"
+    )
+    net = sorted((r["key"], r["new"]) for r in rows if r["offset"] is None)
+    assert net == [("k0", "10"), ("k1", None), ("k2", "20"), ("k6", "60")]
+    assert all(r["old"] is None for r in rows if r["offset"] is None)
+    assert [(r["key"], r["old"], r["new"]) for r in rows if r["offset"] is not None] == [
+        ("k3", "3", "30")
+    ]
+    _doubled(spark, target, "a", "b", checkpoint)  # the query goes on past the flush
+    assert _contents(target, "b") == expected
+
+
+def _cursor(ends: list[int]) -> kafkakv.Cursor:
+    return kafkakv.Cursor(dict(enumerate(ends)))
 
 
 def test_a_micro_batch_run_again_leaves_the_map_as_if_it_ran_once(
@@ -318,12 +352,6 @@ def test_bad_options_are_refused_with_a_typed_error(spark: Any, tmp_path: Path) 
             KafkaKVDataSource(options).streamReader(user_schema).initialOffset()
     with pytest.raises(ConfigError, match="outputMode"):
         KafkaKVDataSource({"target": target, "map": "m"}).streamWriter(user_schema, True)
-    with kafkakv.connect(target) as db:
-        m = db.map("m")
-        m["b"] = 2
-        m.flush()  # the changes from offset 0 on are no longer told
-    with pytest.raises(PySparkException, match=r"CursorExpiredError.*startingOffsets=earliest"):
-        _collect(_changes(spark, target, "m", "0:0,1:0"), tmp_path / "expired")
 
 
 _CHILD = textwrap.dedent(

@@ -66,11 +66,15 @@ from kafkakv.errors import (
     CursorError,
     CursorExpiredError,
     DataLossError,
+    DecodeError,
+    OperationFailedError,
     UnknownMapError,
     UnknownTopicError,
 )
 from kafkakv.log.base import Log
 from kafkakv.map.feed import ChangeFeed, Cursor
+from kafkakv.map.keyspace import prefix_of
+from kafkakv.map.ops import OpCode, decode_op, write_many_args
 from kafkakv.map.replica import ReplicaMap
 from kafkakv.pipeline.arrow import decode_column, spark_type
 from kafkakv.pipeline.options import SourceOptions
@@ -326,10 +330,11 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"short of {end} noted when the micro-batch was planned"
                 )
             if partition.start is None:
-                rows = _snapshot_rows(replica, p, end, source)
+                rows = _snapshot_rows(replica, p, end)
             else:
                 offset, skip = partition.start
-                rows = _change_rows(replica, Cursor({p: offset}, {p: skip}), end, source)
+                since = Cursor({p: offset}, {p: skip})
+                rows = _change_rows(db.log, replica, since, end, source)
             yield from self._batches(p, rows)
 
     def _batches(self, p: int, rows: Iterator[_Row]) -> Iterator[pa.RecordBatch]:
@@ -416,38 +421,114 @@ def _changes(
 
 
 def _change_rows(
-    replica: ReplicaMap[bytes, bytes], since: Cursor, end: int, source: SourceOptions
+    log: Log, replica: ReplicaMap[bytes, bytes], since: Cursor, end: int, source: SourceOptions
 ) -> Iterator[_Row]:
+    """The changes of the replica's one partition from ``since`` up to ops offset ``end``.
+    Where a flush has covered the position (the states between are gone), the ops it
+    covered come as their net effect (:func:`_net_rows`), then the changes go on after it."""
+    (p,) = since
+    position = since
+    while True:
+        try:
+            with replica.changes(since=position) as feed:
+                for key, old, new, offset, cursor in _changes(feed, end):
+                    position = cursor
+                    yield key, old, new, offset, str(cursor)
+            return
+        except CursorExpiredError as exc:
+            covered = exc.flushed + 1  # the first op the data topic does not cover
+            yield from _net_rows(log, replica, p, position[p], min(covered, end), covered, source)
+            if covered >= end:
+                return  # the next micro-batch starts behind the flush too: it goes on
+            position = Cursor({p: covered})
+
+
+def _net_rows(
+    log: Log,
+    replica: ReplicaMap[bytes, bytes],
+    p: int,
+    start: int,
+    stop: int,
+    covered: int,
+    source: SourceOptions,
+) -> Iterator[_Row]:
+    """For each key the ops at ``[start, stop)`` may have changed, one row: its value at
+    ops offset ``covered`` (None: absent), with ``old`` and ``offset`` unknown (None)."""
+    topic = source.map_topics.ops
+    touched = _touched(log, topic, p, start, stop, source.record_prefix)
+    state = _state_at(replica, p, covered)
+    cursor = str(Cursor({p: covered}))
+    for key in sorted(touched):
+        yield key, None, state.get(key), None, cursor
+
+
+def _touched(log: Log, topic: str, p: int, start: int, stop: int, prefix: bytes) -> set[bytes]:
+    """The keys of the map whose record keys start with ``prefix`` that the ops records of
+    ``topic[p]`` at ``[start, stop)`` may change: a record's own key, and the keys a batch
+    (``WRITE_MANY``, ``WRITE_MANY_TTL``, ``PUT_FOR`` of several keys) or ``TRANSACT``
+    writes (see :mod:`kafkakv.map.ops`)."""
+    keys: set[bytes] = set()
+    offset = start
+    while offset < stop:
+        batch = log.read_batch(topic, p, offset, max_records=50_000, max_bytes=_READ_BYTES)
+        for record in batch.records:
+            if record.offset is None or record.offset >= stop:
+                return keys
+            key = record.key
+            if key is None or not key.startswith(prefix) or (prefix and prefix_of(key) != prefix):
+                continue  # a control record, or another map's (shared topics)
+            keys.add(key[len(prefix) :])
+            keys.update(_batch_keys(record.value))
+        if batch.next_offset <= offset:
+            break
+        offset = batch.next_offset
+    return keys
+
+
+def _batch_keys(value: bytes | None) -> list[bytes]:
+    """The keys a batch or transaction op writes besides its record's key (none for other
+    ops, and for one that does not decode: every replica fails it alike)."""
     try:
-        feed = replica.changes(since=since)
-    except CursorExpiredError as exc:
-        raise CursorExpiredError(
-            f"{source.what}: the micro-batch from {since} cannot be read ({exc}). Start the "
-            "query again with a new checkpoint and startingOffsets=earliest",
-            partition=exc.partition,
-            flushed=exc.flushed,
-        ) from exc
-    with feed:
-        for key, old, new, offset, cursor in _changes(feed, end):
-            yield key, old, new, offset, str(cursor)
+        op = decode_op(value)
+        if op.code in (OpCode.WRITE_MANY, OpCode.TRANSACT):
+            return write_many_args(op.args[-2:])[0]
+        if op.code is OpCode.WRITE_MANY_TTL or (op.code is OpCode.PUT_FOR and len(op.args) == 3):
+            return write_many_args(op.args[:2])[0]
+    except (DecodeError, OperationFailedError):
+        pass
+    return []
 
 
-def _snapshot_rows(
-    replica: ReplicaMap[bytes, bytes], p: int, end: int, source: SourceOptions
-) -> Iterator[_Row]:
-    """The partition's contents at ops offset ``end`` exactly, as changes from nothing: the
-    replica's snapshot, with the changes it holds past ``end`` undone (from their old
-    values, newest first)."""
-    items, at = replica.snapshot()
-    if at[p] > end:
-        with replica.changes(since=Cursor({p: end})) as feed:
-            later = list(_changes(feed, at[p]))
+def _state_at(replica: ReplicaMap[bytes, bytes], p: int, at: int) -> dict[bytes, bytes]:
+    """The replica's partition ``p`` as it was at ops offset ``at`` exactly: its snapshot,
+    with the changes it holds past ``at`` undone (from their old values, newest first).
+    Raises CursorExpiredError when a flush covered ``at``."""
+    items, now = replica.snapshot()
+    if now[p] < at:  # a flush this replica had not applied yet: catch up with the log
+        replica.sync()
+        items, now = replica.snapshot()
+    if now[p] > at:
+        with replica.changes(since=Cursor({p: at})) as feed:
+            later = list(_changes(feed, now[p]))
         for key, old, _new, _offset, _cursor in reversed(later):
             if old is None:
                 items.pop(key, None)
             else:
                 items[key] = old
-    cursor = str(Cursor({p: end}))
+    return items
+
+
+def _snapshot_rows(replica: ReplicaMap[bytes, bytes], p: int, end: int) -> Iterator[_Row]:
+    """The partition's contents at ops offset ``end``, as changes from nothing. When a flush
+    has covered ``end`` since it was planned, they are the contents after that flush; the
+    next micro-batch, which starts behind the flush, then gives the net effect of the ops
+    between (:func:`_change_rows`)."""
+    try:
+        items, at = _state_at(replica, p, end), end
+    except CursorExpiredError as exc:
+        at = exc.flushed + 1
+        items = _state_at(replica, p, at)
+    cursor = str(Cursor({p: at}))
     for key, value in items.items():
         yield key, None, value, None, cursor
 
