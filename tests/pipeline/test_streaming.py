@@ -382,8 +382,7 @@ _CHILD = textwrap.dedent(
 def test_a_query_killed_mid_stream_goes_on_from_its_checkpoint(spark: Any, tmp_path: Path) -> None:
     target, checkpoint = str(tmp_path / "log"), tmp_path / "checkpoint"
     with kafkakv.connect(target) as db:
-        # No flush of A may overtake the stream (docs/pipeline.md, "Streaming": expiry).
-        a = db.map("a", partitions=2, flush_period=1_000_000)
+        a = db.map("a", partitions=2, flush_period=50)  # flushes overtake the stream too
         db.map("b", partitions=2).close()
         a.update({f"k{i}": i for i in range(10)})
         with (tmp_path / "child.log").open("w") as log:

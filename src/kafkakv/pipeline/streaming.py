@@ -20,9 +20,10 @@ by the same offsets, the topic's own: ``earliest`` is its first records, and a t
 its partition's records between the two offsets, with no replica.
 
 The changes before a cursor are told by replaying the ops from the last flush
-(:mod:`kafkakv.map.feed`): a micro-batch whose start a flush has covered fails with
-:class:`~kafkakv.errors.CursorExpiredError`, so a map's stream lasts only until the first
-flush that overtakes it (docs/pipeline.md, "Streaming").
+(:mod:`kafkakv.map.feed`). Where a flush has covered a micro-batch's start, the states between
+are gone: the ops it covered come as their net effect (one row per key they may change, its
+value after the flush, ``old`` and ``offset`` null), then the exact changes after it
+(docs/pipeline.md, "Streaming").
 
 **Writing.** Each task of a micro-batch keeps the last row of each key, sorts them by key and
 appends them as puts (a null value: a remove) through the batch writer it is given (the data
