@@ -233,11 +233,17 @@ def test_a_snapshot_micro_batch_holds_the_contents_at_its_end_offset(tmp_path: P
         del m["b"]
         replica = db.map("m", key_codec="bytes", value_codec="bytes")
         rows = list(_snapshot_rows(replica, 0, end))
-    assert sorted((k, old, new) for k, old, new, _o, _c in rows) == [
-        (b"a", None, b"1"),
-        (b"b", None, b"2"),
-    ]
-    assert {c for *_, c in rows} == {f"0:{end}"}
+        assert sorted((k, old, new) for k, old, new, _o, _c in rows) == [
+            (b"a", None, b"1"),
+            (b"b", None, b"2"),
+        ]
+        assert {c for *_, c in rows} == {f"0:{end}"}
+        m.flush()  # the state at `end` is gone: the snapshot is the one after the flush
+        replica.sync()
+        rows = list(_snapshot_rows(replica, 0, end))
+        after = replica.flushed_offsets()[0] + 1
+    assert sorted((k, new) for k, _old, new, _o, _c in rows) == [(b"a", b"10"), (b"c", b"3")]
+    assert {c for *_, c in rows} == {f"0:{after}"}
 
 
 def test_changes_a_flush_overtook_come_as_their_net_effect(spark: Any, tmp_path: Path) -> None:

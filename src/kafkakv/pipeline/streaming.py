@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -437,8 +437,8 @@ def _change_rows(
                     yield key, old, new, offset, str(cursor)
             return
         except CursorExpiredError as exc:
-            covered = exc.flushed + 1  # the first op the data topic does not cover
-            yield from _net_rows(log, replica, p, position[p], min(covered, end), covered, source)
+            # exc.flushed + 1: the first op the data topic does not cover
+            covered = yield from _net_rows(log, replica, p, position[p], end, exc, source)
             if covered >= end:
                 return  # the next micro-batch starts behind the flush too: it goes on
             position = Cursor({p: covered})
@@ -449,18 +449,33 @@ def _net_rows(
     replica: ReplicaMap[bytes, bytes],
     p: int,
     start: int,
-    stop: int,
-    covered: int,
+    end: int,
+    expired: CursorExpiredError,
     source: SourceOptions,
-) -> Iterator[_Row]:
-    """For each key the ops at ``[start, stop)`` may have changed, one row: its value at
-    ops offset ``covered`` (None: absent), with ``old`` and ``offset`` unknown (None)."""
+) -> Generator[_Row, None, int]:
+    """For each key the ops from ``start`` (up to the flush ``expired`` names, and at most up
+    to ``end``) may have changed, one row: its value after the flush (None: absent), with
+    ``old`` and ``offset`` unknown (None). Returns the ops offset the rows reflect."""
+    state, covered = _state_after(replica, p, expired)
     topic = source.map_topics.ops
-    touched = _touched(log, topic, p, start, stop, source.record_prefix)
-    state = _state_at(replica, p, covered)
+    touched = _touched(log, topic, p, start, min(covered, end), source.record_prefix)
     cursor = str(Cursor({p: covered}))
     for key in sorted(touched):
         yield key, None, state.get(key), None, cursor
+    return covered
+
+
+def _state_after(
+    replica: ReplicaMap[bytes, bytes], p: int, expired: CursorExpiredError
+) -> tuple[dict[bytes, bytes], int]:
+    """The partition's contents just after the flush ``expired`` names (or a later one that
+    overtakes this call too), and the ops offset they reflect."""
+    while True:
+        covered = expired.flushed + 1
+        try:
+            return _state_at(replica, p, covered), covered
+        except CursorExpiredError as exc:
+            expired = exc
 
 
 def _touched(log: Log, topic: str, p: int, start: int, stop: int, prefix: bytes) -> set[bytes]:
@@ -527,8 +542,7 @@ def _snapshot_rows(replica: ReplicaMap[bytes, bytes], p: int, end: int) -> Itera
     try:
         items, at = _state_at(replica, p, end), end
     except CursorExpiredError as exc:
-        at = exc.flushed + 1
-        items = _state_at(replica, p, at)
+        items, at = _state_after(replica, p, exc)
     cursor = str(Cursor({p: at}))
     for key, value in items.items():
         yield key, None, value, None, cursor
