@@ -8,6 +8,7 @@ package does not start Spark or import PySpark; :func:`spark_session` does.
 
 ================  =============================================================
 ``source``        the data source (``spark.read.format("kafkakv")``)
+``streaming``     its streams: a map's changes in, micro-batches out
 ``options``       the settings it ships to executors
 ``mapping``       table rows → keys and JSON values
 ``jdbc``          a PostgreSQL table read through Spark's JDBC source

@@ -28,6 +28,9 @@ of a task appends all its rows again, from a new origin: replicas apply both cop
 second leaves each key as the first would have (docs/pipeline.md, "What a retried task
 repeats").
 
+Streams (``readStream``, ``writeStream``; option ``startingOffsets`` makes a read a stream of
+changes) are :mod:`kafkakv.pipeline.streaming`'s, which these methods delegate to.
+
 The data source pickles only :class:`~kafkakv.pipeline.options.SourceOptions` (strings); every
 task opens its own connection to the log and closes it before it ends.
 """
@@ -45,6 +48,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
 )
@@ -64,6 +69,14 @@ from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.partitions import partitions_for
+from kafkakv.pipeline.streaming import (
+    KafkaKVStreamReader,
+    KafkaKVStreamWriter,
+    StreamOptions,
+    change_schema,
+    is_stream_read,
+    sink_options,
+)
 
 __all__ = ["KafkaKVDataSource"]
 
@@ -85,6 +98,8 @@ class KafkaKVDataSource(DataSource):
         return SourceOptions.from_options(self.options)
 
     def schema(self) -> str:
+        if is_stream_read(self.options):  # readStream: kafkakv.pipeline.streaming
+            return change_schema(StreamOptions.from_options(self.options).source)
         opts = self._settings()
         return (
             f"key {spark_type(opts.key_codec)}, value {spark_type(opts.value_codec)}, "
@@ -104,6 +119,13 @@ class KafkaKVDataSource(DataSource):
         if missing:
             raise ConfigError(f"writing to kafkakv needs columns key and value; missing {missing}")
         return KafkaKVWriter(self._settings())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaKVStreamReader(StreamOptions.from_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        sink = KafkaKVDataSource(sink_options(self.options, overwrite))
+        return KafkaKVStreamWriter.open(sink.writer(schema, overwrite=False), sink._settings())
 
 
 class LogPartition(InputPartition):

@@ -1,0 +1,648 @@
+"""``spark.readStream.format("kafkakv")`` and ``df.writeStream.format("kafkakv")``: a map's
+change feed (or a topic's records) as a Structured Streaming source, and micro-batches applied
+to a map (or a topic) as a sink.
+
+**Reading a map.** A stream's offsets are change-feed cursors
+(:class:`~kafkakv.map.feed.Cursor`): for each partition of the map, the next ops offset, as
+JSON (:func:`offset_of`). Spark stores them in its checkpoint, so a query restarted from it
+goes on exactly after its last committed micro-batch. ``latestOffset`` is the current end of
+the ops partitions; a micro-batch reads the changes between two cursors, one Spark task per
+log partition that moved: the task opens a replica of that partition alone and takes the
+changes from the feed (:meth:`~kafkakv.map.ReplicaMap.changes`) up to the end offset the
+planner noted. Rows are ``key, old, new, partition, offset, cursor``: ``cursor`` is the feed's
+cursor (its text) of the partition just after the change. Option ``startingOffsets``
+(required to stream, since a data source's schema cannot tell a stream from a batch read):
+``earliest`` (the map's contents as changes with a null ``old``, then every change),
+``latest``, or a cursor (its text, or the JSON of an offset).
+
+A **topic** streams its records (``key, value, partition, offset``, a tombstone's value null)
+by the same offsets, the topic's own: ``earliest`` is its first records, and a task reads
+its partition's records between the two offsets, with no replica.
+
+The changes before a cursor are told by replaying the ops from the last flush
+(:mod:`kafkakv.map.feed`). Where a flush has covered a micro-batch's start, the states between
+are gone: the ops it covered come as their net effect (one row per key they may change, its
+value after the flush, ``old`` and ``offset`` null), then the exact changes after it
+(docs/pipeline.md, "Streaming").
+
+**Writing.** Each task of a micro-batch keeps the last row of each key, sorts them by key and
+appends them as puts (a null value: a remove) through the batch writer it is given (the data
+source's, :class:`~kafkakv.pipeline.source.KafkaKVWriter`). The sink's commit notes the
+micro-batch in :data:`LEDGER_MAP` before Spark notes it in the checkpoint, and tasks skip a
+micro-batch noted there; one that Spark runs again before that reads the same offsets, so it
+appends the same final value of each key again. Either way the map ends as if it ran once
+(docs/pipeline.md, "Streaming").
+
+>>> offset_of(Cursor({1: 98, 0: 120}))
+{'offsets': {'0': 120, '1': 98}}
+>>> cursor_of({'offsets': {'0': 120, '1': 98}, 'skips': {'1': 2}})
+Cursor('0:120,1:98+2')
+>>> cursor_of(SNAPSHOT) is None
+True
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from kafkakv.codecs import codec_for
+from kafkakv.errors import (
+    ConfigError,
+    CursorError,
+    CursorExpiredError,
+    DataLossError,
+    DecodeError,
+    OperationFailedError,
+    UnknownMapError,
+    UnknownTopicError,
+)
+from kafkakv.log.base import Log
+from kafkakv.map.feed import ChangeFeed, Cursor
+from kafkakv.map.keyspace import prefix_of
+from kafkakv.map.ops import OpCode, decode_op, write_many_args
+from kafkakv.map.replica import ReplicaMap
+from kafkakv.pipeline.arrow import decode_column, spark_type
+from kafkakv.pipeline.options import SourceOptions
+
+__all__ = [
+    "LEDGER_MAP",
+    "SNAPSHOT",
+    "KafkaKVStreamReader",
+    "KafkaKVStreamWriter",
+    "StreamOptions",
+    "StreamWritten",
+    "change_schema",
+    "cursor_of",
+    "is_stream_read",
+    "offset_of",
+    "sink_options",
+]
+
+BATCH_ROWS = 65_536
+"""Rows per Arrow batch a read task yields."""
+
+SNAPSHOT: dict[str, Any] = {"snapshot": True}
+"""The initial offset of ``startingOffsets=earliest``: the map's contents, not yet a cursor."""
+
+_STARTING = "startingoffsets"
+_SPARK_SINK_OPTIONS = ("checkpointlocation", "path", "queryname")
+"""Options of a writeStream that are Spark's, which it passes on to the sink as well."""
+_COLUMNS = ("key", "old", "new", "partition", "offset", "cursor")
+_TOPIC_COLUMNS = ("key", "value", "partition", "offset")
+_READ_BYTES = 8 << 20
+
+
+def is_stream_read(options: Mapping[str, str]) -> bool:
+    """Whether Spark's options are a stream read's (they name ``startingOffsets``)."""
+    return any(k.lower() == _STARTING for k in options)
+
+
+def sink_options(options: Mapping[str, str], overwrite: bool) -> dict[str, str]:
+    """A writeStream's options without Spark's own; raises
+    :class:`~kafkakv.errors.ConfigError` for output mode ``complete`` (``overwrite``)."""
+    if overwrite:
+        raise ConfigError(
+            "a kafkakv sink applies each micro-batch's rows as updates: use outputMode "
+            "'append' or 'update', not 'complete'"
+        )
+    return {k: v for k, v in options.items() if k.lower() not in _SPARK_SINK_OPTIONS}
+
+
+def change_schema(opts: SourceOptions) -> str:
+    """The columns of a stream of a map's changes, or of a topic's records (types from the
+    codecs)."""
+    value = spark_type(opts.value_codec)
+    if opts.map is None:
+        return f"key {spark_type(opts.key_codec)}, value {value}, partition int, offset bigint"
+    return (
+        f"key {spark_type(opts.key_codec)}, old {value}, new {value}, partition int, "
+        "offset bigint, cursor string"
+    )
+
+
+def offset_of(cursor: Cursor) -> dict[str, Any]:
+    """The JSON-able offset Spark stores for ``cursor`` (partitions as strings, in order)."""
+    out: dict[str, Any] = {"offsets": {str(p): cursor[p] for p in cursor}}
+    skips = {str(p): cursor.skip(p) for p in cursor if cursor.skip(p)}
+    if skips:
+        out["skips"] = skips
+    return out
+
+
+def cursor_of(offset: Mapping[str, Any]) -> Cursor | None:
+    """The cursor an offset stands for (None for :data:`SNAPSHOT`); raises
+    :class:`~kafkakv.errors.CursorError` for anything else."""
+    if offset.get("snapshot") is True and len(offset) == 1:
+        return None
+    try:
+        offsets, skips = offset["offsets"], offset.get("skips", {})
+        if set(offset) - {"offsets", "skips"}:
+            raise ValueError(offset)
+        return Cursor(
+            {int(p): o for p, o in offsets.items()}, {int(p): k for p, k in skips.items()}
+        )
+    except (KeyError, ValueError, TypeError, AttributeError):
+        raise CursorError(
+            f"not a kafkakv stream offset: {offset!r} (expected "
+            '{"offsets": {"0": 120, ...}} or {"snapshot": true})'
+        ) from None
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """A stream read's settings: the data source's, and where the stream starts
+    (``earliest``, ``latest`` or a :class:`~kafkakv.map.feed.Cursor`)."""
+
+    source: SourceOptions
+    starting: str | Cursor
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> StreamOptions:
+        """Parse Spark's string options; raises :class:`~kafkakv.errors.ConfigError`."""
+        lowered = {k.lower(): v for k, v in options.items()}
+        text = lowered.pop(_STARTING, None)
+        source = SourceOptions.from_options(lowered)
+        if text is None:
+            raise ConfigError(
+                f"streaming {source.what} needs option startingOffsets: earliest, latest or a "
+                "cursor"
+            )
+        starting: str | Cursor
+        if text.strip().lower() in ("earliest", "latest"):
+            starting = text.strip().lower()
+        else:
+            try:
+                if text.lstrip().startswith("{"):
+                    cursor = cursor_of(json.loads(text))
+                    if cursor is None:
+                        raise CursorError("a snapshot marker is not a starting cursor")
+                    starting = cursor
+                else:
+                    starting = Cursor.parse(text.strip())
+            except (CursorError, ValueError) as exc:
+                raise ConfigError(
+                    f"option startingOffsets={text!r}: earliest, latest, a cursor's text "
+                    f'("0:120,1:98") or its JSON ({{"offsets": {{"0": 120, "1": 98}}}}); {exc}'
+                ) from None
+            if source.topic is not None and any(starting.skip(p) for p in starting):
+                raise ConfigError(
+                    f"option startingOffsets={text!r}: a topic's offsets name records, not "
+                    "changes inside one (no '+k')"
+                )
+        return cls(source, starting)
+
+
+class ChangeRange(InputPartition):
+    """One read task: the changes of log partition ``partition`` from ``start`` (None: the
+    partition's contents at ``end`` first) up to ops offset ``end`` (for a topic: its
+    records)."""
+
+    def __init__(self, partition: int, start: tuple[int, int] | None, end: int) -> None:
+        super().__init__((partition, start, end))
+        self.partition = partition
+        self.start = start  # (offset, changes of that record already taken)
+        self.end = end
+
+
+class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The changes of a map, or the records of a topic, micro-batch by micro-batch (see the
+    module docstring). Holds only settings: every call opens its own connection to the log."""
+
+    def __init__(self, opts: StreamOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.fields = [(f.name, to_arrow_type(f.dataType)) for f in schema.fields]
+        columns = _COLUMNS if opts.source.map is not None else _TOPIC_COLUMNS
+        unknown = [name for name, _ in self.fields if name not in columns]
+        if unknown:
+            raise ConfigError(
+                f"a stream of {opts.source.what} has columns {', '.join(columns)}; "
+                f"not {unknown} (start a stream with option startingOffsets)"
+            )
+        self._until: Cursor | None = None  # trigger(availableNow=True): the end to reach
+
+    # -- planning (the driver) ---------------------------------------------------------------
+    def _ends(self, start: bool = False) -> Cursor:
+        """The end (or ``start``) of every partition of the map's ops topic or of the topic
+        now (one metadata call per partition)."""
+        source = self.opts.source
+        with source.connect() as db:
+            log = db.log
+            existing = set(log.topics())
+            if source.map is not None:
+                topics = source.map_topics
+                topic = topics.ops
+                missing = [t for t in (topics.data, topic, topics.flush) if t not in existing]
+            else:
+                topic = str(source.topic)
+                missing = [] if topic in existing else [topic]
+            if missing:
+                raise UnknownTopicError(
+                    f"{source.what} does not exist on {source.target}: no {missing}"
+                )
+            offset = log.start_offset if start else log.end_offset
+            return Cursor({p: offset(topic, p) for p in range(log.partitions(topic))})
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts (a restarted one starts from its checkpoint instead)."""
+        starting = self.opts.starting
+        if starting == "earliest":
+            if self.opts.source.map is None:
+                return offset_of(self._ends(start=True))  # every record the topic holds
+            return SNAPSHOT
+        ends = self._ends()
+        if starting == "latest":
+            return offset_of(ends)
+        assert isinstance(starting, Cursor)
+        _check_fits(starting, ends, self.opts.source)
+        return offset_of(starting)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The end of the ops partitions now (or when ``availableNow`` was prepared)."""
+        ends = self._until or self._ends()
+        begin = cursor_of(start)
+        if begin is not None:
+            _check_fits(begin, ends, self.opts.source)
+            if all(begin[p] == ends[p] and not begin.skip(p) for p in ends):
+                return start  # nothing new: Spark plans no micro-batch
+        return offset_of(ends)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._until = self._ends()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One task per partition with changes between the two offsets (or, from
+        :data:`SNAPSHOT`, one per partition)."""
+        stop = cursor_of(end)
+        assert stop is not None
+        begin = cursor_of(start)
+        if begin is None:
+            return [ChangeRange(p, None, stop[p]) for p in stop]
+        return [
+            ChangeRange(p, (begin[p], begin.skip(p)), stop[p])
+            for p in stop
+            if (begin[p], begin.skip(p)) < (stop[p], 0)
+        ]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the log keeps the ops (until its retention or a flush)."""
+
+    # -- reading (each task) -----------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ChangeRange)
+        source = self.opts.source
+        p, end = partition.partition, partition.end
+        if source.map is None:
+            assert partition.start is not None
+            with source.connect() as db:
+                records = _topic_rows(db.log, str(source.topic), p, partition.start[0], end)
+                yield from self._batches(p, records)
+            return
+        with source.connect() as db:
+            replica = db.map(
+                source.map,
+                shard=[p],
+                key_codec="bytes",  # the stored bytes: Arrow decodes them by the codecs
+                value_codec="bytes",
+                topics=source.topics,
+                timeout=source.timeout,
+                barriers="offset",  # a reader appends nothing (a record would be a new end)
+                create=False,
+            )
+            applied = replica.applied_offsets()[p]
+            if applied < end:  # the bootstrap reads to the end: this cannot happen
+                raise DataLossError(
+                    f"{source.what} partition {p}: the replica reached ops offset {applied}, "
+                    f"short of {end} noted when the micro-batch was planned"
+                )
+            if partition.start is None:
+                rows = _snapshot_rows(replica, p, end)
+            else:
+                offset, skip = partition.start
+                since = Cursor({p: offset}, {p: skip})
+                rows = _change_rows(db.log, replica, since, end, source)
+            yield from self._batches(p, rows)
+
+    def _batches(self, p: int, rows: Iterator[_Row]) -> Iterator[pa.RecordBatch]:
+        while True:
+            chunk = list(itertools.islice(rows, BATCH_ROWS))
+            if not chunk:
+                return
+            yield self._batch(p, chunk)
+
+    def _batch(self, p: int, rows: list[_Row]) -> pa.RecordBatch:
+        source = self.opts.source
+        where = f"{source.what} partition {p}"
+        columns = list(zip(*rows, strict=True))
+        arrays = []
+        for name, arrow_type in self.fields:
+            if name == "key":
+                column = _decode(columns[0], source.key_codec, f"{where}: key")
+            elif name == "old":
+                column = _decode(columns[1], source.value_codec, f"{where}: old value")
+            elif name in ("new", "value"):
+                column = _decode(columns[2], source.value_codec, f"{where}: {name} value")
+            elif name == "partition":
+                column = pa.array([p] * len(rows), pa.int32())
+            elif name == "offset":
+                column = pa.array(columns[3], pa.int64())
+            else:
+                column = pa.array(columns[4], pa.string())
+            if column.type != arrow_type:
+                try:
+                    column = column.cast(arrow_type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise ConfigError(
+                        f"column {name!r} of {source.what} is {column.type}, which does not "
+                        f"convert to the schema's {arrow_type}"
+                    ) from exc
+            arrays.append(column)
+        return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in self.fields])
+
+
+#: One row as a task gathers it: key, old, new (stored bytes), ops offset, cursor text.
+_Row = tuple[bytes, bytes | None, bytes | None, int | None, str]
+
+
+def _check_fits(cursor: Cursor, ends: Cursor, source: SourceOptions) -> None:
+    """Raise CursorError unless ``cursor`` names the map's partitions, within the log."""
+    if set(cursor) != set(ends):
+        raise CursorError(
+            f"cursor {cursor} names partitions {sorted(cursor)}; {source.what} has {sorted(ends)}"
+        )
+    past = [p for p in ends if cursor[p] > ends[p]]
+    if past:
+        raise CursorError(
+            f"cursor {cursor} points past the end of {source.what}'s ops ({ends}): a cursor "
+            "of another map or log?"
+        )
+
+
+def _topic_rows(log: Log, topic: str, p: int, start: int, end: int) -> Iterator[_Row]:
+    """The keyed records of ``topic[p]`` at offsets ``start`` up to ``end`` (a tombstone's
+    value is None), as rows with ``new`` the record's value."""
+    offset = start
+    while offset < end:
+        batch = log.read_batch(topic, p, offset, max_records=50_000, max_bytes=_READ_BYTES)
+        for record in batch.records:
+            if record.offset is None or record.offset >= end:
+                return
+            if record.key is not None:  # not a key-value record: nothing to stream
+                yield record.key, None, record.value, record.offset, f"{p}:{record.offset + 1}"
+        if batch.next_offset <= offset:
+            return  # nothing more is readable below the end offset
+        offset = batch.next_offset
+
+
+def _changes(
+    feed: ChangeFeed[bytes, bytes], end: int
+) -> Iterator[tuple[bytes, bytes | None, bytes | None, int, Cursor]]:
+    """The changes ``feed`` holds before ops offset ``end`` (it holds all of them: the
+    replica applied past ``end`` before the feed began, so they are replayed)."""
+    feed.timeout = 0  # what is not there now never comes before end
+    for change in feed:
+        if change.offset >= end:
+            return
+        yield change.key, change.old, change.new, change.offset, change.cursor
+
+
+def _change_rows(
+    log: Log, replica: ReplicaMap[bytes, bytes], since: Cursor, end: int, source: SourceOptions
+) -> Iterator[_Row]:
+    """The changes of the replica's one partition from ``since`` up to ops offset ``end``.
+    Where a flush has covered the position (the states between are gone), the ops it
+    covered come as their net effect (:func:`_net_rows`), then the changes go on after it."""
+    (p,) = since
+    position = since
+    while True:
+        try:
+            with replica.changes(since=position) as feed:
+                for key, old, new, offset, cursor in _changes(feed, end):
+                    position = cursor
+                    yield key, old, new, offset, str(cursor)
+            return
+        except CursorExpiredError as exc:
+            # exc.flushed + 1: the first op the data topic does not cover
+            covered = yield from _net_rows(log, replica, p, position[p], end, exc, source)
+            if covered >= end:
+                return  # the next micro-batch starts behind the flush too: it goes on
+            position = Cursor({p: covered})
+
+
+def _net_rows(
+    log: Log,
+    replica: ReplicaMap[bytes, bytes],
+    p: int,
+    start: int,
+    end: int,
+    expired: CursorExpiredError,
+    source: SourceOptions,
+) -> Generator[_Row, None, int]:
+    """For each key the ops from ``start`` (up to the flush ``expired`` names, and at most up
+    to ``end``) may have changed, one row: its value after the flush (None: absent), with
+    ``old`` and ``offset`` unknown (None). Returns the ops offset the rows reflect."""
+    state, covered = _state_after(replica, p, expired)
+    topic = source.map_topics.ops
+    touched = _touched(log, topic, p, start, min(covered, end), source.record_prefix)
+    cursor = str(Cursor({p: covered}))
+    for key in sorted(touched):
+        yield key, None, state.get(key), None, cursor
+    return covered
+
+
+def _state_after(
+    replica: ReplicaMap[bytes, bytes], p: int, expired: CursorExpiredError
+) -> tuple[dict[bytes, bytes], int]:
+    """The partition's contents just after the flush ``expired`` names (or a later one that
+    overtakes this call too), and the ops offset they reflect."""
+    while True:
+        covered = expired.flushed + 1
+        try:
+            return _state_at(replica, p, covered), covered
+        except CursorExpiredError as exc:
+            expired = exc
+
+
+def _touched(log: Log, topic: str, p: int, start: int, stop: int, prefix: bytes) -> set[bytes]:
+    """The keys of the map whose record keys start with ``prefix`` that the ops records of
+    ``topic[p]`` at ``[start, stop)`` may change: a record's own key, and the keys a batch
+    (``WRITE_MANY``, ``WRITE_MANY_TTL``, ``PUT_FOR`` of several keys) or ``TRANSACT``
+    writes (see :mod:`kafkakv.map.ops`)."""
+    keys: set[bytes] = set()
+    offset = start
+    while offset < stop:
+        batch = log.read_batch(topic, p, offset, max_records=50_000, max_bytes=_READ_BYTES)
+        for record in batch.records:
+            if record.offset is None or record.offset >= stop:
+                return keys
+            key = record.key
+            if key is None or not key.startswith(prefix) or (prefix and prefix_of(key) != prefix):
+                continue  # a control record, or another map's (shared topics)
+            keys.add(key[len(prefix) :])
+            keys.update(_batch_keys(record.value))
+        if batch.next_offset <= offset:
+            break
+        offset = batch.next_offset
+    return keys
+
+
+def _batch_keys(value: bytes | None) -> list[bytes]:
+    """The keys a batch or transaction op writes besides its record's key (none for other
+    ops, and for one that does not decode: every replica fails it alike)."""
+    try:
+        op = decode_op(value)
+        if op.code in (OpCode.WRITE_MANY, OpCode.TRANSACT):
+            return write_many_args(op.args[-2:])[0]
+        if op.code is OpCode.WRITE_MANY_TTL or (op.code is OpCode.PUT_FOR and len(op.args) == 3):
+            return write_many_args(op.args[:2])[0]
+    except (DecodeError, OperationFailedError):
+        pass
+    return []
+
+
+def _state_at(replica: ReplicaMap[bytes, bytes], p: int, at: int) -> dict[bytes, bytes]:
+    """The replica's partition ``p`` as it was at ops offset ``at`` exactly: its snapshot,
+    with the changes it holds past ``at`` undone (from their old values, newest first).
+    Raises CursorExpiredError when a flush covered ``at``."""
+    items, now = replica.snapshot()
+    if now[p] < at:  # a flush this replica had not applied yet: catch up with the log
+        replica.sync()
+        items, now = replica.snapshot()
+    if now[p] > at:
+        with replica.changes(since=Cursor({p: at})) as feed:
+            later = list(_changes(feed, now[p]))
+        for key, old, _new, _offset, _cursor in reversed(later):
+            if old is None:
+                items.pop(key, None)
+            else:
+                items[key] = old
+    return items
+
+
+def _snapshot_rows(replica: ReplicaMap[bytes, bytes], p: int, end: int) -> Iterator[_Row]:
+    """The partition's contents at ops offset ``end``, as changes from nothing. When a flush
+    has covered ``end`` since it was planned, they are the contents after that flush; the
+    next micro-batch, which starts behind the flush, then gives the net effect of the ops
+    between (:func:`_change_rows`)."""
+    try:
+        items, at = _state_at(replica, p, end), end
+    except CursorExpiredError as exc:
+        items, at = _state_after(replica, p, exc)
+    cursor = str(Cursor({p: at}))
+    for key, value in items.items():
+        yield key, None, value, None, cursor
+
+
+def _decode(values: Sequence[bytes | None], codec: str, what: str) -> pa.Array[Any]:
+    if codec == "int":
+        decode = codec_for("int").decode
+        return pa.array([None if v is None else decode(v) for v in values], pa.int64())
+    return decode_column(values, codec, what)  # type: ignore[arg-type]  # nulls stay nulls
+
+
+class BatchAppender(Protocol):
+    """What the stream writer needs of the data source's batch writer: append the rows of
+    one task to the map."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage: ...
+
+
+LEDGER_MAP = "kafkakv-streams"
+"""The map, on the sink's log, holding the last micro-batch each streaming query committed
+there: query id -> batch id (``int`` values)."""
+
+#: The local properties Spark gives every task of a micro-batch.
+_QUERY_ID, _BATCH_ID = "sql.streaming.queryId", "streaming.sql.batchId"
+
+
+@dataclass
+class StreamWritten(WriterCommitMessage):
+    """What one task of a micro-batch did: ``written`` is the appender's message, None when
+    the micro-batch was committed before (``query``: its query's id, when Spark said)."""
+
+    query: str | None
+    batch: int | None
+    written: WriterCommitMessage | None
+
+
+class KafkaKVStreamWriter(DataSourceStreamArrowWriter):
+    """Applies each micro-batch to a map: per task, the last row of each key, sorted by key,
+    appended by ``appender``; a micro-batch that :data:`LEDGER_MAP` said its query had
+    committed when the writer was made (Spark makes one for each micro-batch, on the driver)
+    is skipped (see the module docstring). ``committed``: that ledger, query id -> last
+    committed batch id."""
+
+    def __init__(
+        self, appender: BatchAppender, opts: SourceOptions, committed: Mapping[str, int]
+    ) -> None:
+        self.appender = appender
+        self.opts = opts
+        self.committed = dict(committed)
+
+    @classmethod
+    def open(cls, appender: BatchAppender, opts: SourceOptions) -> KafkaKVStreamWriter:
+        """The writer, with the ledger as it is now (on the driver, before the micro-batch's
+        tasks run). Costs opening the ledger map (the bootstrap of one small partition), if
+        there is one."""
+        with opts.connect() as db:
+            try:
+                ledger = db.map(LEDGER_MAP, value_codec="int", timeout=opts.timeout, create=False)
+            except UnknownMapError:
+                return cls(appender, opts, {})
+            return cls(appender, opts, dict(ledger.items()))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamWritten:  # type: ignore[override]
+        query, batch = _micro_batch()
+        if query is not None and batch is not None and batch <= self.committed.get(query, -1):
+            return StreamWritten(query, batch, None)  # Spark runs it again: it was done
+        return StreamWritten(query, batch, self._append(iterator))
+
+    def _append(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        batches = [b for b in iterator if b.num_rows]
+        if not batches:
+            return self.appender.write(iter(()))
+        table = pa.Table.from_batches(batches)
+        keys = table.column("key")
+        if keys.null_count:  # the appender names the row
+            return self.appender.write(iter(table.to_batches()))
+        last: dict[Any, int] = {k: row for row, k in enumerate(keys.to_pylist())}
+        rows = [last[k] for k in sorted(last)]
+        return self.appender.write(iter(table.take(pa.array(rows, pa.int64())).to_batches()))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Note in :data:`LEDGER_MAP` that the query committed micro-batch ``batchId`` (one
+        put, waited for), before Spark notes it in the checkpoint."""
+        queries = {m.query for m in messages if isinstance(m, StreamWritten) and m.query}
+        if not queries:
+            return
+        with self.opts.connect() as db:
+            ledger = db.map(LEDGER_MAP, value_codec="int", timeout=self.opts.timeout)
+            ledger.put_all(dict.fromkeys(sorted(queries), batchId))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: what a failed task appended is appended again, with the same
+        final values, when Spark runs the micro-batch again."""
+
+
+def _micro_batch() -> tuple[str | None, int | None]:
+    """The query id and micro-batch id of the running task (None when Spark does not say)."""
+    context = TaskContext.get()
+    if context is None:
+        return None, None
+    query, batch = context.getLocalProperty(_QUERY_ID), context.getLocalProperty(_BATCH_ID)
+    return query, None if batch is None else int(batch)
