@@ -6,8 +6,9 @@ replica is open: go), puts ``TAG-<ttl>`` for each ttl (seconds, comma-separated)
 reporting each put's ``time.monotonic()`` span (the shim leaves that clock alone: it is
 the machine's, the parent's too), then watches every key of ``KEYS`` (comma-separated) in
 its own reads, every 20 ms, until a line arrives on stdin: then it syncs and reports when
-it first saw each key, when it first saw each key gone again, and the keys it holds. One
-JSON object per line on stdout; its reaper runs all along, by this process's clock.
+it first saw each key, when it first saw each key gone again, when it applied each key's put
+(a listener), and the keys it holds. One JSON object per line on stdout; its reaper runs all
+along, by this process's clock.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ def main(url: str, name: str, tag: str, ttls: str, watched: str) -> None:
             m.put(f"{tag}-{ttl}", {"by": tag}, ttl=float(ttl))
             _say(put=f"{tag}-{ttl}", ttl=float(ttl), start=started, end=time.monotonic())
         _say(written=tag)
+        applied: dict[str, float] = {}  # when this replica applied each key's put
+
+        def on_change(key: Any, old: Any, new: Any, mine: bool) -> None:
+            if new is not None and key in watch:
+                applied.setdefault(key, time.monotonic())
+
+        watch = set(keys)
+        m.add_listener(on_change)
         seen: dict[str, float] = {}
         gone: dict[str, float] = {}
         while not stop.wait(0.02):
@@ -55,7 +64,7 @@ def main(url: str, name: str, tag: str, ttls: str, watched: str) -> None:
                 elif not present and key in seen and key not in gone:
                     gone[key] = now
         m.sync()
-        _say(seen=seen, gone=gone, held=sorted(m.keys()), stored=sorted(_stored(m)))
+        _say(seen=seen, gone=gone, applied=applied, held=sorted(m.keys()), stored=sorted(_stored(m)))
 
 
 def _stored(m: Any) -> list[str]:
