@@ -64,7 +64,9 @@ def main(url: str, name: str, tag: str, ttls: str, watched: str) -> None:
                 elif not present and key in seen and key not in gone:
                     gone[key] = now
         m.sync()
-        _say(seen=seen, gone=gone, applied=applied, held=sorted(m.keys()), stored=sorted(_stored(m)))
+        _say(
+            seen=seen, gone=gone, applied=applied, held=sorted(m.keys()), stored=sorted(_stored(m))
+        )
 
 
 def _stored(m: Any) -> list[str]:
