@@ -218,10 +218,16 @@ def test_deep_check_of_a_replica_behind_the_data_topic(open_map: OpenMap) -> Non
     other = open_map(partitions=1, flush_period=1000, store="dict")
     m.update({f"k{i}": i for i in range(50)})
     other.sync()
+    log, data = m._engine.log, m._engine.topics.data
     with m._engine.paused():  # re-entrant: this thread's check may apply, the follower not
         other.update({f"k{i}": -i for i in range(100)})
+        end = log.end_offset(data, 0)
         covered = other._engine.flush(0)
         assert covered is not None
+        # Kafka writes a committed flush's markers after the commit returns: until then a
+        # reader (the check's too) sees the data topic as of the flush before, and rightly
+        # compares there.
+        wait_for(lambda: log.end_offset(data, 0) > end, 10, "the flush visible to readers")
         before = m.applied_offsets()[0]
         assert before <= covered
         assert m.check(deep=True) == []
