@@ -170,7 +170,9 @@ def test_bad_rows_fail_the_write_with_the_reason(spark: Any, tmp_path: Any) -> N
         assert db.log.end_offset("m_ops", 0) == 0  # nothing of the bad batches was appended
 
 
-def test_what_ships_to_executors_is_only_settings(tmp_path: Any) -> None:
+def test_what_ships_to_executors_is_only_settings(spark: Any, tmp_path: Any) -> None:
+    # spark: parsing the schema needs a SparkContext, which under xdist this test's worker
+    # has only if the test asks for one (it failed on a worker no Spark test had run on)
     source = KafkaKVDataSource({"target": str(tmp_path), "map": "m"})
     source._settings()  # checks the options, as Spark's first call does
     reader = source.reader(_schema(source))
