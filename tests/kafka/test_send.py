@@ -139,6 +139,21 @@ def test_records_the_client_refuses_fail_alone(kafka_single: Cluster) -> None:
         assert [r.key for r in after] == [r.key for r in small]
 
 
+
+def test_a_send_that_raises_has_settled_every_other_record_first(kafka_single: Cluster) -> None:
+    # A refused record fails the call; the others were queued, and when the call raises each
+    # is stored already (or failed): none lands after the caller saw the error (found in CI:
+    # an end offset read right after the error was passed by records still on their way).
+    with KafkaLog(kafka_single.bootstrap, timeout=20, config={"message.max.bytes": 4000}) as log:
+        topic = f"t-{uuid.uuid4().hex[:12]}"
+        log.create_topic(topic, 1)
+        for rows in (1, 40, 3000):  # record by record, and produce_batch
+            before = log.end_offset(topic, 0)
+            sent = [Record(b"big", b"x" * 6000)] + [Record(b"k%d" % i, b"v") for i in range(rows)]
+            with pytest.raises(RecordTooLargeError):
+                log.send(topic, 0, sent)
+            assert log.end_offset(topic, 0) == before + rows
+
 # -- transactions: the last partition waits for the others ------------------------------------
 
 

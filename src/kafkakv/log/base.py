@@ -303,7 +303,8 @@ class Log(Closeable):
         over several writes, and a failure may leave some of them appended. Raises as
         :meth:`append` for records that are invalid, before any is stored.
 
-        Without ``on_failure``, returns once every record is stored and raises any failure.
+        Without ``on_failure``, returns once every record is stored and raises any failure,
+        but only once every other record is settled: stored or failed, none still on its way.
         With it, a backend that writes over a network may return once the records are on
         their way (pipelined, as Kafka's producer does); each record it then fails to store
         is passed to ``on_failure(record, error)``, once, from another thread, and records

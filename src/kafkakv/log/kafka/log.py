@@ -168,13 +168,14 @@ class _TopicInfo:
 class _Delivery:
     """Counts the delivery reports of one call's records; the waiter sleeps on ``done``."""
 
-    __slots__ = ("done", "error", "firsts", "remaining")
+    __slots__ = ("_lock", "done", "error", "firsts", "remaining")
 
     def __init__(self, count: int) -> None:
         self.remaining = count
         self.firsts: dict[TP, int] = {}
         self.error: KafkaError | None = None
         self.done = threading.Event()
+        self._lock = threading.Lock()  # reports come from the poll thread, discounts not
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -186,9 +187,17 @@ class _Delivery:
             first = self.firsts.get(tp)
             if first is None or offset < first:
                 self.firsts[tp] = offset
-        self.remaining -= 1
-        if self.remaining <= 0:
-            self.done.set()
+        self._settled(1)
+
+    def discount(self, count: int) -> None:
+        """Expect ``count`` reports fewer: rows refused when queued get none."""
+        self._settled(count)
+
+    def _settled(self, count: int) -> None:
+        with self._lock:
+            self.remaining -= count
+            if self.remaining <= 0:
+                self.done.set()
 
 
 class _Failures:
@@ -798,8 +807,9 @@ class KafkaLog(Log):
             raise ClosedError("this KafkaLog is closed")
         with translated(f"append to {topic}[{partition}]"):
             refused = _produce(producer, topic, partition, rows, delivery)
-        if refused:
-            raise self._append_failure(topic, partition, refused[0][1])
+        # Rows refused outright fail the call, but only once the others it queued are settled
+        # (stored or failed): a caller that sees the error must not see them land later.
+        delivery.discount(len(refused))
         # librdkafka gives up at message.timeout.ms (= timeout); the margin is for the report.
         # Waited in slices, for a refusal the poll thread serves meanwhile (see .refusals).
         # A caller's shorter timeout cuts the wait; otherwise librdkafka's own report (at
@@ -816,8 +826,9 @@ class KafkaLog(Log):
                     f"append to {topic}[{partition}] not acknowledged in time ({limit:g} s); "
                     "librdkafka may still store it"
                 )
-        if delivery.error is not None:
-            raise self._append_failure(topic, partition, delivery.error)
+        error = refused[0][1] if refused else delivery.error
+        if error is not None:
+            raise self._append_failure(topic, partition, error)
         first = delivery.firsts[(topic, partition)]
         self._wrote(topic, partition, first + len(rows))
         return first
