@@ -139,7 +139,6 @@ def test_records_the_client_refuses_fail_alone(kafka_single: Cluster) -> None:
         assert [r.key for r in after] == [r.key for r in small]
 
 
-
 def test_a_send_that_raises_has_settled_every_other_record_first(kafka_single: Cluster) -> None:
     # A refused record fails the call; the others were queued, and when the call raises each
     # is stored already (or failed): none lands after the caller saw the error (found in CI:
@@ -153,6 +152,7 @@ def test_a_send_that_raises_has_settled_every_other_record_first(kafka_single: C
             with pytest.raises(RecordTooLargeError):
                 log.send(topic, 0, sent)
             assert log.end_offset(topic, 0) == before + rows
+
 
 # -- transactions: the last partition waits for the others ------------------------------------
 
