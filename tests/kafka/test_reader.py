@@ -12,6 +12,7 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from kafkakv.dev import Cluster
 from kafkakv.log import Record
@@ -49,6 +50,42 @@ def test_a_partition_not_read_lately_stops_being_buffered(
             again += batch
             at = (batch[-1].offset or 0) + 1
         assert [r.value for r in again] == [b"%d" % i for i in range(10, 510)]
+
+
+def test_a_read_never_reports_the_end_before_an_end_offset_the_log_gave(
+    kafka_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another client's transaction commits and this log's end_offset sees it, while this
+    # thread's consumer, which reported the end before, has not fetched the new records yet:
+    # its fetching is paused until the read starts (on a loaded machine its thread was starved
+    # so). The read waits for them rather than report the end: a deep check that rebuilt a
+    # map from its data topic took an older flush point so, in a fresh-clone run.
+    with (
+        KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log,
+        KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as other,
+    ):
+        topic = f"t-{uuid.uuid4().hex[:10]}"
+        log.create_topic(topic, 1)
+        at = log.end_offset(topic, 0)
+        assert log.read(topic, 0, at) == []  # this thread's consumer reported the end
+        consumer, tp = log._reader().consumer, TopicPartition(topic, 0)
+        consumer.pause([tp])  # (resume() waits for a poll() of another thread to end)
+        writer = other.writer(f"w-{uuid.uuid4().hex[:8]}")
+        try:
+            writer.append({(topic, 0): [Record(b"k", b"v")]})
+        finally:
+            writer.close()
+        assert log.end_offset(topic, 0) > at
+        pump = reader.Reader._pump
+
+        def fetch_from_now_on(self: reader.Reader, timeout: float) -> None:
+            consumer.resume([tp])
+            monkeypatch.setattr(reader.Reader, "_pump", pump)
+            pump(self, timeout)
+
+        monkeypatch.setattr(reader.Reader, "_pump", fetch_from_now_on)
+        got = log.read(topic, 0, at)
+        assert [r.value for r in got] == [b"v"], "the read reported the end before end_offset"
 
 
 _READ_WHILE_CLOSING = """

@@ -797,8 +797,9 @@ class ReplicaMap(LocalReads, MutableMapping[K, V], Closeable, Generic[K, V]):
         return {p: positions.applied for p, positions in self._engine.positions().items()}
 
     def flushed_offsets(self) -> dict[int, int]:
-        """For each partition held, the ops offset the last flush this replica knows of
-        covers: the data topic holds every change before it."""
+        """For each partition held, the last ops offset that the last flush this replica
+        knows of covers (-1: none): the data topic holds every change up to it, that op's
+        included."""
         return {p: positions.flushed for p, positions in self._engine.positions().items()}
 
     def end_offsets(self) -> dict[int, int]:

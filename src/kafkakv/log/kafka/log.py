@@ -400,7 +400,7 @@ class KafkaLog(Log):
         self._readers_lock = threading.Lock()
         self._batch_writer: KafkaLogWriter | None = None
         self._bulk: Producer | None = None  # for send() with on_failure: made on first use
-        self._written: dict[TP, int] = {}  # see _wrote
+        self._reached: dict[TP, int] = {}  # see _saw_end
         self._bulk_poller: threading.Thread | None = None
         self._batch_lock = threading.Lock()
         self._closed = False
@@ -830,16 +830,18 @@ class KafkaLog(Log):
         if error is not None:
             raise self._append_failure(topic, partition, error)
         first = delivery.firsts[(topic, partition)]
-        self._wrote(topic, partition, first + len(rows))
+        self._saw_end(topic, partition, first + len(rows))
         return first
 
-    def _wrote(self, topic: str, partition: int, end: int) -> None:
-        """Note that this process's records of ``topic[partition]`` reach ``end``: its readers
-        then wait for them rather than report the end of the partition before (a consumer may
-        not have fetched them yet)."""
+    def _saw_end(self, topic: str, partition: int, end: int) -> None:
+        """Note that ``topic[partition]`` is known to reach ``end``: this process's own records
+        were stored up to there, or a broker reported that end (``end_offset``). Its readers
+        then wait for the records below it rather than report the end of the partition before
+        (a consumer may not have fetched them yet): reads never go back behind what this log
+        already said, to one thread or another."""
         key = (topic, partition)
-        if self._written.get(key, -1) < end:  # racing writers: a lower end is harmless
-            self._written[key] = end
+        if self._reached.get(key, -1) < end:  # racing callers: a lower end is harmless
+            self._reached[key] = end
 
     def _append_failure(self, topic: str, partition: int, err: KafkaError) -> KafkaKVError:
         return self._record_failure(f"append to {topic}[{partition}]", err, topic)
@@ -874,7 +876,7 @@ class KafkaLog(Log):
                 self.settings.consumer(f"kafkakv-reader-{uuid.uuid4().hex}"),
                 patience,
                 self._bounds,
-                self._written,
+                self._reached,
                 self._refusals,
             )
             self._local.reader = reader
@@ -961,6 +963,7 @@ class KafkaLog(Log):
                 )
         finally:
             self._meta_lock.release()
+        self._saw_end(topic, partition, int(high))
         return int(low), int(high)
 
     def start_offset(self, topic: str, partition: int) -> int:
@@ -1190,7 +1193,7 @@ class KafkaLogWriter(LogWriter):
             )
         offsets = {tp: firsts.firsts[tp] for tp in batches}
         for (topic, p), rows in batches.items():
-            self._log._wrote(topic, p, offsets[(topic, p)] + len(rows))
+            self._log._saw_end(topic, p, offsets[(topic, p)] + len(rows))
         self._await_visible({tp: offsets[tp] + len(rows) for tp, rows in batches.items()})
         return offsets
 

@@ -85,16 +85,17 @@ class Reader:
         config: ClientConfig,
         timeout: float,
         bounds: Bounds,
-        written: Mapping[tuple[str, int], int] | None = None,
+        reached: Mapping[tuple[str, int], int] | None = None,
         refusals: Refusals | None = None,
     ) -> None:
         self.consumer = open_client(Consumer, config)
         self._refusals = refusals if refusals is not None else Refusals("")
         self.timeout = timeout
         self._bounds = bounds
-        # How far this process's own appends reach, per partition: a read below that is not
-        # at the end, whatever the consumer last reported (read your own writes).
-        self._written: Mapping[tuple[str, int], int] = written if written is not None else {}
+        # How far the partitions are known to reach, per partition: this process's own
+        # appends, and the ends its log reported. A read below that is not at the end, whatever
+        # the consumer last reported (read your own writes, and never behind an end_offset).
+        self._reached: Mapping[tuple[str, int], int] = reached if reached is not None else {}
         # Keyed as Message.topic()/partition() answer (typed Optional), so the per-message
         # lookup needs no conversion.
         self._parts: dict[tuple[str | None, int | None], _Part] = {}
@@ -284,7 +285,7 @@ class Reader:
                 raise failure
             if part.head < len(part.records):
                 return self._take(part, max_records, max_bytes)
-            if (part.eof or self._at_high_watermark(topic, partition, part)) and self._written.get(
+            if (part.eof or self._at_high_watermark(topic, partition, part)) and self._reached.get(
                 (topic, partition), -1
             ) <= max(offset, part.next):
                 self._pump(0)  # whatever arrived since the end was reported
