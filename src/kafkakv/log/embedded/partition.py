@@ -138,6 +138,7 @@ _SHAPES: dict[str, tuple[Callable[[], Any], _Take]] = {
 }
 
 _TAKE_RECORDS = _SHAPES["records"][1]  # what read_plain does, for the batches it takes
+
 _READ_CHUNK = 1 << 17
 _MAX_READ_CHUNK = 1 << 22
 _MAX_SEGMENT_SPAN = 2**31 - 1  # relative offsets in the index are u32; stay well inside
@@ -198,6 +199,19 @@ class _Start(NamedTuple):
     position: int
     low: int
     exact: bool
+
+
+_Partial = tuple[tuple[str, int, int], list[Row]]
+"""The decoded rows of a batch a read stopped inside of, by (segment, position, CRC): the next
+read of a sequential reader starts in it (decoding a batch of 500,000 records again for each
+slice of it made reading a large flush quadratic)."""
+
+_Cursor = tuple[str, int, _Start, _Partial | None]
+"""Where a read stopped: (segment, next offset, byte position, the batch it stopped inside of
+when it did). Threads read a partition at once, so it is one value, written whole and read once
+per read: the position and the rows kept from one read never pair with another's (a read that
+took another thread's position without its rows took a whole batch from its start, records
+below the offset asked for included)."""
 
 
 class PendingTailError(Exception):
@@ -276,13 +290,10 @@ class Partition:
         self._readers = 0
         self._closed = False
         self._index: dict[str, _IndexCache] = {}
-        # (segment, next offset, byte position) where the last read stopped: a tailing reader
-        # starts there instead of scanning forward from the last sparse-index entry.
-        self._read_cursor: tuple[str, int, _Start] | None = None
-        # The decoded rows of the last batch a read stopped inside of, by (segment, position,
-        # CRC): the next read of a sequential reader starts in it, and decoding a batch of
-        # 500,000 records again for each slice of it made reading a large flush quadratic.
-        self._partial: tuple[tuple[str, int, int], list[Row]] | None = None
+        # Where the last read stopped: a tailing reader starts there instead of scanning
+        # forward from the last sparse-index entry. See _Cursor: one value, written whole, as
+        # threads read the partition at once.
+        self._read_cursor: _Cursor | None = None
         self._wname: str | None = None
         self._wfd = -1
         self._ifd = -1
@@ -567,7 +578,7 @@ class Partition:
             if cursor is not None and cursor[0] == seg.name and cursor[1] == offset:
                 start = cursor[2]  # a sequential reader: on from where the last read stopped
                 fast = self._read_plain
-                if fast is not None and take is _TAKE_RECORDS and self._partial is None:
+                if fast is not None and take is _TAKE_RECORDS and cursor[3] is None:
                     # Whole batches as appends leave them, in C; from the first that is not
                     # (or the read's end) on, the Python path below.
                     with self._cache_lock:  # open while the read runs (_readers)
@@ -581,7 +592,7 @@ class Partition:
                             out.extend(records)
                             after = last
                         start = new_tuple(_Start, (position, low, False))  # no Python call
-                        self._read_cursor = (seg.name, low, start)
+                        self._read_cursor = (seg.name, low, start, None)
                         if room <= 0 or budget <= 0 or position >= end:
                             i += 1
                             continue
@@ -595,8 +606,9 @@ class Partition:
                     and cursor[1] <= offset
                 ):
                     start = cursor[2]  # nearer than the sparse index
+            partial = cursor[3] if cursor is not None else None
             budget, room, after = self._read_segment(
-                seg, start, end, limit, offset, out, room, budget, take, after
+                seg, start, end, limit, offset, out, room, budget, take, after, partial
             )
             i += 1
         return after
@@ -613,10 +625,12 @@ class Partition:
         budget: int,
         take: _Take,
         after: int,
+        partial: _Partial | None = None,
     ) -> tuple[int, int, int]:
         """Read the batches of ``seg`` from ``start`` up to byte ``end`` into ``out``, at most
         ``room`` records; return the byte budget and the room left, and one past the offset of
-        the last record read (``after`` when none was).
+        the last record read (``after`` when none was). ``partial``: the batch the read this
+        one goes on from stopped inside of, decoded (see :data:`_Cursor`).
 
         Every batch's offsets are checked before anything of it is used (the CRC of a batch
         of magic 1 does not cover its base offset; see format.py): the first must have the
@@ -670,12 +684,9 @@ class Partition:
                         raise self._corrupt(seg, suspect, "batch checksum mismatch")
                     suspect = -1
                 where = (seg.name, pos + p, h.crc)
-                partial = self._partial
-                # A batch this reader stopped inside of is decoded already: its bytes need not
-                # be in buf (after it, the outer loop reads on from its end).
+                # A batch the last read stopped inside of is decoded already: its bytes need
+                # not be in buf (after it, the outer loop reads on from its end).
                 kept = partial[1] if partial is not None and partial[0] == where else None
-                if kept is not None:
-                    self._partial = None  # set again below if this read stops inside it too
                 if kept is None and p + h.size > n:
                     if p == 0:  # one batch larger than the chunk: read exactly it
                         if pos + h.size > end:
@@ -699,21 +710,26 @@ class Partition:
                     after = last + 1
                 if keep is not None:
                     # The read stops inside this batch: keep it decoded for the next one.
-                    self._partial = (where, keep)
                     self._read_cursor = (
                         seg.name,
                         last + 1,
                         _Start(pos + p, h.base_offset, True),
+                        (where, keep),
                     )
                     return budget, room, after
                 if room <= 0 or budget <= 0:
-                    self._read_cursor = (seg.name, low, _Start(pos + p + h.size, low, False))
+                    self._read_cursor = (
+                        seg.name,
+                        low,
+                        _Start(pos + p + h.size, low, False),
+                        None,
+                    )
                     return budget, room, after
                 p += h.size
             if p == 0:
                 raise self._corrupt(seg, pos, "segment shorter than published")
             pos += p
-            self._read_cursor = (seg.name, low, _Start(pos, low, False))  # a batch boundary
+            self._read_cursor = (seg.name, low, _Start(pos, low, False), None)  # at a batch
         if suspect >= 0:
             raise self._corrupt(seg, suspect, "batch checksum mismatch")
         return budget, room, after
