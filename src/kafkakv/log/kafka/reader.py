@@ -49,7 +49,18 @@ _EOF = KafkaError._PARTITION_EOF
 class _Part:
     """The state of one assigned partition in one reader."""
 
-    __slots__ = ("eof", "failure", "head", "known_end", "lo", "next", "records", "size", "used")
+    __slots__ = (
+        "asked",
+        "eof",
+        "failure",
+        "head",
+        "known_end",
+        "lo",
+        "next",
+        "records",
+        "size",
+        "used",
+    )
 
     def __init__(self, offset: int) -> None:
         self.reset(offset)
@@ -65,6 +76,7 @@ class _Part:
         self.eof = False  # the consumer reported the end at `next`, nothing arrived since
         self.failure: KafkaKVError | None = None
         self.known_end = -1  # the end offset asked of the broker when positioned here
+        self.asked = -1  # the reader's call count when it asked that end
         self.used = 0  # the reader's call count when this partition was last read
 
     def skip_below(self, offset: int) -> None:
@@ -154,7 +166,7 @@ class Reader:
             part.reset(start)
         part.lo = offset
         part.known_end = high
-        part.used = self._calls
+        part.used = part.asked = self._calls
         return part
 
     def _seek(self, tp: TopicPartition) -> None:
@@ -276,6 +288,16 @@ class Reader:
         mark = self._refusals.mark()
         deadline = time.monotonic() + patience
         part = self._position(topic, partition, offset, patience)
+        if (
+            part.asked == self._calls
+            and offset >= part.known_end
+            and self._reached.get((topic, partition), -1) <= offset
+        ):
+            # Positioned just now, at or past the end its leader just gave: that is the end,
+            # as of this call. (The consumer's own first report of it comes with its first
+            # fetch, a few hundred milliseconds on: opening a map on Kafka waited that long
+            # for each partition of its empty data topic.)
+            return Batch([], offset)
         while True:
             self._refusals.check(mark)
             if part.failure is not None:
