@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import uuid
 from collections.abc import Iterator
@@ -33,6 +34,16 @@ LOG_BACKENDS = ["embedded", "memory", "kafka"]
 SHARED_LOG_BACKENDS = ["embedded", "kafka"]
 """The backends other processes reach too: for tests that spawn workers or run commands. A
 memory log lives inside the test's process only."""
+
+LONG = os.environ.get("KAFKAKV_TEST_LONG") == "1"
+"""The long form of the stress tests (``KAFKAKV_TEST_LONG=1``, run by hand): more updates and
+processes than the bounded form that every run of the suite uses."""
+
+
+def bounded(ci: int, long: int) -> int:
+    """``ci`` in the suite's bounded form of a stress test, ``long`` in its long form."""
+    return long if LONG else ci
+
 
 KAFKA_TIMEOUT = 20.0
 """The Kafka log's timeout in tests: long enough for a broker that restarts, short enough that

@@ -28,6 +28,7 @@ from kafkakv.errors import DecodeError, OperationFailedError
 from kafkakv.log import Log
 from kafkakv.map import MapTopics
 from kafkakv.map.ops import KEEP, Op, OpCode, decide, decode_op
+from tests.conftest import bounded
 from tests.map import _workers
 from tests.map.conftest import compact_if_possible, shared_logs
 from tests.waiting import wait_for
@@ -305,7 +306,9 @@ COUNTERS = 4
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("method", "n"), [("cas", 300), ("compute", 600)])
+@pytest.mark.parametrize(
+    ("method", "n"), [("cas", bounded(150, 300)), ("compute", bounded(300, 600))]
+)
 def test_counters_incremented_by_many_processes_are_exact(
     target: str, map_name: str, method: str, n: int
 ) -> None:

@@ -40,6 +40,7 @@ from kafkakv.log.kafka import KafkaLog
 from kafkakv.map import FLUSH_POINT_KEY, ReplicaMap
 from kafkakv.map.ops import OpCode, decode_op
 from kafkakv.store import LmdbStore, Positions, Store
+from tests.conftest import bounded
 from tests.doubles import ForwardingLog, ForwardingLogWriter
 from tests.map.conftest import OpenMap, compact_if_possible, embedded_only, local_logs
 from tests.waiting import wait_for
@@ -374,7 +375,7 @@ def test_flush_storm_from_two_replicas_never_regresses_data(
 
     def writer(m: ReplicaMap[Any, Any], rng: random.Random, tag: str) -> None:
         try:
-            for i in range(250):
+            for i in range(bounded(150, 250)):
                 key = f"k{rng.randrange(30)}"
                 if rng.random() < 0.2:
                     m.remove(key)
