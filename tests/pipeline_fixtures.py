@@ -24,13 +24,16 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from kafkakv.errors import KafkaKVError
 
-__all__ = ["postgres", "spark", "spark_cluster", "unique_table"]
+if TYPE_CHECKING:
+    from kafkakv.pipeline import PostgresConnection
+
+__all__ = ["postgres", "spark", "spark_cluster", "terminal_table", "unique_table"]
 
 
 @pytest.fixture(scope="session")
@@ -100,3 +103,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def unique_table(prefix: str = "t") -> str:
     """A table name unique to the test."""
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def terminal_table(postgres: PostgresConnection, rows: int, *, age: str = "1 hour") -> str:
+    """A new terminal_acquirer table with ``rows`` rows (``terminal_id`` ``T1``... unique,
+    ``id`` the same number, every row active), timestamps ``age`` ago and 1 ms apart; its
+    name."""
+    name = unique_table("terminal_acquirer")
+    with postgres.connect() as conn:
+        conn.execute(
+            f"""CREATE TABLE {name} (
+                id bigserial PRIMARY KEY,
+                terminal_id text NOT NULL UNIQUE,
+                acquirer_id text NOT NULL,
+                mcc int,
+                is_active boolean NOT NULL DEFAULT true,
+                updated_at timestamptz NOT NULL)"""
+        )
+        conn.execute(
+            f"""INSERT INTO {name} (terminal_id, acquirer_id, mcc, updated_at)
+                SELECT 'T' || g, 'A' || (g % 3), 5000 + g,
+                       now() - interval '{age}' + g * interval '1 ms'
+                FROM generate_series(1, {rows}) g"""
+        )
+    return name

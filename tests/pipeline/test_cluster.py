@@ -1,81 +1,388 @@
-"""The data source on a Spark standalone cluster: a master and two workers, each with its own
-executor JVM and Python workers, sharing nothing with the driver but the log.
+"""The pipeline on a Spark standalone cluster: a master and two workers, each with its own
+executor JVM and Python workers, sharing nothing with the driver but the log and PostgreSQL.
 
 A process runs one Spark context, and this one's is the ``spark`` fixture's (local): the
-driver of the cluster's application is a child process, which prints what it found as JSON.
+driver of the cluster's application is a child process (``_DRIVER``), which runs the steps of
+a plan one after another, each as a Spark job group of its name, and prints what they found
+and Spark's own REST status of its executors and jobs as one ``RESULT`` JSON line. The
+fault tests kill executors' processes from here while the driver runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 import kafkakv
+from kafkakv.db import Database
+from kafkakv.dev.process import live_args
+from kafkakv.pipeline import PostgresConnection, SourceOptions
+from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
+from tests.pipeline_fixtures import terminal_table
+from tests.waiting import wait_for
 
 _DRIVER = textwrap.dedent(
     """
-    import json, sys, urllib.request
+    import dataclasses, json, sys, time, urllib.request
     from pyspark.sql import functions as F
-    from kafkakv.pipeline import spark_session
+    import kafkakv
+    from kafkakv.pipeline import (
+        IngestJob, PostgresConnection, SourceOptions, TableMapping, TableSource, reconcile,
+        snapshot, spark_session)
 
-    master, target, config = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    config.update({"spark.ui.enabled": "true", "spark.ui.port": "0"})
-    spark = spark_session(master=master, app_name="kafkakv-cluster-test", config=config)
-    df = spark.range(0, 1000, numPartitions=4).select(
-        F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"),
-        F.to_json(F.struct(F.col("id").alias("n"))).alias("value"),
-    )
-    df.write.format("kafkakv").options(target=target, map="m").mode("append").save()
-    rows = spark.read.format("kafkakv").options(target=target, map="m").load().count()
-    imported = spark.sparkContext.parallelize(range(4), 4).map(
-        lambda _: __import__("kafkakv").__file__).distinct().collect()
-    app = spark.sparkContext.applicationId
-    url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{app}/executors"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        executors = {e["id"]: {"tasks": e["totalTasks"], "host": e["hostPort"]}
-                     for e in json.load(response)}
-    print("RESULT " + json.dumps({"rows": rows, "executors": executors, "kafkakv": imported}))
+    plan = json.loads(sys.argv[1])
+    target = plan["target"]
+    config = {**plan["config"], "spark.ui.enabled": "true", "spark.ui.port": "0",
+              "spark.ui.showConsoleProgress": "false"}
+    spark = spark_session(master=plan["master"], app_name="kafkakv-cluster-test",
+                          jars=plan.get("jars", []), config=config)
+    sc = spark.sparkContext
+    print(f"APP {sc.applicationId}", flush=True)
+    pg = PostgresConnection(**plan["postgres"]) if "postgres" in plan else None
+    mapping = TableMapping(key="terminal_id", camel_case=True, active_column="is_active")
+
+    def write_range(step):
+        df = spark.range(0, step["rows"], numPartitions=4).select(
+            F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"),
+            F.to_json(F.struct(F.col("id").alias("n"))).alias("value"))
+        df.write.format("kafkakv").options(target=target, map=step["map"]).mode("append").save()
+
+    def read(step):
+        return spark.read.format("kafkakv").options(target=target, map=step["map"]).load().count()
+
+    def imports(step):
+        return sc.parallelize(range(4), 4).map(
+            lambda _: __import__("kafkakv").__file__).distinct().collect()
+
+    def sql(step):
+        with pg.connect() as conn:
+            for statement in step["statements"]:
+                conn.execute(statement)
+
+    def ingest(step):
+        result = IngestJob(spark, TableSource(pg, plan["table"]),
+                           SourceOptions(target, map=step["map"]), mapping,
+                           timestamp_column="updated_at", id_column="id",
+                           partitions=step.get("partitions")).run()
+        return {"rows": result.rows, "deletes": result.deletes}
+
+    def copy(step):
+        with kafkakv.connect(target) as db:
+            db.map(step["to"], partitions=step["partitions"])
+        rows = spark.read.format("kafkakv").options(target=target, map=step["map"]).load()
+        rows.select("key", "value").write.format("kafkakv").options(
+            target=target, map=step["to"]).mode("append").save()
+
+    def export(step):
+        return snapshot(spark, SourceOptions(target, map=step["map"]), step["path"]).rows
+
+    def compare(step):
+        report = reconcile(spark, TableSource(pg, plan["table"]), mapping,
+                           SourceOptions(target, map=step["map"]))
+        return dataclasses.asdict(report)
+
+    steps = {"write_range": write_range, "read": read, "imports": imports, "sql": sql,
+             "ingest": ingest, "copy": copy, "snapshot": export, "reconcile": compare}
+    found, seconds = {}, {}
+    for step in plan["steps"]:
+        sc.setJobGroup(step["name"], step["do"])
+        started = time.monotonic()
+        found[step["name"]] = steps[step["do"]](step)
+        seconds[step["name"]] = round(time.monotonic() - started, 1)
+        print(f"DONE {step['name']} {seconds[step['name']]} s", flush=True)
+
+    def status(what):
+        url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{what}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.load(response)
+
+    executors = {e["id"]: {"tasks": e["totalTasks"], "failed": e["failedTasks"],
+                           "active": e["isActive"], "host": e["hostPort"]}
+                 for e in status("allexecutors")}
+    jobs = {}
+    for job in status("jobs"):
+        group = jobs.setdefault(job.get("jobGroup"), {"tasks": 0, "failed": 0, "jobs": 0})
+        group["tasks"] += job["numCompletedTasks"]
+        group["failed"] += job["numFailedTasks"]
+        group["jobs"] += 1
+    print("RESULT " + json.dumps(
+        {"steps": found, "seconds": seconds, "executors": executors, "jobs": jobs}), flush=True)
     spark.stop()
     """
 )
 
+_EXECUTOR_MAIN = b"org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+@dataclass(frozen=True)
+class _App:
+    """The application a child driver runs: its id and the driver."""
+
+    id: str
+    driver: subprocess.Popen[str]
+
+    def executor_jvms(self) -> dict[str, int]:
+        """Executor id -> pid of the application's live executor JVMs on this machine."""
+        found = {}
+        for pid in _pids():
+            args = live_args(pid)
+            if args and _EXECUTOR_MAIN in args and self.id.encode() in args:
+                found[args[args.index(b"--executor-id") + 1].decode()] = pid
+        return found
+
+
+def _run_driver(
+    cluster: Any,
+    plan: dict[str, Any],
+    log: Path,
+    meanwhile: Callable[[_App], None] = lambda _app: None,
+) -> dict[str, Any]:
+    """Run ``plan`` on ``cluster`` in a child driver (its stderr, Spark's log, into ``log``);
+    call ``meanwhile`` with the application once it runs; return the driver's RESULT."""
+    config = {**cluster.app_config(), **plan.get("config", {})}
+    plan = {**plan, "master": cluster.master_url, "config": config}
+    with (
+        log.open("w") as err,
+        subprocess.Popen(
+            [sys.executable, "-c", _DRIVER, json.dumps(plan)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        ) as driver,
+    ):
+        assert driver.stdout is not None
+        try:
+            lines = []
+            for line in driver.stdout:  # the driver prints little: its APP, DONE and RESULT
+                lines.append(line)
+                if line.startswith("APP "):
+                    meanwhile(_App(line.split()[1], driver))
+            driver.wait(timeout=60)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    results = [line for line in lines if line.startswith("RESULT ")]
+    assert results, f"the driver printed {lines}; its log ends:\n{log.read_text()[-4000:]}"
+    result: dict[str, Any] = json.loads(results[-1].removeprefix("RESULT "))
+    return result
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (from /proc/<child>/stat's ppid)."""
+    found = []
+    for child in _pids():
+        try:
+            stat = Path(f"/proc/{child}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if int(fields[1]) == pid and fields[0] != b"Z":
+            found.append(child)
+    return found
+
+
+def _python_workers(executor: int) -> list[int]:
+    """The Python workers of the executor JVM ``executor``: the children of its
+    ``pyspark.daemon`` (each forked for a task, and kept for the next)."""
+    daemons = [c for c in _children(executor) if b"pyspark.daemon" in (live_args(c) or [])]
+    return [worker for daemon in daemons for worker in _children(daemon)]
+
+
+def _ops_records(db: Database, ops: str) -> int:
+    """How many records the ops topic ``ops`` holds (0 before it exists)."""
+    if ops not in db.log.topics():
+        return 0
+    return sum(db.log.end_offset(ops, p) for p in range(db.log.partitions(ops)))
+
+
+def _kill_while_appending(
+    app: _App, db: Database, ops: str, rows: int, what: str
+) -> tuple[str, int]:
+    """Once the ops topic ``ops`` has some but not all of the ``rows`` records an ingest
+    appends, kill -9 ``what`` of an executor that has run Python for a task (``jvm``: the
+    executor, ``python``: its Python workers); return the executor's id and the records
+    ``ops`` held then. (Spark's REST status, which says which executor runs a task, answers
+    too late under load: by then the job has ended.)"""
+    targets: dict[str, list[int]] = {}
+
+    def appending() -> bool:
+        assert app.driver.poll() is None, "the driver exited"
+        appended = _ops_records(db, ops)
+        assert appended < rows, "the ingest appended every row before a kill"
+        targets.clear()
+        if appended:
+            for executor, jvm in app.executor_jvms().items():
+                workers = _python_workers(jvm)
+                if workers:
+                    targets[executor] = [jvm] if what == "jvm" else workers
+        return bool(targets)
+
+    wait_for(appending, 180, f"records on {ops} from an executor's Python worker", interval=0.05)
+    executor = min(targets)
+    for pid in targets[executor]:
+        os.kill(pid, signal.SIGKILL)
+    return executor, _ops_records(db, ops)
+
+
+def _check_only_executors_ran_tasks(result: dict[str, Any], tasks: int) -> dict[str, Any]:
+    """Spark's own status: every task ran on the workers' executors, none on the driver.
+    Returns the workers' executors."""
+    executors = result["executors"]
+    assert executors["driver"]["tasks"] == 0, executors
+    workers = {name: e for name, e in executors.items() if name != "driver"}
+    assert {e["host"].rsplit(":", 1)[0] for e in workers.values()} == {"127.0.0.1"}
+    assert sum(e["tasks"] for e in workers.values()) >= tasks, executors
+    return workers
+
 
 @pytest.mark.timeout(1200)
 def test_the_data_source_writes_and_reads_on_the_cluster_executors(
-    spark_cluster: Any, tmp_path: Any
+    spark_cluster: Any, tmp_path: Path
 ) -> None:
     target = str(tmp_path / "log")
     with kafkakv.connect(target) as db:
         db.map("m", partitions=2)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _DRIVER,
-            spark_cluster.master_url,
-            target,
-            json.dumps(spark_cluster.app_config()),
+    plan = {
+        "target": target,
+        "steps": [
+            {"name": "write", "do": "write_range", "map": "m", "rows": 1000},
+            {"name": "read", "do": "read", "map": "m"},
+            {"name": "imports", "do": "imports"},
         ],
-        capture_output=True,
-        text=True,
-        timeout=900,  # five JVMs: minutes on a loaded 2-core machine
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, done.stderr[-3000:]
-    result = json.loads(lines[-1].removeprefix("RESULT "))
-    assert result["rows"] == 1000
-    assert result["kafkakv"] == [kafkakv.__file__]  # the executors import this kafkakv
-    executors = result["executors"]
-    workers = {name: e for name, e in executors.items() if name != "driver"}
-    assert len(workers) == 2, executors  # one executor per worker
-    # Spark's own status: every task ran on the workers' executors, none on the driver.
-    assert executors["driver"]["tasks"] == 0, executors
-    assert sum(e["tasks"] for e in workers.values()) >= 4 + 2 + 4, executors
+    }
+    result = _run_driver(spark_cluster, plan, tmp_path / "driver.log")
+    assert result["steps"]["read"] == 1000
+    assert result["steps"]["imports"] == [kafkakv.__file__]  # the executors import this kafkakv
+    workers = _check_only_executors_ran_tasks(result, 4 + 2 + 4)
+    assert len(workers) == 2, workers  # one executor per worker
     with kafkakv.connect(target) as db:
         m = db.map("m")
         assert len(m) == 1000 and m["k999"] == {"n": 999}
+
+
+def _changes(table: str) -> list[str]:
+    """Statements that change three rows: one updated, one deactivated, one new (T9999)."""
+    now = "now() - interval '1 s'"
+    return [
+        f"UPDATE {table} SET acquirer_id = 'NEW', updated_at = {now} WHERE terminal_id = 'T1'",
+        f"UPDATE {table} SET is_active = false, updated_at = {now} WHERE terminal_id = 'T2'",
+        f"INSERT INTO {table} (terminal_id, acquirer_id, updated_at) VALUES ('T9999', 'A9', {now})",
+    ]
+
+
+@pytest.mark.timeout(600)
+def test_the_pipeline_runs_on_the_cluster_executors_against_kafka(
+    spark_cluster: Any, kafka_cluster: Any, postgres: PostgresConnection, tmp_path: Path
+) -> None:
+    rows = 2000
+    table = terminal_table(postgres, rows)
+    target = f"kafka://{kafka_cluster.bootstrap}"
+    name = f"cluster-{uuid.uuid4().hex[:10]}"
+    copy = f"{name}-copy"
+    plan: dict[str, Any] = {
+        "target": target,
+        "table": table,
+        "postgres": dataclasses.asdict(postgres),
+        "jars": [str(postgres_jdbc_jar())],
+        "steps": [
+            {"name": "ingest", "do": "ingest", "map": name, "partitions": 2},
+            {"name": "change", "do": "sql", "statements": _changes(table)},
+            {"name": "incremental", "do": "ingest", "map": name},
+            {"name": "copy", "do": "copy", "map": name, "to": copy, "partitions": 3},
+            {"name": "read", "do": "read", "map": copy},
+            {"name": "snapshot", "do": "snapshot", "map": name, "path": str(tmp_path / "snap")},
+            {"name": "reconcile", "do": "reconcile", "map": name},
+        ],
+    }
+    result = _run_driver(spark_cluster, plan, tmp_path / "driver.log")
+    print("seconds per step:", result["seconds"])
+    steps = result["steps"]
+    assert steps["ingest"] == {"rows": rows, "deletes": 0}
+    assert steps["incremental"] == {"rows": 3, "deletes": 1}  # T1, T2 (a delete), T9999
+    assert steps["read"] == rows == steps["snapshot"]  # 2000 - T2 + T9999
+    report = steps["reconcile"]
+    assert (report["table_rows"], report["target_rows"]) == (rows, rows), report
+    assert (report["missing"], report["extra"], report["different"]) == (0, 0, 0), report
+    exported = pq.read_table(tmp_path / "snap").to_pydict()
+    values = dict(zip(exported["key"], map(json.loads, exported["value"]), strict=True))
+    assert len(values) == rows and "T2" not in values
+    assert values["T1"]["acquirerId"] == "NEW" and values["T9999"]["mcc"] is None
+    with kafkakv.connect(target) as db:  # the copy the data source wrote holds the same
+        assert dict(db.map(copy).items()) == values
+    # Every step that ran Spark jobs ran them on the workers' executors, and none failed.
+    jobs = result["jobs"]
+    assert set(jobs) == {step["name"] for step in plan["steps"]} - {"change"}, jobs
+    assert all(group["failed"] == 0 for group in jobs.values()), jobs
+    _check_only_executors_ran_tasks(result, sum(group["tasks"] for group in jobs.values()))
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_executor_or_python_worker_costs_a_task_retry_not_the_ingest(
+    spark_cluster: Any, kafka_cluster: Any, postgres: PostgresConnection, tmp_path: Path
+) -> None:
+    rows = 100_000
+    table = terminal_table(postgres, rows)
+    target = f"kafka://{kafka_cluster.bootstrap}"
+    name = f"faults-{uuid.uuid4().hex[:10]}"
+    faults = ("jvm", "python")
+    plan = {
+        "target": target,
+        "table": table,
+        "postgres": dataclasses.asdict(postgres),
+        "jars": [str(postgres_jdbc_jar())],
+        # The ingest reads in 8 JDBC tasks of 12,500 rows, two at a time: each executor runs
+        # them one after another until the job ends, and a kill before that lands in one.
+        "config": {"spark.default.parallelism": "8"},
+        "steps": [
+            *(
+                {"name": f"ingest-{f}", "do": "ingest", "map": f"{name}-{f}", "partitions": 2}
+                for f in faults
+            ),
+            *({"name": f"reconcile-{f}", "do": "reconcile", "map": f"{name}-{f}"} for f in faults),
+        ],
+    }
+    ops = {f: SourceOptions(target, map=f"{name}-{f}").map_topics.ops for f in faults}
+    killed: dict[str, tuple[str, int]] = {}
+
+    def kill(app: _App) -> None:
+        with kafkakv.connect(target) as db:
+            for fault in faults:  # an executor JVM in the first ingest, a Python worker next
+                killed[fault] = _kill_while_appending(app, db, ops[fault], rows, fault)
+
+    result = _run_driver(spark_cluster, plan, tmp_path / "driver.log", kill)
+    print("seconds per step:", result["seconds"])
+    assert set(killed) == set(faults), killed
+    steps, jobs, executors = result["steps"], result["jobs"], result["executors"]
+    with kafkakv.connect(target) as db:
+        appended = {f: _ops_records(db, ops[f]) for f in faults}
+    print(f"killed (executor, ops records then): {killed}; ops records after: {appended}")
+    for fault in faults:
+        # Spark retried the failed task and the job finished: every row counted once (the
+        # failed attempt's observed metrics are dropped) and the map equals the table.
+        assert jobs[f"ingest-{fault}"]["failed"] >= 1, jobs
+        assert steps[f"ingest-{fault}"] == {"rows": rows, "deletes": 0}
+        report = steps[f"reconcile-{fault}"]
+        assert (report["table_rows"], report["target_rows"]) == (rows, rows), report
+        assert (report["missing"], report["extra"], report["different"]) == (0, 0, 0), report
+        assert appended[fault] >= rows  # and what the failed attempt appended before it died
+    # The killed JVM is a removed executor; the master started another on its worker.
+    assert not executors[killed["jvm"][0]]["active"], executors
+    assert sum(e["active"] for name, e in executors.items() if name != "driver") == 2
+    _check_only_executors_ran_tasks(result, sum(group["tasks"] for group in jobs.values()))

@@ -24,31 +24,9 @@ from kafkakv.pipeline import (
     snapshot,
 )
 from kafkakv.pipeline.ingest import POSITIONS_MAP
-from tests.pipeline_fixtures import unique_table
+from tests.pipeline_fixtures import terminal_table
 
 MAPPING = TableMapping(key="terminal_id", camel_case=True, active_column="is_active")
-
-
-def _table(postgres: PostgresConnection, rows: int, *, age: str = "1 hour") -> str:
-    """A terminal_acquirer table with ``rows`` rows, timestamps ``age`` ago (1 ms apart)."""
-    name = unique_table("terminal_acquirer")
-    with postgres.connect() as conn:
-        conn.execute(
-            f"""CREATE TABLE {name} (
-                id bigserial PRIMARY KEY,
-                terminal_id text NOT NULL UNIQUE,
-                acquirer_id text NOT NULL,
-                mcc int,
-                is_active boolean NOT NULL DEFAULT true,
-                updated_at timestamptz NOT NULL)"""
-        )
-        conn.execute(
-            f"""INSERT INTO {name} (terminal_id, acquirer_id, mcc, updated_at)
-                SELECT 'T' || g, 'A' || (g % 3), 5000 + g,
-                       now() - interval '{age}' + g * interval '1 ms'
-                FROM generate_series(1, {rows}) g"""
-        )
-    return name
 
 
 def _sql(postgres: PostgresConnection, *statements: str) -> None:
@@ -80,7 +58,7 @@ def _ops_ends(target: SourceOptions) -> list[int]:
 def test_ingest_into_a_map_is_incremental_and_survives_restarts(
     spark: Any, postgres: PostgresConnection, target: str, name: str
 ) -> None:
-    table = _table(postgres, 30)
+    table = terminal_table(postgres, 30)
     opts = SourceOptions(target, map=name)
     first = _job(spark, postgres, table, opts, partitions=2).run()
     assert (first.rows, first.deletes, first.before) == (30, 0, None)
@@ -124,7 +102,7 @@ def test_ingest_into_a_map_is_incremental_and_survives_restarts(
 def test_ingest_into_a_directory_topic_then_reconcile_finds_every_kind_of_difference(
     spark: Any, postgres: PostgresConnection, target: str, name: str
 ) -> None:
-    table = _table(postgres, 12)
+    table = terminal_table(postgres, 12)
     opts = SourceOptions(target, topic=name)
     result = _job(spark, postgres, table, opts, partitions=3).run()
     assert result.rows == 12
@@ -152,7 +130,7 @@ def test_ingest_into_a_directory_topic_then_reconcile_finds_every_kind_of_differ
 def test_rows_with_equal_timestamps_are_ordered_by_id(
     spark: Any, postgres: PostgresConnection, tmp_path: Any
 ) -> None:
-    table = _table(postgres, 0)
+    table = terminal_table(postgres, 0)
     _sql(
         postgres,
         f"INSERT INTO {table} (terminal_id, acquirer_id, updated_at) "
@@ -174,7 +152,7 @@ def test_rows_with_equal_timestamps_are_ordered_by_id(
 def test_the_safety_delay_holds_back_recent_rows(
     spark: Any, postgres: PostgresConnection, tmp_path: Any
 ) -> None:
-    table = _table(postgres, 5, age="2 hours")
+    table = terminal_table(postgres, 5, age="2 hours")
     _sql(
         postgres,
         f"INSERT INTO {table} (terminal_id, acquirer_id, updated_at) VALUES ('new', 'A', now())",
@@ -190,7 +168,7 @@ def test_the_safety_delay_holds_back_recent_rows(
 def test_int_keys_and_chosen_columns(
     spark: Any, postgres: PostgresConnection, tmp_path: Any
 ) -> None:
-    table = _table(postgres, 4)
+    table = terminal_table(postgres, 4)
     mapping = TableMapping(
         key="id", columns=("terminal_id", "updated_at"), timestamp_format="yyyy-MM-dd"
     )
@@ -232,7 +210,7 @@ def test_clear_errors_for_a_missing_table_column_or_server(
     opts = SourceOptions(str(tmp_path / "log"), map="m")
     with pytest.raises(ConfigError, match="does not exist"):
         _job(spark, postgres, "no_such_table", opts).run()
-    table = _table(postgres, 1)
+    table = terminal_table(postgres, 1)
     with pytest.raises(ConfigError, match="no column 'changed_at'"):
         IngestJob(spark, TableSource(postgres, table), opts, MAPPING, "changed_at", "id").run()
     with pytest.raises(ConfigError, match="no column nope"):
@@ -250,7 +228,7 @@ def test_a_directory_topic_that_is_not_compacted_is_refused(
     target = str(tmp_path / "log")
     with kafkakv.connect(target) as db:
         db.log.create_topic("plain", 1, {"cleanup.policy": "delete"})
-    table = _table(postgres, 1)
+    table = terminal_table(postgres, 1)
     with pytest.raises(TopicMismatchError, match="must be compacted"):
         _job(spark, postgres, table, SourceOptions(target, topic="plain")).run()
 
@@ -259,7 +237,7 @@ def test_a_missing_jdbc_driver_is_a_clear_pipeline_error(
     postgres: PostgresConnection, tmp_path: Any
 ) -> None:
     """A Spark session of its own (another JVM) started without the driver jar."""
-    table = _table(postgres, 1)
+    table = terminal_table(postgres, 1)
     script = textwrap.dedent(
         f"""
         from kafkakv.errors import PipelineError
