@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 import kafkakv
-from kafkakv.errors import ConfigError, CorruptLogError, NotALogError, OffsetOutOfRangeError
+from kafkakv.errors import (
+    ConfigError,
+    CorruptLogError,
+    LockTimeoutError,
+    NotALogError,
+    OffsetOutOfRangeError,
+)
 from kafkakv.log import EmbeddedLog, MemoryLog, Record
 from kafkakv.log.embedded import format as fmt
 from kafkakv.log.embedded import frame, partition
@@ -217,6 +223,28 @@ def test_background_cleaner_compacts_when_the_dirty_ratio_passes(tmp_path: Path)
         fill_compacted(log, "c", 500, 5, min_cleanable_dirty_ratio=0.5)
         wait_for(lambda: len(read_all(log, "c")) <= 200, 10, "a compaction", interval=0.05)
         assert log.background_errors == []
+
+
+def test_a_lock_a_writer_holds_for_a_while_delays_the_background_cleaner_without_error(
+    tmp_path: Path,
+) -> None:
+    """A writer of this process holds the partition's lock for many cleaner rounds, far below
+    lock_timeout: the cleaner cleans once it is free and reports nothing (under load, a busy
+    writer's lock was reported round after round as LockTimeoutError, in a fresh-clone run).
+    Out of reach for lock_timeout, it is reported."""
+    with open_log(tmp_path, background_cleaner=True, cleaner_interval_s=0.05) as log:
+        fill_compacted(log, "c", 500, 5, min_cleanable_dirty_ratio=0.5)
+        with log._partition("c", 0).locked():
+            time.sleep(0.5)  # ten cleaner rounds that find the lock taken
+        wait_for(lambda: len(read_all(log, "c")) <= 200, 10, "a compaction", interval=0.05)
+        assert log.background_errors == []
+    with open_log(
+        tmp_path / "held", background_cleaner=True, cleaner_interval_s=0.05, lock_timeout=0.2
+    ) as log:
+        fill_compacted(log, "c", 500, 5, min_cleanable_dirty_ratio=0.5)
+        with log._partition("c", 0).locked():
+            wait_for(lambda: log.background_errors, 10, "the lock reported", interval=0.05)
+        assert all(isinstance(e, LockTimeoutError) for e in log.background_errors)
 
 
 def test_compact_refuses_a_delete_policy_topic(tmp_path: Path) -> None:

@@ -325,7 +325,9 @@ def release() -> Any:
     event = threading.Event()
 
     def slow(key: Any, old: Any) -> int:
-        event.wait(15)
+        # Until the test releases it, however long that takes (the teardown below does at the
+        # latest): a bound of 15 s ran out under load before the update it held up was sent.
+        event.wait()
         return 1
 
     functions.register("slow")(slow)

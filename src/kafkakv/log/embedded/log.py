@@ -629,7 +629,10 @@ class EmbeddedLog(Log):
 
     def _clean_loop(self) -> None:
         # A lock held elsewhere delays a round by one interval at most, and close() as long.
+        # A busy writer holds it often: the partition is cleaned a round later, no error. A
+        # lock out of reach for lock_timeout (a stopped writer) is reported, once per period.
         timeout = min(self.settings.lock_timeout, self.settings.cleaner_interval_s)
+        missed: dict[tuple[str, int], float] = {}  # partition -> since when its lock is
         while not self._stop.wait(self.settings.cleaner_interval_s):
             try:
                 for topic in self.topics():
@@ -647,8 +650,16 @@ class EmbeddedLog(Log):
                                 clean_partition(part, force=False, timeout=timeout)
                             if config.delete:
                                 enforce_retention(part, timeout=timeout)
-                        except (LockTimeoutError, CorruptLogError) as exc:
-                            self._background_error(exc)  # a stopped writer, damaged files
+                        except LockTimeoutError as exc:
+                            now = time.monotonic()
+                            since = missed.setdefault((topic, p), now)
+                            if now - since >= self.settings.lock_timeout:
+                                self._background_error(exc)
+                                missed[(topic, p)] = now
+                        except CorruptLogError as exc:  # damaged files
+                            self._background_error(exc)
+                        else:
+                            missed.pop((topic, p), None)
             except ClosedError:
                 return
             except Exception as exc:  # keep cleaning other partitions next round
