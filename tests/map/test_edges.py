@@ -573,7 +573,12 @@ def test_a_flush_behind_another_returns_within_the_maps_timeout(open_map: OpenMa
     release.start()
     try:
         started = time.monotonic()
-        with pytest.raises(OperationTimeoutError, match=r"did not begin within 1\.0 s"):
+        # Partition 1's flush request or its wait for the flush under way runs out of the
+        # one deadline: which, the machine's load decides (under load, partition 0's flush
+        # left 0.48 s, too little for the request to be acknowledged).
+        with pytest.raises(
+            OperationTimeoutError, match=r"did not begin within 1\.0 s|not acknowledged in time"
+        ):
             m.flush()
         took = time.monotonic() - started
     finally:
