@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.inner import run_pytest
 from tests.shared_cluster import READY, WANT, SharedCluster, attach
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_no_worker_asks_so_no_cluster_starts(tmp_path: Path) -> None:
@@ -68,17 +65,9 @@ def test_workers_share_one_cluster_that_takes_no_faults(tmp_path: Path) -> None:
     offset = int(os.environ.get("KAFKAKV_TEST_PORT_OFFSET") or 0) + 50
     env = dict(os.environ, OUT=str(out), KAFKAKV_TEST_PORT_OFFSET=str(offset))
     env.pop("KAFKAKV_TEST_BOOTSTRAP", None)
-    plugins = ["-p", "tests.parallel", "-p", "tests.kafka_cluster", "-p", "no:cacheprovider"]
-    where = ["--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")]
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *plugins, "-q", "-n", "2", "--dist", "load", *where],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    plugins = ["-p", "tests.parallel", "-p", "tests.kafka_cluster"]
+    args = [*plugins, "-q", "-n", "2", "--dist", "load", str(tmp_path / "test_inner.py")]
+    done = run_pytest(tmp_path, args, env, timeout=240)
     assert "1 failed, 2 passed" in done.stdout, done.stdout + done.stderr
     assert "offers no fault injection" in done.stdout
     lines = [line.split() for line in out.read_text().splitlines()]

@@ -721,6 +721,25 @@ class _CountingStore(Store):
 
 
 @pytest.mark.parametrize("store_kind", ["lmdb"])
+def test_the_store_holds_the_position_past_offsets_with_nothing_to_apply(
+    open_map: OpenMap, tmp_path: Path
+) -> None:
+    """On Kafka a flush writes its mark in a transaction, which ends with a commit marker: an
+    offset with nothing to apply that the replica steps over. The store records that step
+    too: after close it holds the positions the replica had (it held the one before the
+    marker, from a fresh-clone run)."""
+    path = str(tmp_path / "kept")
+    m = open_map(store="lmdb", store_path=path, partitions=2, barriers="offset")
+    m.update({f"k{i}": i for i in range(20)})
+    m.flush()
+    m.sync()  # applies up to the end offset, which is past the marker on Kafka
+    before = m._engine.positions()
+    m.close()
+    with LmdbStore(path) as kept:
+        assert kept.positions() == before
+
+
+@pytest.mark.parametrize("store_kind", ["lmdb"])
 def test_persistent_store_resumes_where_it_stopped(
     open_map: OpenMap, db: kafkakv.Database, map_name: str, tmp_path: Path
 ) -> None:

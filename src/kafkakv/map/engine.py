@@ -467,7 +467,7 @@ class ReplicaEngine:
                     )
                 if not records:
                     # Offsets with nothing to apply (Kafka's transaction markers): step over.
-                    applied += machine.step_over(after)
+                    applied += self.step_over(p, after)
                     break
                 self._carry_out(p, machine.apply_batch(records, after))
                 applied += len(records)
@@ -475,6 +475,14 @@ class ReplicaEngine:
             if p in self.stalled or (until is not None and machine.applied > until):
                 break
         return applied > 0
+
+    def step_over(self, p: int, after: int) -> bool:
+        """Move partition ``p`` on to ``after`` past offsets with nothing to apply, stores
+        included; False when ``after`` is not ahead. Lock held, or an engine never started."""
+        step = self.machines[p].step_over(after)
+        if step is not None:
+            self._carry_out(p, step)
+        return step is not None
 
     def apply_records(self, p: int, records: Sequence[Record], after: int) -> None:
         """Apply ``records`` of partition ``p``, which the caller read from the applied

@@ -364,13 +364,15 @@ class PartitionMachine:
         self.applied = step.applied
         self.updates += step.updates
 
-    def step_over(self, after: int) -> bool:
-        """Offsets below ``after`` hold nothing to apply (Kafka's transaction markers): move
-        on. False when ``after`` is not ahead."""
+    def step_over(self, after: int) -> Step | None:
+        """Offsets below ``after`` hold nothing to apply (Kafka's transaction markers): the
+        step that moves the position on, with no change, for the engine to carry out like any
+        other (so the stores record the position too). None when ``after`` is not ahead."""
         if after <= self.applied:
-            return False
-        self.applied = after
-        return True
+            return None
+        step = Step()
+        step.applied, step.flushed = after, self.flushed
+        return step
 
     def apply_records(
         self, records: Sequence[Record], after: int, sent: Sequence[Op | None] | None = None

@@ -76,7 +76,7 @@ def replay(ref: ReplicaEngine, p: int, stop: int) -> set[bytes]:
                 for r in records:
                     touched.update(machine.keys_of(r))
             else:
-                machine.step_over(after)  # offsets with nothing to apply
+                ref.step_over(p, after)  # offsets with nothing to apply
             del records
         if machine.applied > position or p in ref.stalled:
             continue
