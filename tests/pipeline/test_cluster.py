@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -205,6 +206,29 @@ def _python_workers(executor: int) -> list[int]:
     return [worker for daemon in daemons for worker in _children(daemon)]
 
 
+def _cpu_ticks(pid: int) -> int | None:
+    """The CPU time ``pid`` has used (utime + stime, in clock ticks); None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _working(pids: list[int], window: float = 0.2) -> list[int]:
+    """Those of ``pids`` that used CPU during the next ``window`` seconds: a Python worker
+    running a task, not one idle between tasks (Spark keeps a worker for the next task)."""
+    before = {pid: _cpu_ticks(pid) for pid in pids}
+    time.sleep(window)  # the span the CPU time is compared over
+    found = []
+    for pid, then in before.items():
+        now = _cpu_ticks(pid)
+        if then is not None and now is not None and now > then:
+            found.append(pid)
+    return found
+
+
 def _ops_records(db: Database, ops: str) -> int:
     """How many records the ops topic ``ops`` holds (0 before it exists)."""
     if ops not in db.log.topics():
@@ -216,10 +240,11 @@ def _kill_while_appending(
     app: _App, db: Database, ops: str, rows: int, what: str
 ) -> tuple[str, int]:
     """Once the ops topic ``ops`` has some but not all of the ``rows`` records an ingest
-    appends, kill -9 ``what`` of an executor that has run Python for a task (``jvm``: the
-    executor, ``python``: its Python workers); return the executor's id and the records
-    ``ops`` held then. (Spark's REST status, which says which executor runs a task, answers
-    too late under load: by then the job has ended.)"""
+    appends, kill -9 ``what`` of an executor whose Python worker runs a task (``jvm``: the
+    executor, ``python``: that worker); return the executor's id and the records ``ops``
+    held then. (Spark's REST status, which says which executor runs a task, answers too late
+    under load: by then the job has ended. A worker idle between tasks, killed, failed no
+    task: a fresh-clone run.)"""
     targets: dict[str, list[int]] = {}
 
     def appending() -> bool:
@@ -229,7 +254,7 @@ def _kill_while_appending(
         targets.clear()
         if appended:
             for executor, jvm in app.executor_jvms().items():
-                workers = _python_workers(jvm)
+                workers = _working(_python_workers(jvm))
                 if workers:
                     targets[executor] = [jvm] if what == "jvm" else workers
         return bool(targets)

@@ -139,10 +139,11 @@ class Flusher:
         self.log.append(self.topics.flush, p, [Record(None, request)], timeout=left(deadline))
         other_failures, pause = 0, 0.001
         lock = self.locks[p]
-        if not lock.acquire(timeout=left(deadline)):
-            raise OperationTimeoutError(
-                f"flush of {self.topics.data}[{p}] did not begin within "
-                f"{self._timeout} s: another flush of it here took that long"
+        patience = left(deadline)
+        if not lock.acquire(timeout=patience):
+            raise OperationTimeoutError(  # the time left of the caller's timeout, not _timeout
+                f"flush of {self.topics.data}[{p}] did not begin within {patience:.2f} s "
+                "(what was left of the timeout): another flush of it here took that long"
             )
         try:
             while True:
