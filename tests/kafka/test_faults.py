@@ -290,7 +290,8 @@ def test_a_sync_by_end_offset_keeps_to_the_maps_timeout_while_the_leader_is_paus
     The controller fences a broker whose heartbeats stop for 4 s, counted from the last one
     it got: on a loaded machine that may be long before the SIGSTOP, and a new leader then
     answers within the 2 s (a fresh-clone run). The call must return in time either way; it
-    may succeed only once the metadata shows another leader."""
+    may succeed only when another broker took over (the dev cluster never moves a leader
+    back by itself, and asking while the leader is stopped may wait on it)."""
     url = "kafka://" + kafka_faults.bootstrap
     name = _name()
     ops = f"{name}_ops"
@@ -307,12 +308,11 @@ def test_a_sync_by_end_offset_keeps_to_the_maps_timeout_while_the_leader_is_paus
             except OperationTimeoutError as exc:
                 failed = exc
             took = time.monotonic() - started
-            moved = kafka_faults.leader(ops, 0) != leader  # asked while it is still stopped
         finally:
             kafka_faults.kill(leader, signal.SIGCONT)
         assert took < 2 + 1.0, f"sync() took {took:.2f} s with a map timeout of 2 s"
-        if failed is None:
-            assert moved, f"sync() answered in {took:.2f} s with the leader stopped"
+        if failed is None:  # ClusterError unless another broker leads the partition
+            kafka_faults.wait_leader(ops, 0, exclude=(leader,), timeout=30)
         else:
             assert re.search(r"no answer within (2\.0|1\.9\d*) s", str(failed)), failed
         kafka_faults.wait_in_sync(ops, timeout=90)

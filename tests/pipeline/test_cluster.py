@@ -237,14 +237,19 @@ def _ops_records(db: Database, ops: str) -> int:
 
 
 def _kill_while_appending(
-    app: _App, db: Database, ops: str, rows: int, what: str
+    app: _App, db: Database, ops: str, rows: int, tasks: int, what: str
 ) -> tuple[str, int]:
-    """Once the ops topic ``ops`` has some but not all of the ``rows`` records an ingest
-    appends, kill -9 ``what`` of an executor whose Python worker runs a task (``jvm``: the
-    executor, ``python``: that worker); return the executor's id and the records ``ops``
-    held then. (Spark's REST status, which says which executor runs a task, answers too late
-    under load: by then the job has ended. A worker idle between tasks, killed, failed no
-    task: a fresh-clone run.)"""
+    """Kill -9 a part of the executors while a task of an ingest is inside its appends, and
+    return the executor's id and the records the ops topic ``ops`` held then.
+
+    The ingest appends ``rows`` records in ``tasks`` equal tasks, each batch by batch: a count
+    that is no multiple of a task's share means one is half done, its Python worker running.
+    Then ``jvm`` kills an executor whose Python worker used CPU just now (running a task), and
+    ``python`` kills every executor's Python workers, the busy one among them. (A worker idle
+    between tasks, killed alone, failed no task: a fresh-clone run. Spark's REST status, which
+    says which executor runs a task, answers too late under load: by then the job has ended.)
+    """
+    share = rows // tasks
     targets: dict[str, list[int]] = {}
 
     def appending() -> bool:
@@ -252,18 +257,21 @@ def _kill_while_appending(
         appended = _ops_records(db, ops)
         assert appended < rows, "the ingest appended every row before a kill"
         targets.clear()
-        if appended:
+        if appended % share:
             for executor, jvm in app.executor_jvms().items():
-                workers = _working(_python_workers(jvm))
-                if workers:
-                    targets[executor] = [jvm] if what == "jvm" else workers
+                workers = _python_workers(jvm)
+                if what == "python" and workers:
+                    targets[executor] = workers
+                elif what == "jvm" and _working(workers):
+                    targets[executor] = [jvm]
         return bool(targets)
 
-    wait_for(appending, 180, f"records on {ops} from an executor's Python worker", interval=0.05)
-    executor = min(targets)
-    for pid in targets[executor]:
-        os.kill(pid, signal.SIGKILL)
-    return executor, _ops_records(db, ops)
+    wait_for(appending, 180, f"a task half way through its appends to {ops}", interval=0.02)
+    chosen = sorted(targets) if what == "python" else [min(targets)]
+    for executor in chosen:
+        for pid in targets[executor]:
+            os.kill(pid, signal.SIGKILL)
+    return chosen[0], _ops_records(db, ops)
 
 
 def _check_only_executors_ran_tasks(result: dict[str, Any], tasks: int) -> dict[str, Any]:
@@ -389,7 +397,7 @@ def test_a_killed_executor_or_python_worker_costs_a_task_retry_not_the_ingest(
     def kill(app: _App) -> None:
         with kafkakv.connect(target) as db:
             for fault in faults:  # an executor JVM in the first ingest, a Python worker next
-                killed[fault] = _kill_while_appending(app, db, ops[fault], rows, fault)
+                killed[fault] = _kill_while_appending(app, db, ops[fault], rows, 8, fault)
 
     result = _run_driver(spark_cluster, plan, tmp_path / "driver.log", kill)
     print("seconds per step:", result["seconds"])

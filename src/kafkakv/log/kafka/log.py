@@ -133,6 +133,9 @@ _COORDINATOR = {
 }
 # What a metadata lookup sees in passing while a topic is created or a leader moves (a broker
 # that left the cluster's metadata has its handle destroyed, failing the requests queued on it).
+# A leader just elected answers an offsets query with OFFSET_NOT_AVAILABLE until its high
+# watermark has caught up, and brokers whose view of the leader's epoch differs from the
+# client's with the two epoch errors: each is gone once the election has settled.
 _IN_PASSING = {
     KafkaError._DESTROY_BROKER,
     KafkaError._UNKNOWN_PARTITION,
@@ -141,6 +144,9 @@ _IN_PASSING = {
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
 }
 
 
@@ -262,6 +268,8 @@ def _call_again(err: KafkaError | None, ran_out: bool, again: bool, resumable: b
     >>> _call_again(KafkaError(KafkaError._TIMED_OUT), False, again=False, resumable=False)
     False
     >>> _call_again(KafkaError(KafkaError._UNKNOWN_PARTITION), False, True, resumable=False)
+    True
+    >>> _call_again(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE), False, True, resumable=False)
     True
     >>> _call_again(KafkaError(KafkaError.NOT_COORDINATOR), False, False, resumable=True)
     True
