@@ -95,8 +95,32 @@ _DRIVER = textwrap.dedent(
                            SourceOptions(target, map=step["map"]))
         return dataclasses.asdict(report)
 
+    def put(step):
+        with kafkakv.connect(target) as db:
+            m = db.map(step["map"], partitions=step.get("partitions"))
+            m.update(step.get("update", {}))
+            for key, value in step.get("changes", []):  # in order: null removes the key
+                if value is None:
+                    del m[key]
+                else:
+                    m[key] = value
+
+    def stream(step):
+        with kafkakv.connect(target) as db:  # a sink map must exist
+            db.map(step["to"], partitions=step["partitions"]).close()
+        changes = spark.readStream.format("kafkakv").options(
+            target=target, map=step["map"], startingOffsets="earliest").load()
+        out = changes.where(F.col("key") != step["skip"]).select(
+            "key", (F.col("new").cast("int") * 2).cast("string").alias("value"))
+        query = out.writeStream.format("kafkakv").options(target=target, map=step["to"]).option(
+            "checkpointLocation", step["checkpoint"]).trigger(availableNow=True).start()
+        query.awaitTermination()  # raises what failed the query
+        return {"run": str(query.runId),
+                "batches": [[p.batchId, p.numInputRows] for p in query.recentProgress]}
+
     steps = {"write_range": write_range, "read": read, "imports": imports, "sql": sql,
-             "ingest": ingest, "copy": copy, "snapshot": export, "reconcile": compare}
+             "ingest": ingest, "copy": copy, "snapshot": export, "reconcile": compare,
+             "put": put, "stream": stream}
     found, seconds = {}, {}
     for step in plan["steps"]:
         sc.setJobGroup(step["name"], step["do"])
@@ -320,6 +344,42 @@ def _changes(table: str) -> list[str]:
     ]
 
 
+def _stream_steps(
+    a: str, b: str, checkpoint: Path
+) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, int]]:
+    """Steps that put keys in map ``a``, stream ``a`` into ``b`` (:func:`_transformed`), change
+    ``a`` (a key changed twice, a removal, a new key, the left-out key) and restart the
+    stream from its checkpoint; and ``a``'s contents at the first run and after the last."""
+    first = {f"k{i}": i for i in range(200)} | {"skip": 1}
+    changes: list[tuple[str, int | None]] = [
+        ("k2", 20),
+        ("k2", 21),
+        ("k3", None),
+        ("k200", 200),
+        ("skip", 2),
+    ]
+    stream: dict[str, Any] = {"do": "stream", "map": a, "to": b, "partitions": 3, "skip": "skip"}
+    steps: list[dict[str, Any]] = [
+        {"name": "put", "do": "put", "map": a, "partitions": 2, "update": first},
+        {"name": "stream", **stream, "checkpoint": str(checkpoint)},
+        {"name": "change-a", "do": "put", "map": a, "changes": changes},
+        {"name": "restart", **stream, "checkpoint": str(checkpoint)},
+    ]
+    final = dict(first)
+    for key, value in changes:
+        if value is None:
+            del final[key]
+        else:
+            final[key] = value
+    return steps, first, final
+
+
+def _transformed(a: dict[str, Any]) -> dict[str, Any]:
+    """What the stream step makes of map contents ``a``: each value doubled, key ``skip``
+    left out."""
+    return {k: v * 2 for k, v in a.items() if k != "skip"}
+
+
 @pytest.mark.timeout(600)
 def test_the_pipeline_runs_on_the_cluster_executors_against_kafka(
     spark_cluster: Any, kafka_cluster: Any, postgres: PostgresConnection, tmp_path: Path
@@ -329,6 +389,8 @@ def test_the_pipeline_runs_on_the_cluster_executors_against_kafka(
     target = f"kafka://{kafka_cluster.bootstrap}"
     name = f"cluster-{uuid.uuid4().hex[:10]}"
     copy = f"{name}-copy"
+    checkpoint = tmp_path / "checkpoint"
+    streamed, first, final = _stream_steps(f"{name}-a", f"{name}-b", checkpoint)
     plan: dict[str, Any] = {
         "target": target,
         "table": table,
@@ -342,6 +404,7 @@ def test_the_pipeline_runs_on_the_cluster_executors_against_kafka(
             {"name": "read", "do": "read", "map": copy},
             {"name": "snapshot", "do": "snapshot", "map": name, "path": str(tmp_path / "snap")},
             {"name": "reconcile", "do": "reconcile", "map": name},
+            *streamed,
         ],
     }
     result = _run_driver(spark_cluster, plan, tmp_path / "driver.log")
@@ -359,9 +422,20 @@ def test_the_pipeline_runs_on_the_cluster_executors_against_kafka(
     assert values["T1"]["acquirerId"] == "NEW" and values["T9999"]["mcc"] is None
     with kafkakv.connect(target) as db:  # the copy the data source wrote holds the same
         assert dict(db.map(copy).items()) == values
-    # Every step that ran Spark jobs ran them on the workers' executors, and none failed.
-    jobs = result["jobs"]
-    assert set(jobs) == {step["name"] for step in plan["steps"]} - {"change"}, jobs
+        a, b = dict(db.map(f"{name}-a").items()), dict(db.map(f"{name}-b").items())
+    # The stream's first run took A's contents in micro-batch 0; restarted from its
+    # checkpoint, it took only the 5 changes since, in micro-batch 1; B is A transformed.
+    assert steps["stream"]["batches"] == [[0, len(first)]], steps["stream"]
+    assert steps["restart"]["batches"] == [[1, 5]], steps["restart"]
+    assert a == final
+    assert b == _transformed(final)
+    commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    assert commits == [0, 1]
+    # Every step that ran Spark jobs ran them on the workers' executors, and none failed. A
+    # streaming query runs its micro-batches' jobs in a group of its own: its run's id.
+    runs = {steps[s]["run"]: s for s in ("stream", "restart")}
+    jobs = {runs.get(group, group): counts for group, counts in result["jobs"].items()}
+    assert set(jobs) == {step["name"] for step in plan["steps"]} - {"change", "put", "change-a"}
     assert all(group["failed"] == 0 for group in jobs.values()), jobs
     _check_only_executors_ran_tasks(result, sum(group["tasks"] for group in jobs.values()))
 
