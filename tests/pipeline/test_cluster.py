@@ -3,9 +3,11 @@ executor JVM and Python workers, sharing nothing with the driver but the log and
 
 A process runs one Spark context, and this one's is the ``spark`` fixture's (local): the
 driver of the cluster's application is a child process (``_DRIVER``), which runs the steps of
-a plan one after another, each as a Spark job group of its name, and prints what they found
-and Spark's own REST status of its executors and jobs as one ``RESULT`` JSON line. The
-fault tests kill executors' processes from here while the driver runs.
+a plan one after another, each as a Spark job group of its name (a streaming query's
+micro-batches run in a group Spark names by the query's run id, which its step returns), and
+prints what they found and Spark's own REST status of its executors and jobs as one
+``RESULT`` JSON line. The fault tests kill executors' processes from here while the driver
+runs.
 """
 
 from __future__ import annotations
@@ -432,10 +434,14 @@ def test_the_pipeline_runs_on_the_cluster_executors_against_kafka(
     commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     assert commits == [0, 1]
     # Every step that ran Spark jobs ran them on the workers' executors, and none failed. A
-    # streaming query runs its micro-batches' jobs in a group of its own: its run's id.
+    # streaming query runs its micro-batches' jobs in a group of its own, its run's id (not
+    # the step's group): one job per micro-batch, the first one task per partition of A.
     runs = {steps[s]["run"]: s for s in ("stream", "restart")}
+    assert set(runs) <= set(result["jobs"]), result["jobs"]
     jobs = {runs.get(group, group): counts for group, counts in result["jobs"].items()}
     assert set(jobs) == {step["name"] for step in plan["steps"]} - {"change", "put", "change-a"}
+    assert jobs["stream"]["jobs"] == jobs["restart"]["jobs"] == 1, jobs
+    assert jobs["stream"]["tasks"] == 2, jobs
     assert all(group["failed"] == 0 for group in jobs.values()), jobs
     _check_only_executors_ran_tasks(result, sum(group["tasks"] for group in jobs.values()))
 
