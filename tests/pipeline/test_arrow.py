@@ -7,7 +7,14 @@ import pytest
 
 from kafkakv.codecs import codec_for
 from kafkakv.errors import DecodeError, EncodeError
-from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
+from kafkakv.pipeline import arrow
+from kafkakv.pipeline.arrow import (
+    binary_column,
+    decode_column,
+    encode_column,
+    json_columns,
+    spark_type,
+)
 
 
 @pytest.mark.parametrize(
@@ -77,3 +84,24 @@ def test_json_members_become_typed_columns() -> None:
 def test_a_json_member_of_the_wrong_type_names_the_column() -> None:
     with pytest.raises(DecodeError, match="member 'id'"):
         json_columns([b'{"id": "x"}'], [("id", pa.int64())], "v")
+
+
+@pytest.mark.parametrize("small", [arrow._SMALL, 3])  # 3 bytes: the large_binary form
+def test_a_binary_column_built_from_its_buffers_equals_arrows_own(
+    small: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(arrow, "_SMALL", small)
+    values = [b"", b"ab", "é".encode(), b"\x00" * 300]
+    column = binary_column(values)
+    assert column.type == (pa.binary() if small > 3 else pa.large_binary())
+    assert column.cast(pa.binary()).equals(pa.array(values, pa.binary()))
+    assert decode_column(values, "str", "v").to_pylist() == ["", "ab", "é", "\x00" * 300]
+    assert binary_column([b"a", None]).to_pylist() == [b"a", None]  # a null: arrow's own way
+    assert len(binary_column([])) == 0
+
+
+def test_unchecked_json_values_are_taken_as_they_are_but_keys_still_parse() -> None:
+    texts = pa.array(['{"a":1}', "not json", None])
+    assert encode_column(texts, "json", "value", check=False) == [b'{"a":1}', b"not json", None]
+    with pytest.raises(EncodeError, match="row 1 does not decode"):
+        encode_column(pa.array(['"k"', "not json"]), "json", "key", check=False)

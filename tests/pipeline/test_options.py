@@ -16,9 +16,11 @@ def test_options_round_trip_through_spark_strings() -> None:
         key_codec="int",
         timeout=5.0,
         kafka={"security.protocol": "SSL"},
+        check_json=False,
     )
     assert SourceOptions.from_options(opts.to_options()) == opts
     assert opts.to_options()["kafka.security.protocol"] == "SSL"
+    assert SourceOptions.from_options({"target": "/x", "map": "m"}).check_json
 
 
 def test_spark_passes_option_names_in_any_case() -> None:
@@ -35,6 +37,7 @@ def test_spark_passes_option_names_in_any_case() -> None:
         ({"target": "/x", "topic": "t", "topics": "b"}, "applies to a map only"),
         ({"target": "/x", "map": "m", "value_codec": "pickle"}, "supports str, bytes"),
         ({"target": "/x", "map": "m", "timeout": "soon"}, "must be a number"),
+        ({"target": "/x", "map": "m", "check_json": "no"}, "must be true or false"),
         ({"target": "/x", "map": "m", "colour": "red"}, "unknown kafkakv data source options"),
         ({"target": "/x", "map": "m", "kafka.acks": "1"}, "only to a kafka:// target"),
         ({"target": "memory://m", "map": "m"}, "a memory log lives inside one Python process"),

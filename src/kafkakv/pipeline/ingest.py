@@ -160,12 +160,14 @@ class IngestJob:
             F.max_by(F.struct(F.col(TS_TEXT), ident), F.struct(ts, ident)).alias("last"),
         )
         self.progress(f"writing the new rows of {source.table} to {self.target.what}")
+        # The values are to_json's text, JSON by construction: the writer need not parse them.
+        options = {**self.target.to_options(), "check_json": "false"}
         spark_action(
             lambda: (
                 mapping.apply(watched, key_type)
                 .select("key", "value")
                 .write.format("kafkakv")
-                .options(**self.target.to_options())
+                .options(**options)
                 .mode("append")
                 .save()
             ),

@@ -40,6 +40,8 @@ class SourceOptions:
     in its query string, or as options named ``kafka.<setting>``). Exactly one of ``map`` (a
     replicated map; ``topics`` names its topic set when several maps share one) and ``topic`` (a
     plain topic, e.g. a directory's). ``timeout``: seconds a task waits for the log.
+    ``check_json``: a write parses each JSON value before appending it (False: the text is
+    known to be JSON, as ``to_json`` writes it; the ingest sets it).
     """
 
     target: str
@@ -50,6 +52,7 @@ class SourceOptions:
     value_codec: str = "json"
     timeout: float = 60.0
     kafka: Mapping[str, str] = field(default_factory=dict)
+    check_json: bool = True
 
     def __post_init__(self) -> None:
         if not self.target:
@@ -76,6 +79,7 @@ class SourceOptions:
         """Parse Spark's string options (keys case-insensitive, as Spark passes them)."""
         lowered = {k.lower(): v for k, v in options.items()}
         known = {"target", "map", "topic", "topics", "key_codec", "value_codec", "timeout"}
+        known.add("check_json")
         unknown = [k for k in lowered if k not in known and not k.startswith(_KAFKA_PREFIX)]
         if unknown:
             raise ConfigError(f"unknown kafkakv data source options: {', '.join(sorted(unknown))}")
@@ -85,6 +89,9 @@ class SourceOptions:
             raise ConfigError(
                 f"option timeout must be a number, not {lowered['timeout']!r}"
             ) from None
+        check_json = lowered.get("check_json", "true").lower()
+        if check_json not in ("true", "false"):
+            raise ConfigError(f"option check_json must be true or false, not {check_json!r}")
         return cls(
             target=lowered.get("target", ""),
             map=lowered.get("map"),
@@ -98,6 +105,7 @@ class SourceOptions:
                 for k, v in lowered.items()
                 if k.startswith(_KAFKA_PREFIX)
             },
+            check_json=check_json == "true",
         )
 
     def to_options(self) -> dict[str, str]:
@@ -109,6 +117,8 @@ class SourceOptions:
             if value is not None:
                 out[name] = value
         out.update({_KAFKA_PREFIX + k: v for k, v in self.kafka.items()})
+        if not self.check_json:
+            out["check_json"] = "false"
         return out
 
     @property

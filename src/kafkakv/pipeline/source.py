@@ -186,7 +186,8 @@ class KafkaKVReader(DataSourceReader):
                 chunk = list(itertools.islice(pairs, BATCH_ROWS))
                 if not chunk:
                     return
-                keys, values = zip(*chunk, strict=True)
+                keys = [k for k, _ in chunk]  # several times faster than zip(*chunk)
+                values = [v for _, v in chunk]
                 yield self._batch(part.partition, keys, values, [applied] * len(keys))
 
     def _read_topic(self, part: LogPartition) -> Iterator[pa.RecordBatch]:
@@ -297,7 +298,9 @@ class KafkaKVWriter(DataSourceArrowWriter):
             to_records = _MapRecords(opts) if opts.map is not None else _TopicRecords(opts)
             for batch in iterator:
                 keys = encode_column(batch.column("key"), opts.key_codec, "key")
-                values = encode_column(batch.column("value"), opts.value_codec, "value")
+                values = encode_column(
+                    batch.column("value"), opts.value_codec, "value", check=opts.check_json
+                )
                 by_partition = to_records(keys, values, count, limit)
                 for p, records in by_partition.items():
                     log.send(topic, p, records)
