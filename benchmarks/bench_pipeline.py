@@ -7,8 +7,8 @@ Command (from the project root)::
     .venv/bin/python benchmarks/bench_pipeline.py [--rows N] [--repeat R] [--only NAMES]
                                                   [--dir DIR]
 
-NAMES is a comma-separated subset of ``ingest,read`` (``read`` needs an ingest first, so it
-runs one, untimed, when ``ingest`` is left out). The script prints the machine, the versions
+NAMES is a comma-separated subset of ``ingest,read,stream`` (``read`` and ``stream`` need an
+ingest first, so it runs one, untimed, when ``ingest`` is left out). The script prints the machine, the versions
 and the load, one line per measurement, a table and, last, one JSON object with every number.
 
 Set-up: a private PostgreSQL (:class:`~kafkakv.dev.postgres.EmbeddedPostgres`, ``fsync=off``) with
@@ -47,6 +47,12 @@ the PostgreSQL JDBC driver.
    - Baselines: the flushed read written once to Parquet (``key``, ``value``), then
      ``spark.read.parquet`` forced with the noop write, and with ``.count()`` (Parquet's count
      reads no column: it is shown, not compared).
+
+3. ``stream`` (run before ``read``, which flushes the map): the map's N changes from its
+   first op (``startingOffsets`` the cursor ``0:0,1:0``), ``readStream.format("kafkakv")``
+   into Parquet files with ``trigger(availableNow=True)``, on a fresh copy of the ingested
+   directory every run. Baseline: the same rows (the Parquet the first stream wrote) through
+   Spark's own Parquet file stream into Parquet, with the same trigger.
 
 Every figure is the median of ``--repeat`` runs (default 3) after one discarded warm-up run;
 kafkakv's runs and the baselines' alternate. Rows/s is N over the median. The ratio is
@@ -423,6 +429,78 @@ def bench_read(spark: Any, root: str, pristine: str, rows: int, repeat: int) -> 
     return results
 
 
+# -- streaming ---------------------------------------------------------------------------------
+
+
+def stream_into_parquet(df: Any, sink: str, checkpoint: str) -> None:
+    """Run a query from ``df`` into Parquet files in ``sink`` until its source is drained
+    (``availableNow``: micro-batches of what the source holds when it starts)."""
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"the query failed: {query.exception()}")
+
+
+def bench_stream(spark: Any, root: str, pristine: str, rows: int, repeat: int) -> dict[str, Any]:
+    """The map's changes from its first op into Parquet, next to Spark's own Parquet file
+    stream of the same rows into Parquet. Each kafkakv run reads a fresh copy of the ingested
+    (unflushed) log: its read tasks open replicas, whose flusher may write the data topic."""
+    counter = iter(range(1_000_000))
+    start = ",".join(f"{p}:0" for p in range(PARTITIONS))  # a cursor: every change from op 0
+    leftovers: list[str] = []
+
+    def fresh(kind: str) -> str:
+        path = os.path.join(root, f"{kind}-{next(counter)}")
+        leftovers.append(path)
+        return path
+
+    def clean() -> None:
+        for old in leftovers:
+            shutil.rmtree(old, ignore_errors=True)
+        leftovers.clear()
+
+    def changes(target: str) -> Any:
+        return (
+            spark.readStream.format("kafkakv")
+            .options(target=target, map=MAP, startingOffsets=start)
+            .load()
+        )
+
+    first = fresh("stream-copy")
+    shutil.copytree(pristine, first)
+    streamed = os.path.join(root, "streamed.parquet")
+    stream_into_parquet(changes(first), streamed, fresh("checkpoint"))
+    schema = spark.read.parquet(streamed).schema
+    count = spark.read.parquet(streamed).count()
+    if count != rows:
+        raise RuntimeError(f"the stream gave {count} changes, not {rows}")
+    clean()
+
+    ours = Series("kafkakv readStream -> parquet")
+    base = Series("parquet readStream -> parquet")
+    for i in range(repeat + 1):
+        keep = i > 0
+        copy = fresh("stream-copy")
+        shutil.copytree(pristine, copy)  # not timed
+        sinks = [(fresh("sink"), fresh("cp")) for _ in range(2)]
+        ours.run(functools.partial(stream_into_parquet, changes(copy), *sinks[0]), keep)
+        files = spark.readStream.schema(schema).parquet(streamed)
+        base.run(functools.partial(stream_into_parquet, files, *sinks[1]), keep)
+        clean()
+        print(f"  stream round {i} {'(warm-up) ' if not keep else ''}done, load {load()}")
+    report(ours, rows, base)
+    report(base, rows)
+    results = {ours.name: ours.summary(rows), base.name: base.summary(rows)}
+    results[ours.name]["ratio"] = round(ours.median() / base.median(), 2)
+    return results
+
+
 # -- main --------------------------------------------------------------------------------------
 
 
@@ -430,7 +508,12 @@ def markdown(results: dict[str, Any]) -> None:
     """The results as the markdown table of docs/benchmarks.md."""
     print("\n| measurement | median (min-max) | rows/s | CPU s (JVM / Python workers) | ratio |")
     print("| --- | --- | --- | --- | --- |")
-    for part, baseline in (("ingest", None), ("read", "parquet read -> noop")):
+    parts = (
+        ("ingest", None),
+        ("read", "parquet read -> noop"),
+        ("stream", "parquet readStream -> parquet"),
+    )
+    for part, baseline in parts:
         for name, r in results.get(part, {}).items():
             if not isinstance(r, dict):
                 continue
@@ -472,12 +555,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only", default="ingest,read")
+    parser.add_argument("--only", default="ingest,read,stream")
     parser.add_argument("--dir", default=None, help="where the logs, Parquet and PostgreSQL go")
     args = parser.parse_args()
     names = {n.strip() for n in args.only.split(",") if n.strip()}
-    if not names or names - {"ingest", "read"}:
-        parser.error("--only takes names from ingest,read")
+    if not names or names - {"ingest", "read", "stream"}:
+        parser.error("--only takes names from ingest,read,stream")
     signal.signal(signal.SIGTERM, _exit_on_signal)
     print(machine())
     before = load()
@@ -504,6 +587,8 @@ def main() -> None:
         else:
             log_dir = os.path.join(root, "log")
             ingest(spark, source, log_dir, args.rows)
+        if "stream" in names:  # before the read, which flushes the map
+            results["stream"] = bench_stream(spark, root, log_dir, args.rows, args.repeat)
         if "read" in names:
             results["read"] = bench_read(spark, root, log_dir, args.rows, args.repeat)
         spark.stop()
