@@ -105,3 +105,12 @@ def test_unchecked_json_values_are_taken_as_they_are_but_keys_still_parse() -> N
     assert encode_column(texts, "json", "value", check=False) == [b'{"a":1}', b"not json", None]
     with pytest.raises(EncodeError, match="row 1 does not decode"):
         encode_column(pa.array(['"k"', "not json"]), "json", "key", check=False)
+
+
+@pytest.mark.parametrize("bad", ["{not json", "1,2", "[1", ""])
+def test_a_value_that_is_not_one_json_value_is_named_by_its_row(bad: str) -> None:
+    """Values are checked in one parse of the whole batch; the row named counts the nulls
+    before it (a value that hides a comma would split in two)."""
+    column = pa.array(['{"a": [1, 2]}', None, "3", bad, '"x"'])
+    with pytest.raises(EncodeError, match="value: row 3 does not decode"):
+        encode_column(column, "json", "value")
