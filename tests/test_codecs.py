@@ -118,3 +118,20 @@ def test_a_batch_check_finds_items_that_cut_a_character_in_two(
         for batch in (items, [b'"' + i + b'"' for i in items]):
             expected = [i for i, d in enumerate(batch) if not _accepts(codec.check, d)]
             assert codec.undecodable(batch) == expected, (name, batch)
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        [b"[1", b"2]", b"3,4"],  # as many pieces as items, but other spans: [1,2] 3 4
+        [b'"a', b'",', b'"b"'],  # "a","   ,"b": two strings, one empty piece apart
+        [b" 1", b"2 ", b"\t3\n"],  # whitespace around values: valid, pieces shorter
+        [b"{}", b"[]", b'""', b"0"],
+    ],
+)
+def test_the_json_batch_check_names_the_items_a_check_of_each_refuses(batch: list[bytes]) -> None:
+    """The batch check parses the items joined as one array and compares the pieces with the
+    items by length: any batch whose pieces do not span exactly the items goes item by item."""
+    json = codec_for("json")
+    expected = [i for i, d in enumerate(batch) if not _accepts(json.check, d)]
+    assert json.undecodable(batch) == expected

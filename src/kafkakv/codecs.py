@@ -250,14 +250,17 @@ class JsonCodec(Codec[Any]):
     def undecodable(self, items: Sequence[bytes]) -> list[int]:
         # One parse of the whole batch as an array: when it yields exactly the items, each
         # item is one JSON value. (Items that hide a comma or a bracket change the count or
-        # the pieces, and are then looked at one by one.)
+        # the pieces, and are then looked at one by one.) Comparing lengths is enough: the
+        # pieces are disjoint spans in order between the brackets, at least a comma apart;
+        # with n pieces as long as the n items, the n - 1 commas fill every byte left, so
+        # each piece spans exactly its item. (Comparing bytes copied every piece: 4x slower.)
         try:
             joined = b"[" + b",".join(items) + b"]"
             pieces = _json_pieces(joined)
             joined.decode("utf-8")  # commas apart: see the note above StrCodec
         except (msgspec.DecodeError, UnicodeDecodeError):
             return super().undecodable(items)
-        if len(pieces) != len(items) or list(map(bytes, pieces)) != list(items):
+        if len(pieces) != len(items) or list(map(len, pieces)) != list(map(len, items)):
             return super().undecodable(items)
         return []
 
