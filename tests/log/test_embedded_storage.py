@@ -504,6 +504,31 @@ def test_a_large_batch_read_in_slices_gives_each_record_once_in_order(
         assert log.check() == []
 
 
+def test_the_last_value_per_key_of_a_whole_batch_is_read_from_its_bytes_after_a_slice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A map's open reads one record of the data topic (its settings), then the last value
+    per key of the whole topic: the first read leaves the big batch decoded, and the second
+    must not go on from those rows in Python, but take the batch from its bytes in C."""
+    with open_log(tmp_path) as log:
+        log.create_topic("big", 1)
+        batch = [Record(f"k{i % 5000}".encode(), f"v{i}".encode()) for i in range(20_000)]
+        log.append("big", 0, batch)
+        (first,) = log.read("big", 0, 0, max_records=1)  # stops inside the batch
+        assert first.value == b"v0"
+        decoded: list[int] = []
+
+        def decode_rows(*args: Any) -> list[fmt.Row]:
+            decoded.append(1)
+            return fmt.decode_rows(*args)
+
+        monkeypatch.setattr(partition, "decode_rows", decode_rows)
+        monkeypatch.setattr(partition, "_take_latest_rows", None)  # the rows path: not taken
+        stretch = log.read_latest("big", 0, 0, max_records=10**9)
+        assert stretch.values == {r.key: r.value for r in batch}
+        assert stretch.next_offset == 20_000 and decoded == []
+
+
 def _wrong_modes(root: Path) -> dict[str, str]:
     """``root`` and everything under it that is not a 0700 directory or a 0600 file."""
     wrong = {}

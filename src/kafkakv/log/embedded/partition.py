@@ -123,8 +123,9 @@ def _take_latest(
     """A :data:`_Take` into a dict of the last value per key. A batch read to its end (the
     common case: a loader) goes into the dict straight from its bytes, with no row decoded; a
     read that stops inside one decodes its rows once, for the reads after it to go on from.
-    (It is never given rows another read kept: see :meth:`Partition._read_segment`.)"""
-    if room < h.record_count:
+    (It is given the rows another read kept only for a slice: see
+    :meth:`Partition._read_segment`.)"""
+    if kept is not None or room < h.record_count:
         return _take_latest_rows(out, buf, p, h, kept, part, offset, room)
     body = memoryview(buf)[p + HEADER_SIZE : p + h.size]
     taken, last, done = latest_from_body(out, body, h, offset, room)
@@ -687,14 +688,14 @@ class Partition:
                 where = (seg.name, pos + p, h.crc)
                 # A batch the last read stopped inside of is decoded already: its bytes need
                 # not be in buf (after it, the outer loop reads on from its end). A read of
-                # the last value per key takes them from the bytes, in C, faster than from
-                # decoded rows (a map's open read one record of a 500,000-record flush batch
-                # for its settings, and its bootstrap then went through the rows in Python).
-                kept = (
-                    partial[1]
-                    if partial is not None and partial[0] == where and take is not _take_latest
-                    else None
-                )
+                # the last value per key that takes the rest of the batch takes it from the
+                # bytes, in C, faster than from decoded rows (a map's open read one record of
+                # a 500,000-record flush batch for its settings, and its bootstrap then went
+                # through the rows in Python); one that takes a slice goes on from the rows.
+                whole = take is _take_latest and room >= h.record_count
+                kept = partial[1] if partial is not None and partial[0] == where else None
+                if whole:
+                    kept = None
                 if kept is None and p + h.size > n:
                     if p == 0:  # one batch larger than the chunk: read exactly it
                         if pos + h.size > end:
