@@ -32,6 +32,7 @@ from kafkakv.errors import (
     DecodeError,
 )
 from kafkakv.map import Change, ChangeFeed
+from kafkakv.map.feed import Cursor
 from tests.map.conftest import OpenMap, embedded_only, shared_logs
 from tests.map.test_map_protocol import _seed
 from tests.waiting import wait_for
@@ -419,3 +420,18 @@ def test_closing_a_feed_while_another_thread_replays_its_backlog(open_map: OpenM
     assert ended == [True]
     with pytest.raises(ClosedError):
         next(feed)
+
+
+@pytest.mark.parametrize(
+    ("offsets", "skips"),
+    [({0: 0}, {0: 0}), ({0: 7, 3: 120}, {0: 0, 3: 2}), ({1: 98, 2: 5}, {1: 4, 2: 0})],
+)
+def test_a_feeds_own_cursor_equals_one_made_and_checked_from_the_same_position(
+    offsets: dict[int, int], skips: dict[int, int]
+) -> None:
+    """A feed copies its position into each change's cursor without the checks (it keeps
+    the position valid); the cursor must be the one the checked constructor makes."""
+    made = Cursor._of_feed(offsets, skips)
+    assert made == Cursor(offsets, skips) and str(made) == str(Cursor(offsets, skips))
+    assert Cursor.parse(str(made)) == made and hash(made) == hash(Cursor(offsets, skips))
+    assert dict(made) == offsets and all(made.skip(p) == skips[p] for p in offsets)

@@ -96,7 +96,10 @@ def test_a_binary_column_built_from_its_buffers_equals_arrows_own(
     assert column.type == (pa.binary() if small > 3 else pa.large_binary())
     assert column.cast(pa.binary()).equals(pa.array(values, pa.binary()))
     assert decode_column(values, "str", "v").to_pylist() == ["", "ab", "é", "\x00" * 300]
-    assert binary_column([b"a", None]).to_pylist() == [b"a", None]  # a null: arrow's own way
+    with_nulls = [None if i % 8 in (0, 3) else bytes([i]) * (i % 5) for i in range(21)]
+    column = binary_column(with_nulls)
+    assert column.null_count == 6 and column.to_pylist() == with_nulls
+    assert column.cast(pa.binary()).equals(pa.array(with_nulls, pa.binary()))
     assert len(binary_column([])) == 0
 
 

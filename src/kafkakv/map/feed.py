@@ -96,6 +96,20 @@ class Cursor(Mapping[int, int]):
         )
 
     @classmethod
+    def _of_feed(cls, offsets: Mapping[int, int], skips: Mapping[int, int]) -> Cursor:
+        """A copy of a change feed's own position: partitions in order, offsets and skips
+        valid by construction, so none of ``__init__``'s checks (a third of the cost of each
+        change a feed hands out, in a profile of a stream's read)."""
+        cursor = cls.__new__(cls)
+        cursor._offsets = dict(offsets)
+        cursor._skips = {p: k for p, k in skips.items() if k}
+        cursor._text = ",".join(
+            f"{p}:{o}+{cursor._skips[p]}" if p in cursor._skips else f"{p}:{o}"
+            for p, o in offsets.items()
+        )
+        return cursor
+
+    @classmethod
     def parse(cls, text: str) -> Cursor:
         """The cursor ``text`` (from ``str(cursor)``) stands for. Raises
         :class:`~kafkakv.errors.CursorError` when it does not parse.
@@ -343,7 +357,7 @@ class ChangeFeed(Generic[K, V]):
                     for p, pos in engine.positions().items():
                         if pos.applied > self._position[p]:
                             self._moved(p, pos.applied)
-        return Cursor(self._position, self._taken)
+        return Cursor._of_feed(self._position, self._taken)
 
     def _moved(self, p: int, offset: int) -> None:
         self._position[p] = offset
@@ -412,7 +426,7 @@ class ChangeFeed(Generic[K, V]):
             self._moved(p, offset + 1)
         else:
             self._taken[p] += 1
-        cursor = Cursor(self._position, self._taken)
+        cursor = Cursor._of_feed(self._position, self._taken)
         state = self._state
         try:
             k = state.keys.decode(key)

@@ -74,18 +74,22 @@ def decode_column(encoded: Sequence[bytes], codec: str, what: str) -> pa.Array[A
 def binary_column(values: Sequence[bytes | None]) -> pa.Array[Any]:
     """``values`` as an Arrow ``binary`` column (``large_binary`` past 2 GiB), null where None.
 
-    Without nulls the column is built from two buffers: the values joined, and the running sum
-    of their lengths, several times faster than ``pa.array``, which converts value by value.
+    The column is built from its buffers: the values joined, the running sum of their lengths
+    and, with nulls, a validity bitmap; several times faster than ``pa.array``, which converts
+    value by value.
 
-    >>> binary_column([b"ab", b"", b"c"]).to_pylist()
-    [b'ab', b'', b'c']
+    >>> binary_column([b"ab", None, b"c"]).to_pylist()
+    [b'ab', None, b'c']
     """
+    validity = None
     if None in values:
-        return pa.array(values, pa.binary())
-    data = b"".join(values)  # type: ignore[arg-type]  # no None, checked above
+        present = [v is not None for v in values]
+        validity = pa.array(present, pa.bool_()).buffers()[1]
+        values = [b"" if v is None else v for v in values]
+    data = b"".join(values)  # type: ignore[arg-type]  # no None left
     kind, code = (pa.binary(), "i") if len(data) <= _SMALL else (pa.large_binary(), "q")
     ends = array(code, accumulate(map(len, values), initial=0))  # type: ignore[arg-type]
-    buffers = [None, pa.py_buffer(ends), pa.py_buffer(data)]
+    buffers = [validity, pa.py_buffer(ends), pa.py_buffer(data)]
     return pa.Array.from_buffers(kind, len(values), buffers)
 
 

@@ -348,21 +348,22 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _batch(self, p: int, rows: list[_Row]) -> pa.RecordBatch:
         source = self.opts.source
         where = f"{source.what} partition {p}"
-        columns = list(zip(*rows, strict=True))
         arrays = []
-        for name, arrow_type in self.fields:
+        for name, arrow_type in self.fields:  # a comprehension per column: zip(*rows) is slower
             if name == "key":
-                column = _decode(columns[0], source.key_codec, f"{where}: key")
+                column = _decode([r[0] for r in rows], source.key_codec, f"{where}: key")
             elif name == "old":
-                column = _decode(columns[1], source.value_codec, f"{where}: old value")
+                olds = [r[1] for r in rows]
+                column = _decode(olds, source.value_codec, f"{where}: old value")
             elif name in ("new", "value"):
-                column = _decode(columns[2], source.value_codec, f"{where}: {name} value")
+                news = [r[2] for r in rows]
+                column = _decode(news, source.value_codec, f"{where}: {name} value")
             elif name == "partition":
                 column = pa.array([p] * len(rows), pa.int32())
             elif name == "offset":
-                column = pa.array(columns[3], pa.int64())
+                column = pa.array([r[3] for r in rows], pa.int64())
             else:
-                column = pa.array(columns[4], pa.string())
+                column = pa.array([r[4] for r in rows], pa.string())
             if column.type != arrow_type:
                 try:
                     column = column.cast(arrow_type)
