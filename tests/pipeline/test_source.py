@@ -12,9 +12,13 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 import kafkakv
+from kafkakv.errors import EncodeError
 from kafkakv.log.partitioner import partition_for
+from kafkakv.map.dedup import numbering
+from kafkakv.map.keyspace import FLUSH_POINT_KEY
+from kafkakv.map.ops import OpCode, decode_op
 from kafkakv.pipeline import SourceOptions
-from kafkakv.pipeline.source import KafkaKVDataSource
+from kafkakv.pipeline.source import KafkaKVDataSource, _MapRecords
 from tests.records import offset_of
 
 
@@ -198,3 +202,22 @@ def test_maps_whose_values_are_not_json_read_as_binary(spark: Any, tmp_path: Any
     assert raw["value"] == bytearray(b"\x00\xff not json")
     (packed,) = _read(spark, target=target, map="packed", value_codec="msgpack")
     assert kafkakv.codecs.codec_for("msgpack").decode(bytes(packed["value"])) == {"a": [1, 2]}
+
+
+def test_rows_become_ops_numbered_per_partition_and_a_reserved_key_fails_the_batch() -> None:
+    """A write task's rows become puts and removes, each partition's numbered as a replica
+    numbers its own updates; a row with the flush point's key fails its whole batch before
+    anything of it is appended."""
+    to_records = _MapRecords(SourceOptions("/tmp/unused", map="m"))
+    keys = [f"k{i}".encode() for i in range(50)]
+    values = [None if i % 5 == 0 else str(i).encode() for i in range(50)]
+    out = to_records(keys, values, 2, 1 << 20)
+    for p, records in out.items():
+        ops = [decode_op(r.value) for r in records]
+        assert [op.seq for op in ops] == list(numbering(p, 2)[: len(ops)])
+        assert all(partition_for(r.key or b"", 2) == p for r in records)
+    by_key = {r.key or b"": decode_op(r.value) for rs in out.values() for r in rs}
+    assert sorted(by_key) == sorted(keys)
+    assert by_key[b"k5"].code is OpCode.REMOVE and by_key[b"k6"].args == (b"6",)
+    with pytest.raises(EncodeError, match="reserved"):
+        to_records([b"a", FLUSH_POINT_KEY], [b"1", b"2"], 2, 1 << 20)

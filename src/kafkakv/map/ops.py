@@ -63,7 +63,7 @@ same way everywhere, and the caller leaves the state unchanged.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import msgpack
@@ -92,6 +92,7 @@ __all__ = [
     "Transaction",
     "decide",
     "decode_op",
+    "encode_fields",
     "encode_op",
     "expectations_hold",
     "pair_fits",
@@ -154,6 +155,10 @@ def encode_op(code: OpCode, origin: bytes, seq: int, args: Sequence[Any] = ()) -
     """The value bytes of an ops record: the msgpack array ``[code, origin, seq, *args]``."""
     return _encode((code, origin, seq, *args))  # an IntEnum packs as its int
 
+
+encode_fields: Callable[[tuple[Any, ...]], bytes] = _encode
+"""``encode_fields((code, origin, seq, *args))`` is :func:`encode_op` of those, with no call
+in between: for a loop that encodes an op per row (the Spark data source's writes)."""
 
 BARRIER_VALUE = encode_op(OpCode.BARRIER, b"", 0)
 """The value of a barrier record (no key): appended to learn how far the log reaches."""

@@ -64,8 +64,8 @@ from kafkakv.errors import (
 )
 from kafkakv.log.base import Log, Record, new_tuple
 from kafkakv.map.dedup import numbering
-from kafkakv.map.keyspace import check_update_key
-from kafkakv.map.ops import OpCode, encode_op
+from kafkakv.map.keyspace import RESERVED_KEYS, check_update_key
+from kafkakv.map.ops import OpCode, encode_fields
 from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.partitions import partitions_for
@@ -84,6 +84,7 @@ BATCH_ROWS = 65_536
 """Rows per Arrow batch a read task yields."""
 
 _READ_BYTES = 8 << 20
+_RESERVED = frozenset(RESERVED_KEYS)
 _BUILTIN = ("key", "value", "partition", "offset")
 
 
@@ -340,23 +341,28 @@ class _MapRecords:
     def __call__(
         self, keys: list[bytes], values: list[bytes | None], count: int, limit: int
     ) -> dict[int, list[Record]]:
-        out: dict[int, list[Record]] = {}
         prefix, origin, seqs = self.prefix, self.origin, self.seqs
-        put, remove = OpCode.PUT, OpCode.REMOVE
         record_keys = [prefix + k for k in keys] if prefix else keys
+        if not _RESERVED.isdisjoint(record_keys):
+            for record_key in record_keys:
+                check_update_key(record_key)  # raises for the reserved one
         partitions = partitions_for(record_keys, count)
+        out: dict[int, list[Record]] = {}
+        add, seq = {}, {}  # per partition: its records' append, its next seq number
+        for p in set(partitions):
+            if p not in seqs:
+                seqs[p] = iter(numbering(p, count))
+            seq[p] = seqs[p].__next__
+            add[p] = out.setdefault(p, []).append
+        put, remove, encode, record = int(OpCode.PUT), int(OpCode.REMOVE), encode_fields, Record
         for record_key, value, p in zip(record_keys, values, partitions, strict=True):
-            check_update_key(record_key)
-            seq = seqs.get(p)
-            if seq is None:
-                seq = seqs[p] = iter(numbering(p, count))
             if value is None:
-                op = encode_op(remove, origin, next(seq))
+                op = encode((remove, origin, seq[p]()))
             else:
-                op = encode_op(put, origin, next(seq), (value,))
+                op = encode((put, origin, seq[p](), value))
             if len(record_key) + len(op) > limit:
                 _too_large(len(record_key) + len(op), limit, self.opts)
-            out.setdefault(p, []).append(new_tuple(Record, (record_key, op, (), None, None, None)))
+            add[p](new_tuple(record, (record_key, op, (), None, None, None)))
         return out
 
 
