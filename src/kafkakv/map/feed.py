@@ -83,17 +83,12 @@ class Cursor(Mapping[int, int]):
         for p, offset in offsets.items():
             if type(p) is not int or type(offset) is not int or p < 0 or offset < 0:
                 raise CursorError(f"a cursor maps partitions to offsets (ints >= 0), not {p!r}")
-        self._offsets = dict(sorted(offsets.items()))
-        self._skips = {p: k for p, k in (skips or {}).items() if k}
+        self._set(dict(sorted(offsets.items())), skips or {})
         if (
             not self._skips.keys() <= self._offsets.keys()
             or min(self._skips.values(), default=1) < 0
         ):
             raise CursorError(f"skips {skips!r} do not fit the partitions {list(self._offsets)}")
-        self._text = ",".join(
-            f"{p}:{o}+{self._skips[p]}" if p in self._skips else f"{p}:{o}"
-            for p, o in self._offsets.items()
-        )
 
     @classmethod
     def _of_feed(cls, offsets: Mapping[int, int], skips: Mapping[int, int]) -> Cursor:
@@ -101,13 +96,17 @@ class Cursor(Mapping[int, int]):
         valid by construction, so none of ``__init__``'s checks (a third of the cost of each
         change a feed hands out, in a profile of a stream's read)."""
         cursor = cls.__new__(cls)
-        cursor._offsets = dict(offsets)
-        cursor._skips = {p: k for p, k in skips.items() if k}
-        cursor._text = ",".join(
-            f"{p}:{o}+{cursor._skips[p]}" if p in cursor._skips else f"{p}:{o}"
+        cursor._set(dict(offsets), skips)
+        return cursor
+
+    def _set(self, offsets: dict[int, int], skips: Mapping[int, int]) -> None:
+        """Take ``offsets`` (in partition order) and the non-zero ``skips``; make the text."""
+        self._offsets = offsets
+        self._skips = {p: k for p, k in skips.items() if k}
+        self._text = ",".join(
+            f"{p}:{o}+{self._skips[p]}" if p in self._skips else f"{p}:{o}"
             for p, o in offsets.items()
         )
-        return cursor
 
     @classmethod
     def parse(cls, text: str) -> Cursor:

@@ -693,9 +693,9 @@ class Partition:
                 # a 500,000-record flush batch for its settings, and its bootstrap then went
                 # through the rows in Python); one that takes a slice goes on from the rows.
                 whole = take is _take_latest and room >= h.record_count
-                kept = partial[1] if partial is not None and partial[0] == where else None
-                if whole:
-                    kept = None
+                kept = None
+                if partial is not None and partial[0] == where and not whole:
+                    kept = partial[1]
                 if kept is None and p + h.size > n:
                     if p == 0:  # one batch larger than the chunk: read exactly it
                         if pos + h.size > end:
