@@ -319,37 +319,45 @@ def test_close_fails_calls_and_pending_updates(open_map: OpenMap) -> None:
     m.close()  # idempotent
 
 
-@pytest.fixture
-def release() -> Any:
-    """Registers ``slow``, a function that holds the applier until the event yielded is set."""
-    event = threading.Event()
+class Hold:
+    """The registered function ``slow`` holds the thread that applies it until :meth:`release`."""
 
-    def slow(key: Any, old: Any) -> int:
-        # Until the test releases it, however long that takes (the teardown below does at the
+    def __init__(self) -> None:
+        self.released, self.running = threading.Event(), threading.Event()
+
+    def slow(self, key: Any, old: Any) -> int:
+        self.running.set()
+        # Until the test releases it, however long that takes (the teardown releases it at the
         # latest): a bound of 15 s ran out under load before the update it held up was sent.
-        event.wait()
+        self.released.wait()
         return 1
 
-    functions.register("slow")(slow)
-    yield event
-    event.set()
+    def release(self) -> None:
+        self.released.set()
+
+
+@pytest.fixture
+def hold() -> Any:
+    """Registers ``slow`` (see :class:`Hold`) for the test."""
+    held = Hold()
+    functions.register("slow")(held.slow)
+    yield held
+    held.release()
     functions.unregister("slow")
 
 
-def test_timeouts_raise_a_clear_error(open_map: OpenMap, release: threading.Event) -> None:
+def test_timeouts_raise_a_clear_error(open_map: OpenMap, hold: Hold) -> None:
     m = open_map(timeout=0.3, max_in_flight=1)
     first = m.compute_async("k", "slow")
     start = time.monotonic()
     with pytest.raises(OperationTimeoutError):
         m.put_async("j", 1)  # no room in flight while "slow" runs
     assert time.monotonic() - start < 3
-    release.set()
+    hold.release()
     assert first.result(timeout=10) == 1
 
 
-def test_update_waits_for_every_pair_and_times_out_clearly(
-    open_map: OpenMap, release: threading.Event
-) -> None:
+def test_update_waits_for_every_pair_and_times_out_clearly(open_map: OpenMap, hold: Hold) -> None:
     m = open_map(timeout=2.0)  # room for a Kafka round trip, well below the hold-up
     m.update({f"k{i}": i for i in range(100)})  # returns with every pair applied
     assert m == {f"k{i}": i for i in range(100)}
@@ -357,11 +365,15 @@ def test_update_waits_for_every_pair_and_times_out_clearly(
     end = engine.log.end_offset(engine.topics.ops, 0)
     first = m.compute_async("held", "slow")  # holds up everything after it in the log
     wait_for(lambda: engine.log.end_offset(engine.topics.ops, 0) > end, what="the compute sent")
+    # The replica's follower applies it and waits in "slow": else the update's own thread may
+    # apply it first and wait there for a release that only comes after the update returns (a
+    # fresh-clone run under stress-ng hung so until pytest's timeout).
+    assert hold.running.wait(30), "the follower never applied the compute"
     start = time.monotonic()
     with pytest.raises(OperationTimeoutError, match="not applied in time"):
         m.update({f"n{i}": i for i in range(50)})
     assert time.monotonic() - start < 10
-    release.set()
+    hold.release()
     assert first.result(timeout=10) == 1
     m.sync(timeout=10)
     assert all(m[f"n{i}"] == i for i in range(50))  # timed out waiting, not lost

@@ -123,23 +123,42 @@ def test_a_replicas_own_puts_do_not_wake_its_follower(tmp_path: Path) -> None:
         m.put("k", b"first")  # the bell exists
         notifier = db.log._notifier  # type: ignore[attr-defined]
         real = notifier._poller
-        woken = [0]
+        woken, asleep = [0], [0]
 
         class Counted:
             def poll(self, *args: Any) -> Any:
-                events = real.poll(*args)
+                asleep[0] += 1
+                try:
+                    events = real.poll(*args)
+                finally:
+                    asleep[0] -= 1
                 woken[0] += bool(events)
                 return events
 
+        def counted_sleep() -> None:
+            """Until the follower sleeps in the counted poll: one already asleep in the real one
+            when it was swapped in would wake uncounted (seen on a loaded machine)."""
+            deadline = time.monotonic() + 10
+            while not asleep[0]:
+                assert time.monotonic() < deadline, "the follower never went back to sleep"
+                time.sleep(0.005)
+
         notifier._poller = Counted()
+        counted_sleep()
         for i in range(15):
             time.sleep(0.02)  # past the follower's 5 ms grace: it is asleep in poll
             m.put("k", b"%d" % i)
         assert woken[0] == 0
         changed = threading.Event()
         m.add_listener(lambda key, old, new, mine: None if mine else changed.set())
+        counted_sleep()
         other.put("k", b"from elsewhere")
         assert changed.wait(5)
+        # Its bell rang: the follower's poll returns that event, though under load its slice
+        # may have ended first and ready() found the put before it polled again.
+        deadline = time.monotonic() + 5
+        while not woken[0] and time.monotonic() < deadline:
+            time.sleep(0.005)
         assert woken[0] >= 1
     finally:
         other_db.close()

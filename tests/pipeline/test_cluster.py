@@ -160,6 +160,7 @@ class _App:
 
     id: str
     driver: subprocess.Popen[str]
+    log: Path  # Spark's log: the driver's stderr
 
     def executor_jvms(self) -> dict[str, int]:
         """Executor id -> pid of the application's live executor JVMs on this machine."""
@@ -196,7 +197,7 @@ def _run_driver(
             for line in driver.stdout:  # the driver prints little: its APP, DONE and RESULT
                 lines.append(line)
                 if line.startswith("APP "):
-                    meanwhile(_App(line.split()[1], driver))
+                    meanwhile(_App(line.split()[1], driver, log))
             driver.wait(timeout=60)
         finally:
             if driver.poll() is None:
@@ -262,42 +263,65 @@ def _ops_records(db: Database, ops: str) -> int:
     return sum(db.log.end_offset(ops, p) for p in range(db.log.partitions(ops)))
 
 
+def _lost_tasks(log: Path) -> int:
+    """How many task failures the driver's log (Spark's, on its stderr) reports so far."""
+    return log.read_text(errors="replace").count("Lost task")
+
+
 def _kill_while_appending(
     app: _App, db: Database, ops: str, rows: int, tasks: int, what: str
 ) -> tuple[str, int]:
-    """Kill -9 a part of the executors while a task of an ingest is inside its appends, and
-    return the executor's id and the records the ops topic ``ops`` held then.
+    """Kill -9 a part of the executors while a task of an ingest is inside its appends, until
+    Spark's log reports a lost task; return the executor's id and the records the ops topic
+    ``ops`` held just before the kill.
 
     The ingest appends ``rows`` records in ``tasks`` equal tasks, each batch by batch: a count
     that is no multiple of a task's share means one is half done, its Python worker running.
     Then ``jvm`` kills an executor whose Python worker used CPU just now (running a task), and
-    ``python`` kills every executor's Python workers, the busy one among them. (A worker idle
-    between tasks, killed alone, failed no task: a fresh-clone run. Spark's REST status, which
-    says which executor runs a task, answers too late under load: by then the job has ended.)
+    ``python`` kills every executor's Python workers, the busy one among them. The processes
+    are found first and the count asked last, right before the kill: found after it (reading
+    ``/proc``, a CPU window), the task had finished under load and its idle worker died for
+    nothing (fresh-clone runs, one under ``stress-ng``). A kill that still comes too late
+    fails no task, so it is tried again at the next half-done count until the log says a task
+    was lost. (Spark's REST status, which says which executor runs a task, answers too late
+    under load: by then the job has ended.)
     """
     share = rows // tasks
-    targets: dict[str, list[int]] = {}
+    log = app.log
 
-    def appending() -> bool:
+    def targets() -> dict[str, list[int]]:
+        found = {}
+        for executor, jvm in app.executor_jvms().items():
+            workers = _python_workers(jvm)
+            if what == "python" and workers:
+                found[executor] = workers
+            elif what == "jvm" and _working(workers):
+                found[executor] = [jvm]
+        return found
+
+    def killed_mid_task() -> tuple[str, int] | None:
         assert app.driver.poll() is None, "the driver exited"
+        found = targets()
         appended = _ops_records(db, ops)
-        assert appended < rows, "the ingest appended every row before a kill"
-        targets.clear()
-        if appended % share:
-            for executor, jvm in app.executor_jvms().items():
-                workers = _python_workers(jvm)
-                if what == "python" and workers:
-                    targets[executor] = workers
-                elif what == "jvm" and _working(workers):
-                    targets[executor] = [jvm]
-        return bool(targets)
+        assert appended < rows, "the ingest appended every row before a kill failed a task"
+        if not found or not appended % share:
+            return None
+        chosen = sorted(found) if what == "python" else [min(found)]
+        lost = _lost_tasks(log)
+        for executor in chosen:
+            for pid in found[executor]:
+                os.kill(pid, signal.SIGKILL)
+        try:
+            wait_for(lambda: _lost_tasks(log) > lost, 5, "Spark's log reporting a lost task")
+        except AssertionError:
+            return None  # the task had finished: its idle worker died for nothing
+        return chosen[0], appended
 
-    wait_for(appending, 180, f"a task half way through its appends to {ops}", interval=0.02)
-    chosen = sorted(targets) if what == "python" else [min(targets)]
-    for executor in chosen:
-        for pid in targets[executor]:
-            os.kill(pid, signal.SIGKILL)
-    return chosen[0], _ops_records(db, ops)
+    deadline = time.monotonic() + 180
+    while (done := killed_mid_task()) is None:
+        assert time.monotonic() < deadline, f"no kill failed a task appending to {ops} in 180 s"
+        time.sleep(0.02)
+    return done
 
 
 def _check_only_executors_ran_tasks(result: dict[str, Any], tasks: int) -> dict[str, Any]:
