@@ -1,9 +1,12 @@
 """Record the file-system effects of the embedded log, through its layer ``log/embedded/fs.py``.
 
->>> with Recorder(root) as rec:          # doctest: +SKIP
-...     log = EmbeddedLog(root); ...
->>> rec.ops                              # doctest: +SKIP
-[FsOp('mkdir', 'topics'), ...]
+>>> import tempfile
+>>> from kafkakv.log.embedded.log import EmbeddedLog
+>>> with tempfile.TemporaryDirectory() as root:
+...     with Recorder(root) as rec:
+...         EmbeddedLog(root).close()
+>>> [(op.kind, op.data) for op in rec.ops[:2]]  # the log's marker file, written aside first
+[('create', b''), ('write', b'{"format": 2}')]
 
 While a :class:`Recorder` is entered, every name of :mod:`kafkakv.log.embedded.fs` is
 rebound to a wrapper that does the real call and then notes it as a
