@@ -19,7 +19,9 @@ Where the changes come from:
   began. That needs the state at the cursor, and the data topic holds only each key's latest
   value as of the last flush: a cursor that a flush covered raises
   :class:`~kafkakv.errors.CursorExpiredError` (restart from ``m.snapshot()``, whose cursor is
-  current).
+  current). :func:`replay_changes` is that replay alone, as raw changes: a reader with no
+  replica open (a Spark stream's task) uses it with a reference made from the log
+  (:func:`~kafkakv.map.reference.reference_of`).
 
 A consumer that falls more than ``buffer`` changes behind the replica stops being queued
 (memory stays bounded); once it has taken what was queued, the feed replays from its own
@@ -35,7 +37,7 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from kafkakv.errors import (
@@ -52,13 +54,21 @@ from kafkakv.store.memory import DictStore
 if TYPE_CHECKING:
     from kafkakv.map.engine import ReplicaEngine
 
-__all__ = ["Change", "ChangeFeed", "Cursor", "Snapshot"]
+__all__ = [
+    "Change",
+    "ChangeFeed",
+    "Cursor",
+    "RawChange",
+    "Snapshot",
+    "cursor_texts",
+    "replay_changes",
+]
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 #: What a tap queues: partition, offset, key, old and new value, as the store holds them.
-_Item = tuple[int, int, bytes, bytes | None, bytes | None]
+RawChange = tuple[int, int, bytes, bytes | None, bytes | None]
 
 _BUFFER = 100_000  # changes queued for a consumer before it is left to catch up by replay
 _REPLAY_STEP = 5_000  # ops replayed between hand-overs to the consumer
@@ -218,12 +228,12 @@ class ChangeFeed(Generic[K, V]):
         self.timeout = timeout
         self._buffer = buffer
         self._cond = threading.Condition()
-        self._queue: collections.deque[_Item] = collections.deque()  # filled by the tap
+        self._queue: collections.deque[RawChange] = collections.deque()  # filled by the tap
         self._overrun = False  # the tap stopped queueing: catch up by replay
         self._wakers: list[Callable[[], object]] = []  # waiting async consumers
         self._closed = False
-        self._backlog: Generator[list[_Item], None, None] | None = None  # replayed chunks
-        self._chunk: collections.deque[_Item] = collections.deque()  # the current one
+        self._backlog: Generator[list[RawChange], None, None] | None = None  # replayed chunks
+        self._chunk: collections.deque[RawChange] = collections.deque()  # the current one
         # The position: per partition the record the next change comes from, how many of
         # its changes were taken (the cursor's skip) and how many seen in this pass.
         self._position: dict[int, int] = {}
@@ -298,16 +308,9 @@ class ChangeFeed(Generic[K, V]):
             self._backlog = self._replay(behind)
 
     def _expired(self, p: int, offset: int, flushed: int) -> CursorExpiredError:
-        name = self._state.name
-        return CursorExpiredError(
-            f"the changes of map {name!r} from offset {offset} of partition {p} on are gone: a "
-            f"flush covered the ops up to {flushed}, and the data topic keeps only the latest "
-            "value of each key. Restart from m.snapshot() and its cursor",
-            partition=p,
-            flushed=flushed,
-        )
+        return _expired(self._state.name, p, offset, flushed)
 
-    def _replay(self, ranges: dict[int, tuple[int, int]]) -> Generator[list[_Item], None, None]:
+    def _replay(self, ranges: dict[int, tuple[int, int]]) -> Generator[list[RawChange], None, None]:
         """The changes of each partition ``p`` at offsets ``ranges[p] = (since, stop)``,
         told by a reference replica (see the module docstring), one partition after another,
         in chunks of whole records."""
@@ -317,31 +320,14 @@ class ChangeFeed(Generic[K, V]):
             ref_state = MapState(state.name, state.prefix, state.keys, state.values, DictStore())
             ref = reference(engine, ref_state)  # one per partition: memory is freed between
             try:
-                flushed = rebuild(ref, p)
-                if since <= flushed:
-                    raise self._expired(p, since, flushed)
-                self._replay_to(ref, p, since)
-                told: list[_Item] = []
-                ref_state.taps.append(_collector(told))
-                while ref.positions()[p].applied < stop:
-                    self._replay_to(ref, p, min(stop, ref.positions()[p].applied + _REPLAY_STEP))
-                    if told:
-                        yield told
-                        told = []
-                        ref_state.taps[:] = [_collector(told)]
+                reached = yield from replay_changes(ref, p, since, stop)
             finally:
                 ref.close()
-
-    def _replay_to(self, ref: ReplicaEngine, p: int, stop: int) -> None:
-        replay(ref, p, stop)
-        if ref.positions()[p].applied >= stop:
-            return
-        stall = ref.stalled.get(p)
-        if stall is not None:
-            raise stall
-        raise ClosedError(  # the log ended before ops this replica applied: it went away
-            f"{ref.topics.ops}[{p}] ends before offset {stop}, which this replica applied"
-        )
+            if reached < stop:  # the log ended before ops this replica applied: it went away
+                raise ClosedError(
+                    f"{engine.topics.ops}[{p}] ends before offset {stop}, which this replica "
+                    "applied"
+                )
 
     # -- taking changes ---------------------------------------------------------------------
     @property
@@ -392,7 +378,7 @@ class ChangeFeed(Generic[K, V]):
             if change is not None:
                 return change
 
-    def _ends_record(self, item: _Item) -> bool:
+    def _ends_record(self, item: RawChange) -> bool:
         """Whether ``item`` is the last change of its record among those queued. The tap
         queues a record's changes under the replica lock: with it held, an empty queue
         means the record is complete."""
@@ -409,7 +395,7 @@ class ChangeFeed(Generic[K, V]):
             self._overrun = False
         self._replay_behind(self._attach())
 
-    def _change(self, item: _Item, last: bool) -> Change[K, V] | None:
+    def _change(self, item: RawChange, last: bool) -> Change[K, V] | None:
         """The change ``item`` as the feed hands it out (None: behind the position), moving
         the position past it."""
         p, offset, key, old, new = item
@@ -523,7 +509,87 @@ def _slice(deadline: float | None) -> float:
     return min(_WAIT_SLICE, deadline - time.monotonic())
 
 
-def _collector(told: list[_Item]) -> Callable[[int, int, bytes, bytes | None, bytes | None], None]:
+def replay_changes(
+    ref: ReplicaEngine, p: int, since: int, stop: int
+) -> Generator[list[RawChange], None, int]:
+    """The changes of partition ``p`` at ops offsets ``since`` up to ``stop``, told by ``ref``,
+    a new reference replica (:mod:`kafkakv.map.reference`) of one map: loaded from the data
+    topic, the ops replayed up to ``since`` untold, then up to ``stop`` with a tap. Yields
+    them in chunks of whole records (the ops of about 5000 offsets each) and returns the
+    offset reached: ``stop``, or less where the log ends first (the caller says what that
+    means). Cost: each op from the last flush applied once; the data topic read once.
+
+    A record that changes several keys (a batch, a transaction) gives several changes with
+    its offset, all of them: from a cursor ``since+k``, the first ``k`` of the record at
+    ``since`` are the caller's to leave out (:func:`cursor_texts` tells the cursors).
+
+    Raises :class:`~kafkakv.errors.CursorExpiredError` when a flush covered ``since`` (the
+    data topic holds only the state after it), before any chunk; the
+    :class:`~kafkakv.errors.PartitionStalledError` of a stall before ``stop``, after the
+    chunk before it; what reading the log raises.
+    """
+    state = ref.maps[0]
+    flushed = rebuild(ref, p)
+    if since <= flushed:
+        raise _expired(state.name, p, since, flushed)
+    replay(ref, p, since)
+    told: list[RawChange] = []
+    if ref.positions()[p].applied >= since:
+        state.taps.append(_collector(told))
+        while (applied := ref.positions()[p].applied) < stop:
+            step = min(stop, applied + _REPLAY_STEP)
+            replay(ref, p, step)
+            if told:
+                yield told
+                told = []
+                state.taps[:] = [_collector(told)]
+            if ref.positions()[p].applied < step:
+                break  # a stall, or the end of the log
+    stall = ref.stalled.get(p)
+    if stall is not None and ref.positions()[p].applied < stop:
+        raise stall
+    return ref.positions()[p].applied
+
+
+def cursor_texts(p: int, offsets: Sequence[int], skip: int = 0) -> list[str]:
+    """The text of the cursor after each of consecutive changes of partition ``p``, from the
+    ops offsets of their records, as a feed tells them (:meth:`ChangeFeed._change`). The
+    changes are those of whole records but the first, of which ``skip`` changes come before
+    them (a cursor's skip); a record's changes share its offset. After a record's last
+    change the cursor is at the next record, after another at the same record with ``+j``
+    (``j`` of its changes behind). A string each; no :class:`Cursor` made.
+
+    >>> cursor_texts(0, [7, 8, 8, 8, 9])
+    ['0:8', '0:8+1', '0:8+2', '0:9', '0:10']
+    >>> cursor_texts(1, [8, 8, 9], skip=1) == [str(Cursor.parse("1:8+2")), "1:9", "1:10"]
+    True
+    """
+    texts: list[str] = []
+    last = len(offsets) - 1
+    j = skip
+    for i, offset in enumerate(offsets):
+        if i < last and offsets[i + 1] == offset:
+            j += 1
+            texts.append(f"{p}:{offset}+{j}")
+        else:
+            texts.append(f"{p}:{offset + 1}")
+            j = 0
+    return texts
+
+
+def _expired(name: str, p: int, offset: int, flushed: int) -> CursorExpiredError:
+    return CursorExpiredError(
+        f"the changes of map {name!r} from offset {offset} of partition {p} on are gone: a "
+        f"flush covered the ops up to {flushed}, and the data topic keeps only the latest "
+        "value of each key. Restart from m.snapshot() and its cursor",
+        partition=p,
+        flushed=flushed,
+    )
+
+
+def _collector(
+    told: list[RawChange],
+) -> Callable[[int, int, bytes, bytes | None, bytes | None], None]:
     """A tap that appends each change to ``told``."""
 
     def tap(p: int, offset: int, key: bytes, old: bytes | None, new: bytes | None) -> None:

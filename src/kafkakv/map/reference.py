@@ -12,19 +12,27 @@ result with the replica's store, and a change feed (:mod:`kafkakv.map.feed`) tel
 from a cursor behind the replica. Costs: what opening a fresh replica costs, the data topic and
 the unflushed ops read once, and a copy of the map in memory while it lives. Close it after
 use.
+
+A reader that wants the changes of a range and has no replica open (a Spark stream's read
+task) makes one with :func:`reference_of`, from the log and the map's topics alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Sequence
 
 from kafkakv.gcpause import gc_paused
+from kafkakv.log.base import Log
 from kafkakv.map.bootstrap import READ_BATCH
 from kafkakv.map.engine import ReplicaEngine
 from kafkakv.map.follower import STALL_RETRY
 from kafkakv.map.machine import MapState
+from kafkakv.map.settings import MapSettings
+from kafkakv.map.topics import MapTopics, check_map_settings
 
-__all__ = ["rebuild", "reference", "replay"]
+__all__ = ["rebuild", "reference", "reference_of", "replay"]
 
 
 def reference(engine: ReplicaEngine, state: MapState) -> ReplicaEngine:
@@ -39,6 +47,34 @@ def reference(engine: ReplicaEngine, state: MapState) -> ReplicaEngine:
         engine.settings,
         engine.max_record_bytes,
     )
+
+
+def reference_of(
+    log: Log, topics: MapTopics, held: Sequence[int], state: MapState, settings: MapSettings
+) -> ReplicaEngine:
+    """A reference replica of map ``state`` (whose store should be empty) holding partitions
+    ``held`` of ``topics`` on ``log``, with no running replica to copy: the map's settings
+    as it was created (placement, versions, expiry: those given in ``settings`` are
+    checked) override ``settings``, as when a replica opens. Never started, it appends
+    nothing. Costs the settings record's read (:func:`~kafkakv.map.topics.check_map_settings`)
+    and one metadata call; raises what they raise (UnknownTopicError for a missing topic,
+    TopicMismatchError for settings the map was not created with)."""
+    created = check_map_settings(
+        log,
+        topics,
+        hash_tags=settings.hash_tags,
+        versions=settings.versions,
+        expiry=settings.expiry,
+        timeout=settings.timeout,
+    )
+    settings = dataclasses.replace(
+        settings,
+        hash_tags=created["hash_tags"],
+        versions=created["versions"],
+        expiry=created["expiry"],
+    )
+    count = log.partitions(topics.ops)
+    return ReplicaEngine(log, topics, count, held, [state], settings, 0)  # 0: no room to append
 
 
 def rebuild(ref: ReplicaEngine, p: int) -> int:
