@@ -19,10 +19,17 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.datasource import ReadAllAvailable
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 import kafkakv
-from kafkakv.errors import ConfigError, CursorError, UnknownTopicError
+from kafkakv import functions
+from kafkakv.errors import (
+    ConfigError,
+    CursorError,
+    DataLossError,
+    PartitionStalledError,
+    UnknownTopicError,
+)
 from kafkakv.log.partitioner import partition_for
 from kafkakv.pipeline.source import KafkaKVDataSource
 from kafkakv.pipeline.streaming import (
@@ -221,6 +228,93 @@ def test_a_map_sharing_its_topics_streams_only_its_own_changes(tmp_path: Path) -
         (3, None, '{"i":3}'),
     ]
     assert reader.latestOffset(end, ReadAllAvailable()) is end  # nothing new: no micro-batch
+
+
+def _read_all(reader: KafkaKVStreamReader) -> list[dict[str, Any]]:
+    """Every row of the micro-batch from the reader's start to the end of the log, read as
+    Spark reads it (no Spark: the planner's and the tasks' calls in one process)."""
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    return [
+        row
+        for partition in reader.partitions(start, end)
+        for batch in reader.read(partition)
+        for row in batch.to_pylist()
+    ]
+
+
+def test_a_stream_tells_the_rows_and_cursors_the_feed_tells_from_every_cursor(
+    tmp_path: Path,
+) -> None:
+    target = str(tmp_path / "log")  # batches, removes and transactions: records of several
+    with kafkakv.connect(target) as db:  # changes, read from cursors inside them too
+        m = db.map("m", partitions=2, value_codec="str", hash_tags=True)
+        m.put_all({f"{{t}}:{i}": str(i) for i in range(4)} | {f"k{i}": str(i) for i in range(6)})
+        m["k0"] = "changed"
+        del m["{t}:0"]
+        assert m.transaction(expect={"{t}:1": "1"}, put={"{t}:1": "a", "{t}:9": "b"})
+        assert m.remove_all(["k1", "k2", "k3", "absent"]) == 3
+        m.put_all({"{t}:2": "2", "{t}:3": "c"})  # one change of two: a put of the same value
+        m["k4"] = "last"
+        with m.changes(since=kafkakv.Cursor(dict.fromkeys(range(2), 0)), timeout=0) as feed:
+            changes = list(feed)
+    assert len(changes) > len({(c.partition, c.offset) for c in changes})  # records of several
+    schema = StructType(
+        [
+            StructField("key", StringType()),
+            StructField("old", StringType()),
+            StructField("new", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("cursor", StringType()),
+        ]
+    )
+    starts = [kafkakv.Cursor(dict.fromkeys(range(2), 0)), *(c.cursor for c in changes)]
+    for since in starts:
+        told = []  # by a feed of each partition alone (a row's cursor is its partition's)
+        with kafkakv.connect(target) as db:
+            for p in range(2):
+                m = db.map("m", value_codec="str", shard=[p])
+                own = kafkakv.Cursor({p: since[p]}, {p: since.skip(p)})
+                with m.changes(since=own, timeout=0) as feed:
+                    told += [(c.key, c.old, c.new, p, c.offset, str(c.cursor)) for c in feed]
+        text = {"target": target, "map": "m", "value_codec": "str", "startingOffsets": str(since)}
+        rows = _read_all(KafkaKVStreamReader(StreamOptions.from_options(text), schema))
+        assert [tuple(r.values()) for r in rows] == told, since
+    assert any(skip for since in starts for skip in map(since.skip, since))  # inside a record
+
+
+def test_a_task_fails_with_the_stall_or_the_loss_that_stops_its_changes(
+    tmp_path: Path,
+) -> None:
+    target = str(tmp_path / "log")
+    name = "test_streaming.set"
+    functions.register(name)(lambda key, old, value: value)
+    try:
+        with kafkakv.connect(target) as db:
+            m = db.map("m", value_codec="str")
+            m["a"] = "1"
+            m.compute("a", name, "2")
+            m["b"] = "3"
+            stalled_at = m.cursor()[0] - 2
+            n = db.map("n", value_codec="str")
+            n["a"] = "1"
+            end = n.cursor()[0]
+    finally:
+        functions.unregister(name)  # a task in a process that lacks the function
+    schema = StructType([StructField("key", StringType()), StructField("new", StringType())])
+    options = {"target": target, "map": "m", "value_codec": "str", "startingOffsets": "0:0"}
+    reader = KafkaKVStreamReader(StreamOptions.from_options(options), schema)
+    with pytest.raises(PartitionStalledError) as stalled:
+        _read_all(reader)
+    assert (stalled.value.partition, stalled.value.offset) == (0, stalled_at)
+    assert stalled.value.function == name
+    # A micro-batch planned past the end of the log (one it lost since): no rows, an error.
+    reader = KafkaKVStreamReader(StreamOptions.from_options({**options, "map": "n"}), schema)
+    start, beyond = (offset_of(kafkakv.Cursor({0: o})) for o in (0, end + 5))
+    (task,) = reader.partitions(start, beyond)
+    with pytest.raises(DataLossError, match=f"reached ops offset {end}, short of {end + 5}"):
+        list(reader.read(task))
 
 
 def test_a_snapshot_micro_batch_holds_the_contents_at_its_end_offset(tmp_path: Path) -> None:

@@ -7,13 +7,16 @@ to a map (or a topic) as a sink.
 JSON (:func:`offset_of`). Spark stores them in its checkpoint, so a query restarted from it
 goes on exactly after its last committed micro-batch. ``latestOffset`` is the current end of
 the ops partitions; a micro-batch reads the changes between two cursors, one Spark task per
-log partition that moved: the task opens a replica of that partition alone and takes the
-changes from the feed (:meth:`~kafkakv.map.ReplicaMap.changes`) up to the end offset the
-planner noted. Rows are ``key, old, new, partition, offset, cursor``: ``cursor`` is the feed's
-cursor (its text) of the partition just after the change. Option ``startingOffsets``
-(required to stream, since a data source's schema cannot tell a stream from a batch read):
-``earliest`` (the map's contents as changes with a null ``old``, then every change),
-``latest``, or a cursor (its text, or the JSON of an offset).
+log partition that moved: the task replays that partition alone, from its last flush up to
+the end offset the planner noted, as the change feed replays a cursor behind a replica
+(:func:`~kafkakv.map.feed.replay_changes`, by a reference replica made from the log: no
+replica is opened, and each op is applied once), and puts the stored bytes of the changes
+after the start cursor into Arrow columns. Rows are ``key, old, new, partition, offset,
+cursor``: ``cursor`` is the feed's cursor (its text, made from the offsets by
+:func:`~kafkakv.map.feed.cursor_texts`) of the partition just after the change. Option
+``startingOffsets`` (required to stream, since a data source's schema cannot tell a stream
+from a batch read): ``earliest`` (the map's contents as changes with a null ``old``, then
+every change), ``latest``, or a cursor (its text, or the JSON of an offset).
 
 A **topic** streams its records (``key, value, partition, offset``, a tombstone's value null)
 by the same offsets, the topic's own: ``earliest`` is its first records, and a task reads
@@ -23,7 +26,8 @@ The changes before a cursor are told by replaying the ops from the last flush
 (:mod:`kafkakv.map.feed`). Where a flush has covered a micro-batch's start, the states between
 are gone: the ops it covered come as their net effect (one row per key they may change, its
 value after the flush, ``old`` and ``offset`` null), then the exact changes after it
-(docs/pipeline.md, "Streaming").
+(docs/pipeline.md, "Streaming"); that rare case, and ``earliest``'s snapshot, open a replica
+of the partition.
 
 **Writing.** Each task of a micro-batch keeps the last row of each key, sorts them by key and
 appends them as puts (a null value: a remove) through the batch writer it is given (the data
@@ -43,9 +47,10 @@ True
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -62,6 +67,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.types import StructType
 
 from kafkakv.codecs import codec_for
+from kafkakv.db import Database
 from kafkakv.errors import (
     ConfigError,
     CursorError,
@@ -73,12 +79,16 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log.base import Log
-from kafkakv.map.feed import ChangeFeed, Cursor
+from kafkakv.map.feed import ChangeFeed, Cursor, RawChange, cursor_texts, replay_changes
 from kafkakv.map.keyspace import prefix_of
+from kafkakv.map.machine import MapState
 from kafkakv.map.ops import OpCode, decode_op, write_many_args
+from kafkakv.map.reference import reference_of
 from kafkakv.map.replica import ReplicaMap
+from kafkakv.map.settings import MapSettings
 from kafkakv.pipeline.arrow import decode_column, spark_type
 from kafkakv.pipeline.options import SourceOptions
+from kafkakv.store.memory import DictStore
 
 __all__ = [
     "LEDGER_MAP",
@@ -314,56 +324,114 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield from self._batches(p, records)
             return
         with source.connect() as db:
-            replica = db.map(
-                source.map,
-                shard=[p],
-                key_codec="bytes",  # the stored bytes: Arrow decodes them by the codecs
-                value_codec="bytes",
-                topics=source.topics,
-                timeout=source.timeout,
-                barriers="offset",  # a reader appends nothing (a record would be a new end)
-                create=False,
-            )
-            applied = replica.applied_offsets()[p]
-            if applied < end:  # the bootstrap reads to the end: this cannot happen
-                raise DataLossError(
-                    f"{source.what} partition {p}: the replica reached ops offset {applied}, "
-                    f"short of {end} noted when the micro-batch was planned"
-                )
             if partition.start is None:
-                rows = _snapshot_rows(replica, p, end)
+                yield from self._batches(p, _snapshot_rows(_replica(db, source, p, end), p, end))
             else:
-                offset, skip = partition.start
-                since = Cursor({p: offset}, {p: skip})
-                rows = _change_rows(db.log, replica, since, end, source)
-            yield from self._batches(p, rows)
+                yield from self._change_batches(db, p, partition.start, end)
+
+    def _change_batches(
+        self, db: Database, p: int, start: tuple[int, int], end: int
+    ) -> Iterator[pa.RecordBatch]:
+        """The changes of partition ``p`` from ``start`` (offset, skip) up to ops offset
+        ``end``: one replay of the ops from the last flush by a reference replica made from
+        the log (no replica opened), its raw changes put in Arrow columns with the cursors'
+        text made from their offsets. Where a flush has covered the position, a replica is
+        opened for the ops it covered, which come as their net effect (:func:`_net_rows`);
+        the changes after it are replayed so again."""
+        source, log = self.opts.source, db.log
+        offset, skip = start
+        replica: ReplicaMap[bytes, bytes] | None = None
+        while True:
+            try:
+                yield from self._replayed(log, p, offset, skip, end)
+                return
+            except CursorExpiredError as exc:  # raised before any change: nothing was told
+                if replica is None:
+                    replica = _replica(db, source, p, end)
+                rows, covered = _net_rows(log, replica, p, offset, end, exc, source)
+                yield from self._batches(p, iter(rows))
+                if covered >= end:
+                    return  # the next micro-batch starts behind the flush too: it goes on
+                offset, skip = covered, 0
+
+    def _replayed(
+        self, log: Log, p: int, offset: int, skip: int, end: int
+    ) -> Iterator[pa.RecordBatch]:
+        """The changes :func:`~kafkakv.map.feed.replay_changes` tells from ``offset``, less
+        the first ``skip`` of its record, as Arrow batches of about :data:`BATCH_ROWS` rows.
+        Raises CursorExpiredError before any batch when a flush covered ``offset``, the
+        stall that stops the partition, and DataLossError when the log ends before ``end``."""
+        source = self.opts.source
+        state = MapState(source.map or "", source.record_prefix, _BYTES, _BYTES, DictStore())
+        settings = MapSettings(timeout=source.timeout, barriers="offset")
+        ref = reference_of(log, source.map_topics, [p], state, settings)
+        try:
+            replayed = replay_changes(ref, p, offset, end)
+            pending: list[RawChange] = []
+            first = True  # of the chunks: the record at `offset` starts it, if it has changes
+            while True:
+                try:
+                    chunk = next(replayed)
+                except StopIteration as stop:
+                    reached: int = stop.value
+                    break
+                if first and skip:  # the cursor's skip: changes of that record behind it
+                    lead = next((i for i, c in enumerate(chunk) if c[1] != offset), len(chunk))
+                    chunk = chunk[min(skip, lead) :]
+                    if lead <= skip:
+                        skip = 0  # the cursors of later records count from their start
+                first = False
+                pending.extend(chunk)
+                if len(pending) >= BATCH_ROWS:
+                    yield self._change_batch(p, pending, skip)
+                    pending, skip = [], 0
+        finally:
+            ref.close()
+        if reached < end:
+            raise DataLossError(
+                f"{source.what} partition {p}: the replica reached ops offset {reached}, "
+                f"short of {end} noted when the micro-batch was planned"
+            )
+        if pending:
+            yield self._change_batch(p, pending, skip)
+
+    def _change_batch(self, p: int, changes: list[RawChange], skip: int) -> pa.RecordBatch:
+        """The rows of ``changes`` (whole records but the first, whose first ``skip`` changes
+        were taken before), each column built only if the schema asks for it."""
+
+        def column(i: int) -> list[Any]:
+            if i == _CURSOR:
+                return cursor_texts(p, [c[1] for c in changes], skip)
+            return [c[_RAW_OF_ROW[i]] for c in changes]
+
+        return self._batch(p, len(changes), column)
 
     def _batches(self, p: int, rows: Iterator[_Row]) -> Iterator[pa.RecordBatch]:
         while True:
             chunk = list(itertools.islice(rows, BATCH_ROWS))
             if not chunk:
                 return
-            yield self._batch(p, chunk)
+            yield self._batch(p, len(chunk), functools.partial(_field, chunk))
 
-    def _batch(self, p: int, rows: list[_Row]) -> pa.RecordBatch:
+    def _batch(self, p: int, n: int, values: Callable[[int], list[Any]]) -> pa.RecordBatch:
+        """A batch of ``n`` rows of partition ``p``: ``values(i)`` gives field ``i`` of
+        :data:`_Row` for every row, asked only for the fields of the schema."""
         source = self.opts.source
         where = f"{source.what} partition {p}"
         arrays = []
-        for name, arrow_type in self.fields:  # a comprehension per column: zip(*rows) is slower
+        for name, arrow_type in self.fields:
             if name == "key":
-                column = _decode([r[0] for r in rows], source.key_codec, f"{where}: key")
+                column = _decode(values(0), source.key_codec, f"{where}: key")
             elif name == "old":
-                olds = [r[1] for r in rows]
-                column = _decode(olds, source.value_codec, f"{where}: old value")
+                column = _decode(values(1), source.value_codec, f"{where}: old value")
             elif name in ("new", "value"):
-                news = [r[2] for r in rows]
-                column = _decode(news, source.value_codec, f"{where}: {name} value")
+                column = _decode(values(2), source.value_codec, f"{where}: {name} value")
             elif name == "partition":
-                column = pa.array([p] * len(rows), pa.int32())
+                column = pa.array([p] * n, pa.int32())
             elif name == "offset":
-                column = pa.array([r[3] for r in rows], pa.int64())
+                column = pa.array(values(3), pa.int64())
             else:
-                column = pa.array([r[4] for r in rows], pa.string())
+                column = pa.array(values(_CURSOR), pa.string())
             if column.type != arrow_type:
                 try:
                     column = column.cast(arrow_type)
@@ -378,6 +446,37 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 #: One row as a task gathers it: key, old, new (stored bytes), ops offset, cursor text.
 _Row = tuple[bytes, bytes | None, bytes | None, int | None, str]
+_CURSOR = 4  # the cursor's field in a _Row: told from the offsets, not a RawChange's
+#: For each other field of a _Row, where a RawChange (p, offset, key, old, new) holds it.
+_RAW_OF_ROW = (2, 3, 4, 1)
+_BYTES = codec_for("bytes")
+
+
+def _field(rows: list[_Row], i: int) -> list[Any]:
+    return [r[i] for r in rows]  # a comprehension per column: zip(*rows) is slower
+
+
+def _replica(db: Database, source: SourceOptions, p: int, end: int) -> ReplicaMap[bytes, bytes]:
+    """A live replica of the map's partition ``p`` alone, with the stored bytes as keys and
+    values (Arrow decodes them by the codecs). Its bootstrap applies the ops to the log's
+    end; raises DataLossError when that is short of ``end``, noted at planning."""
+    replica = db.map(
+        source.map or "",
+        shard=[p],
+        key_codec="bytes",
+        value_codec="bytes",
+        topics=source.topics,
+        timeout=source.timeout,
+        barriers="offset",  # a reader appends nothing (a record would be a new end)
+        create=False,
+    )
+    applied = replica.applied_offsets()[p]
+    if applied < end:  # the bootstrap reads to the end: this cannot happen
+        raise DataLossError(
+            f"{source.what} partition {p}: the replica reached ops offset {applied}, "
+            f"short of {end} noted when the micro-batch was planned"
+        )
+    return replica
 
 
 def _check_fits(cursor: Cursor, ends: Cursor, source: SourceOptions) -> None:
@@ -422,29 +521,6 @@ def _changes(
         yield change.key, change.old, change.new, change.offset, change.cursor
 
 
-def _change_rows(
-    log: Log, replica: ReplicaMap[bytes, bytes], since: Cursor, end: int, source: SourceOptions
-) -> Iterator[_Row]:
-    """The changes of the replica's one partition from ``since`` up to ops offset ``end``.
-    Where a flush has covered the position (the states between are gone), the ops it
-    covered come as their net effect (:func:`_net_rows`), then the changes go on after it."""
-    (p,) = since
-    position = since
-    while True:
-        try:
-            with replica.changes(since=position) as feed:
-                for key, old, new, offset, cursor in _changes(feed, end):
-                    position = cursor
-                    yield key, old, new, offset, str(cursor)
-            return
-        except CursorExpiredError as exc:
-            # exc.flushed + 1: the first op the data topic does not cover
-            covered = yield from _net_rows(log, replica, p, position[p], end, exc, source)
-            if covered >= end:
-                return  # the next micro-batch starts behind the flush too: it goes on
-            position = Cursor({p: covered})
-
-
 def _net_rows(
     log: Log,
     replica: ReplicaMap[bytes, bytes],
@@ -453,17 +529,15 @@ def _net_rows(
     end: int,
     expired: CursorExpiredError,
     source: SourceOptions,
-) -> Generator[_Row, None, int]:
+) -> tuple[list[_Row], int]:
     """For each key the ops from ``start`` (up to the flush ``expired`` names, and at most up
     to ``end``) may have changed, one row: its value after the flush (None: absent), with
-    ``old`` and ``offset`` unknown (None). Returns the ops offset the rows reflect."""
+    ``old`` and ``offset`` unknown (None); and the ops offset the rows reflect."""
     state, covered = _state_after(replica, p, expired)
     topic = source.map_topics.ops
     touched = _touched(log, topic, p, start, min(covered, end), source.record_prefix)
     cursor = str(Cursor({p: covered}))
-    for key in sorted(touched):
-        yield key, None, state.get(key), None, cursor
-    return covered
+    return [(key, None, state.get(key), None, cursor) for key in sorted(touched)], covered
 
 
 def _state_after(
