@@ -30,7 +30,7 @@ from kafkakv.map.engine import ReplicaEngine
 from kafkakv.map.follower import STALL_RETRY
 from kafkakv.map.machine import MapState
 from kafkakv.map.settings import MapSettings
-from kafkakv.map.topics import MapTopics, check_map_settings
+from kafkakv.map.topics import MapTopics, check_map_settings, check_topics
 
 __all__ = ["rebuild", "reference", "reference_of", "replay"]
 
@@ -53,12 +53,15 @@ def reference_of(
     log: Log, topics: MapTopics, held: Sequence[int], state: MapState, settings: MapSettings
 ) -> ReplicaEngine:
     """A reference replica of map ``state`` (whose store should be empty) holding partitions
-    ``held`` of ``topics`` on ``log``, with no running replica to copy: the map's settings
-    as it was created (placement, versions, expiry: those given in ``settings`` are
-    checked) override ``settings``, as when a replica opens. Never started, it appends
-    nothing. Costs the settings record's read (:func:`~kafkakv.map.topics.check_map_settings`)
-    and one metadata call; raises what they raise (UnknownTopicError for a missing topic,
-    TopicMismatchError for settings the map was not created with)."""
+    ``held`` of ``topics`` on ``log``, with no running replica to copy. The topics and the
+    map's settings are checked as when a replica opens (creating nothing), and the settings
+    the map was created with (placement, versions, expiry) override ``settings``. Never
+    started, it appends nothing. Costs those checks: a metadata round trip per topic and the
+    read of the settings record. Raises :class:`~kafkakv.errors.UnknownMapError` for a
+    missing topic, :class:`~kafkakv.errors.TopicMismatchError` for topics or settings that
+    do not fit the map (see :func:`~kafkakv.map.topics.check_topics` and
+    :func:`~kafkakv.map.topics.check_map_settings`)."""
+    count = check_topics(log, topics, None, create=False).partitions
     created = check_map_settings(
         log,
         topics,
@@ -73,7 +76,6 @@ def reference_of(
         versions=created["versions"],
         expiry=created["expiry"],
     )
-    count = log.partitions(topics.ops)
     return ReplicaEngine(log, topics, count, held, [state], settings, 0)  # 0: no room to append
 
 
