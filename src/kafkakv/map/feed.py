@@ -532,13 +532,13 @@ def replay_changes(
     flushed = rebuild(ref, p)
     if since <= flushed:
         raise _expired(state.name, p, since, flushed)
-    replay(ref, p, since)
+    replay(ref, p, since, keys=False)
     told: list[RawChange] = []
     if ref.positions()[p].applied >= since:
         state.taps.append(_collector(told))
         while (applied := ref.positions()[p].applied) < stop:
             step = min(stop, applied + _REPLAY_STEP)
-            replay(ref, p, step)
+            replay(ref, p, step, keys=False)
             if told:
                 yield told
                 told = []

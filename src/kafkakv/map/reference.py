@@ -90,9 +90,10 @@ def rebuild(ref: ReplicaEngine, p: int) -> int:
     return machine.flushed
 
 
-def replay(ref: ReplicaEngine, p: int, stop: int) -> set[bytes]:
+def replay(ref: ReplicaEngine, p: int, stop: int, *, keys: bool = True) -> set[bytes]:
     """Apply the ops of ``ref``'s partition ``p`` from its applied position up to ``stop``
-    (exclusive) and no further; return the record keys of the records applied.
+    (exclusive) and no further; return the record keys of the records applied (none with
+    ``keys=False``: a caller that taps the changes spares their decoding).
 
     Stops early at a stall or where the log ends (then ``ref.positions()[p].applied <
     stop``); a read that finds nothing below the log's end offset is retried for up to the
@@ -111,7 +112,7 @@ def replay(ref: ReplicaEngine, p: int, stop: int) -> set[bytes]:
             after = min(after, stop)
             if records:
                 ref.apply_records(p, records, after)
-                for r in records:
+                for r in records if keys else ():
                     touched.update(machine.keys_of(r))
             else:
                 ref.step_over(p, after)  # offsets with nothing to apply
