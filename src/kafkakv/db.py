@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import logging
 import os
@@ -37,10 +36,10 @@ from kafkakv.map.replica import ReplicaMap, SortedReplicaMap
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import (
     MapTopics,
-    check_map_settings,
     check_ops_clock,
     check_topics,
     create_topics,
+    settings_as_created,
 )
 from kafkakv.store import OrderedStore, Store, open_store
 
@@ -568,20 +567,7 @@ class Database(Closeable):
         count = create_topics(self.log, plan)  # only now: a refusal above leaves nothing behind
         if count != plan.partitions:  # another process created a topic meanwhile
             held = _held_partitions(shard, count)
-        created = check_map_settings(
-            self.log,
-            topics,
-            hash_tags=settings.hash_tags,
-            versions=settings.versions,
-            expiry=settings.expiry,
-            timeout=settings.timeout,
-        )
-        settings = dataclasses.replace(
-            settings,
-            hash_tags=created["hash_tags"],
-            versions=created["versions"],
-            expiry=created["expiry"],
-        )
+        settings = settings_as_created(self.log, topics, settings)
         if settings.expiry:
             check_ops_clock(self.log, topics)
         states = [spec.state(shared, private=self.log.private) for spec in specs]

@@ -19,7 +19,6 @@ task) makes one with :func:`reference_of`, from the log and the map's topics alo
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
 
@@ -30,7 +29,7 @@ from kafkakv.map.engine import ReplicaEngine
 from kafkakv.map.follower import STALL_RETRY
 from kafkakv.map.machine import MapState
 from kafkakv.map.settings import MapSettings
-from kafkakv.map.topics import MapTopics, check_map_settings, check_topics
+from kafkakv.map.topics import MapTopics, check_topics, settings_as_created
 
 __all__ = ["rebuild", "reference", "reference_of", "replay"]
 
@@ -62,20 +61,7 @@ def reference_of(
     do not fit the map (see :func:`~kafkakv.map.topics.check_topics` and
     :func:`~kafkakv.map.topics.check_map_settings`)."""
     count = check_topics(log, topics, None, create=False).partitions
-    created = check_map_settings(
-        log,
-        topics,
-        hash_tags=settings.hash_tags,
-        versions=settings.versions,
-        expiry=settings.expiry,
-        timeout=settings.timeout,
-    )
-    settings = dataclasses.replace(
-        settings,
-        hash_tags=created["hash_tags"],
-        versions=created["versions"],
-        expiry=created["expiry"],
-    )
+    settings = settings_as_created(log, topics, settings)
     return ReplicaEngine(log, topics, count, held, [state], settings, 0)  # 0: no room to append
 
 

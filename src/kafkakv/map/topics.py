@@ -23,6 +23,7 @@ does :func:`create_topics` create the missing topics.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -36,6 +37,7 @@ from kafkakv.log.base import Log, Record, patiently
 from kafkakv.log.config import validate_topic_name
 from kafkakv.log.partitioner import partition_for
 from kafkakv.map.keyspace import FLUSH_POINT_KEY, SETTINGS_KEY
+from kafkakv.map.settings import MapSettings
 
 __all__ = [
     "AdoptReport",
@@ -197,6 +199,26 @@ HASH_TAGS = "hash-tags"
 
 #: What a map without a settings record is: keys placed by murmur2, no versions.
 DEFAULT_SETTINGS: dict[str, object] = {"placement": "murmur2", "versions": False, "expiry": False}
+
+
+def settings_as_created(log: Log, topics: MapTopics, settings: MapSettings) -> MapSettings:
+    """``settings`` with placement, versions and expiry as the map was created with them
+    (:func:`check_map_settings`, which checks those ``settings`` names and may write the
+    settings record of a new map)."""
+    created = check_map_settings(
+        log,
+        topics,
+        hash_tags=settings.hash_tags,
+        versions=settings.versions,
+        expiry=settings.expiry,
+        timeout=settings.timeout,
+    )
+    return dataclasses.replace(
+        settings,
+        hash_tags=created["hash_tags"],
+        versions=created["versions"],
+        expiry=created["expiry"],
+    )
 
 
 def check_map_settings(
