@@ -26,6 +26,7 @@ from kafkakv.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from kafkakv.log.kafka import log as log_module
 from kafkakv.log.kafka.errors import DEFAULT, HINTS, TABLE, error_class, translate, translated
 from kafkakv.log.kafka.refusals import is_refusal
 
@@ -56,6 +57,9 @@ EXPECTED: dict[int, type[KafkaKVError]] = {
     KafkaError.BROKER_NOT_AVAILABLE: LogUnavailableError,
     KafkaError.LEADER_NOT_AVAILABLE: LogUnavailableError,
     KafkaError.NOT_LEADER_FOR_PARTITION: LogUnavailableError,
+    KafkaError.OFFSET_NOT_AVAILABLE: LogUnavailableError,
+    KafkaError.FENCED_LEADER_EPOCH: LogUnavailableError,
+    KafkaError.UNKNOWN_LEADER_EPOCH: LogUnavailableError,
     KafkaError.NOT_ENOUGH_REPLICAS: LogUnavailableError,
     KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND: LogUnavailableError,
     KafkaError._AUTHENTICATION: LogAuthenticationError,
@@ -98,6 +102,17 @@ def test_each_code_becomes_its_class_with_code_and_cause(
     assert error.code_name == _name(code)
     text = f"doing x: {KafkaError(code).str()}"
     assert str(error) == (f"{text} ({HINTS[code]})" if code in HINTS else text)
+
+
+def test_every_code_a_wait_calls_again_through_has_a_class_of_its_own() -> None:
+    """A wait that calls again through an error (a leader moving, a slice cut short) raises
+    the last one when the caller's time is up: the table must give it the class a caller
+    expects of a log it cannot reach, never the plain default (OFFSET_NOT_AVAILABLE once
+    reached a put as a LogError during a failover)."""
+    waited_through = set(log_module._IN_PASSING) | set(log_module._SLICE_EXPIRED)
+    classes = {KafkaError(code).name(): error_class(code) for code in waited_through}
+    allowed = {LogUnavailableError, OperationTimeoutError, UnknownTopicError, UnknownPartitionError}
+    assert {name: cls for name, cls in classes.items() if cls not in allowed} == {}
 
 
 def test_log_errors_in_the_table_are_log_errors_or_say_why_not() -> None:

@@ -11,8 +11,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from kafkakv.dev import Cluster
-from kafkakv.errors import OperationTimeoutError
+from kafkakv.errors import LogUnavailableError, OperationTimeoutError
 from kafkakv.log.kafka import KafkaLog
+from kafkakv.log.kafka.errors import translated
 from tests.conftest import KAFKA_TIMEOUT
 
 pytestmark = pytest.mark.kafka
@@ -52,3 +53,25 @@ def test_a_call_whose_deadline_has_passed_says_so(kafka_cluster: Cluster) -> Non
             log._patiently("asking", call, deadline=time.monotonic() - 1)
         with pytest.raises(OperationTimeoutError, match=r"no answer within \d+\.\d+ s$"):
             log._patiently("asking", call, deadline=time.monotonic() + 0.5)
+
+
+def test_a_leader_still_settling_is_asked_until_the_deadline_then_is_unavailable(
+    kafka_cluster: Cluster,
+) -> None:
+    """A leader just elected answers offsets with OFFSET_NOT_AVAILABLE until its high watermark
+    has caught up: asked again until the caller's deadline (not given up at the last slice's
+    first quick failure), then raised as the log being unavailable, not as a plain LogError
+    (a put during a failover once was)."""
+    calls: list[float] = []
+
+    def call(wait: float) -> int:
+        calls.append(wait)
+        raise KafkaException(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE))
+
+    with KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log:
+        started = time.monotonic()
+        with pytest.raises(LogUnavailableError, match="not caught up") as info, translated("x"):
+            log._patiently("asking", call, known=True, deadline=started + 1.0)
+        assert 0.9 <= time.monotonic() - started < 1.5
+        assert len(calls) >= 5  # one every 0.1 s or so
+        assert info.value.code == KafkaError.OFFSET_NOT_AVAILABLE

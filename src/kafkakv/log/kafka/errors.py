@@ -78,6 +78,9 @@ TABLE: Mapping[int, type[KafkaKVError]] = {
     KafkaError.BROKER_NOT_AVAILABLE: LogUnavailableError,
     KafkaError.LEADER_NOT_AVAILABLE: LogUnavailableError,
     KafkaError.NOT_LEADER_FOR_PARTITION: LogUnavailableError,
+    KafkaError.OFFSET_NOT_AVAILABLE: LogUnavailableError,  # a leader just elected
+    KafkaError.FENCED_LEADER_EPOCH: LogUnavailableError,
+    KafkaError.UNKNOWN_LEADER_EPOCH: LogUnavailableError,
     KafkaError.NOT_ENOUGH_REPLICAS: LogUnavailableError,
     KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND: LogUnavailableError,
     # the brokers refuse this client: a setting to fix, not a wait

@@ -484,8 +484,10 @@ class KafkaLog(Log):
 
         A slice that ran out (the call waited all of it and failed with a timeout or a
         transport error; a future's ``TimeoutError``) is called again, which sends its request
-        again; any other error, and the last slice's, propagate as the call raised them (a
-        future's timeout as :class:`~kafkakv.errors.OperationTimeoutError`). An answer in
+        again, and so is a quick failure it waits through (see :func:`_call_again`) until the
+        deadline, not only the slice; any other error, and the last one when the time is up,
+        propagate as the call raised them (a timeout as
+        :class:`~kafkakv.errors.OperationTimeoutError`). An answer in
         the first slice costs nothing more than the call. ``resumable``: a transactional call
         (``init_transactions``, ``commit_transaction``) that goes on in the background once
         cut short; the next call may report what went wrong meanwhile, so it is called again
@@ -513,16 +515,21 @@ class KafkaLog(Log):
             except KafkaException as exc:
                 ran_out = time.monotonic() - started >= 0.9 * wait
                 err = error_of(exc)
-                if final and not resumable and err is not None and err.code() in _TIMED_OUT:
+                waits_through = _call_again(err, ran_out, again or known, resumable)
+                # A quick failure it calls again through (a leader just elected) in the last
+                # slice leaves time: the call goes on until the deadline, not the slice.
+                out_of_time = final and (ran_out or deadline - time.monotonic() < _WAIT_SLICE_S)
+                if waits_through and not out_of_time:
+                    if not ran_out:  # a quick retriable failure: do not spin
+                        time.sleep(min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
+                elif final and not resumable and err is not None and err.code() in _TIMED_OUT:
                     raise OperationTimeoutError(  # the time it had, not the log's timeout
                         f"{what}: {err.str()} (no answer within {limit})",
                         code=err.code(),
                         code_name=err.name(),
                     ) from exc
-                if final or not _call_again(err, ran_out, again or known, resumable):
-                    raise
-                if not ran_out:  # a quick retriable failure: do not spin
-                    time.sleep(min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
+                else:  # as the last error, which the table gives its class (leader moving:
+                    raise  # LogUnavailableError), never a plain LogError (test_error_table)
             again = True
             if serve is not None:
                 serve()
