@@ -47,6 +47,10 @@ the PostgreSQL JDBC driver.
    - Baselines: the flushed read written once to Parquet (``key``, ``value``), then
      ``spark.read.parquet`` forced with the noop write, and with ``.count()`` (Parquet's count
      reads no column: it is shown, not compared).
+   - The floor of a Python data source: the same rows as one Arrow IPC file per partition,
+     which a data source of this script (``bench_ready_arrow``) yields batch by batch from a
+     memory map into the noop write: what Spark's Python data source costs with no work per
+     row. What kafkakv takes beyond it is its own.
 
 3. ``stream`` (run before ``read``, which flushes the map): the map's N changes from its
    first op (``startingOffsets`` the cursor ``0:0,1:0``), ``readStream.format("kafkakv")``
@@ -80,6 +84,7 @@ from collections.abc import Callable
 from typing import Any
 
 from _common import machine
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 import kafkakv
 from kafkakv.dev.postgres import EmbeddedPostgres
@@ -344,6 +349,57 @@ def noop(df: Any) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
+class ReadyArrow(DataSource):
+    """The floor of any Python data source: one task per Arrow IPC file of ``path`` (option),
+    each yielding the file's record batches from a memory map, no work per row. (Pickled by
+    value with the rest of ``__main__``: the workers need not import this script.)"""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_ready_arrow"
+
+    def schema(self) -> str:
+        return "key string, value string"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _ReadyArrowReader(self.options["path"])
+
+
+class _ReadyArrowReader(DataSourceReader):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def partitions(self) -> list[InputPartition]:
+        files = sorted(f for f in os.listdir(self.path) if f.endswith(".arrow"))
+        return [InputPartition(os.path.join(self.path, f)) for f in files]
+
+    def read(self, partition: InputPartition) -> Any:
+        import pyarrow as pa
+
+        with pa.memory_map(partition.value) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+
+
+def ready_arrow_files(parquet_path: str, path: str, parts: int) -> None:
+    """The rows of ``parquet_path`` as ``parts`` Arrow IPC files of equal rows in ``path``,
+    in batches of the data source's size (kafkakv.pipeline.source.BATCH_ROWS)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kafkakv.pipeline.source import BATCH_ROWS
+
+    table = pq.read_table(parquet_path, columns=["key", "value"])
+    os.makedirs(path, exist_ok=True)
+    share = -(-table.num_rows // parts)
+    for i in range(parts):
+        piece = table.slice(i * share, share).combine_chunks()
+        with pa.ipc.new_file(os.path.join(path, f"part-{i}.arrow"), piece.schema) as out:
+            for batch in piece.to_batches(max_chunksize=BATCH_ROWS):
+                out.write_batch(batch)
+
+
 def read_unflushed(spark: Any, target: str) -> None:
     noop(read_map(spark, target))
 
@@ -403,7 +459,12 @@ def bench_read(spark: Any, root: str, pristine: str, rows: int, repeat: int) -> 
     if count != rows:
         raise RuntimeError(f"the Parquet copy holds {count} rows, not {rows}")
 
+    ready_path = os.path.join(root, "ready-arrow")
+    ready_arrow_files(parquet_path, ready_path, PARTITIONS)
+    spark.dataSource.register(ReadyArrow)
+
     flushed = Series("kafkakv read, flushed -> noop")
+    ready = Series("ready Arrow (floor) -> noop")
     flushed_count = Series("kafkakv read, flushed -> count()")
     base = Series("parquet read -> noop")
     base_count = Series("parquet read -> count()")
@@ -412,6 +473,7 @@ def bench_read(spark: Any, root: str, pristine: str, rows: int, repeat: int) -> 
         keep = i > 0
         flushed.run(lambda: noop(read_map(spark, flushed_dir)), keep)
         base.run(lambda: noop(spark.read.parquet(parquet_path)), keep)
+        ready.run(lambda: noop(spark.read.format("bench_ready_arrow").load(path=ready_path)), keep)
         counts.append(flushed_count.run(lambda: read_map(spark, flushed_dir).count(), keep))
         base_count.run(lambda: spark.read.parquet(parquet_path).count(), keep)
     if set(counts) != {rows}:
@@ -419,12 +481,13 @@ def bench_read(spark: Any, root: str, pristine: str, rows: int, repeat: int) -> 
     report(flushed, rows, base)
     report(unflushed, rows, base)
     report(flushed_count, rows, base)
+    report(ready, rows, base)
     report(base, rows)
     report(base_count, rows)
     results: dict[str, Any] = {"flush_s": round(flush_s, 2), "open_s": round(opened, 2)}
-    for series in (flushed, unflushed, flushed_count, base, base_count):
+    for series in (flushed, unflushed, flushed_count, ready, base, base_count):
         results[series.name] = series.summary(rows)
-    for series in (flushed, unflushed, flushed_count):
+    for series in (flushed, unflushed, flushed_count, ready):
         results[series.name]["ratio"] = round(series.median() / base.median(), 2)
     return results
 

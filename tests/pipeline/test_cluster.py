@@ -12,6 +12,7 @@ runs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -269,59 +270,85 @@ def _lost_tasks(log: Path) -> int:
 
 
 def _kill_while_appending(
-    app: _App, db: Database, ops: str, rows: int, tasks: int, what: str
+    app: _App, db: Database, ops: str, rows: int, what: str
 ) -> tuple[str, int]:
-    """Kill -9 a part of the executors while a task of an ingest is inside its appends, until
+    """Kill -9 a part of the executors while a task of an ingest of ``rows`` runs, until
     Spark's log reports a lost task; return the executor's id and the records the ops topic
-    ``ops`` held just before the kill.
+    ``ops`` held at the kill.
 
-    The ingest appends ``rows`` records in ``tasks`` equal tasks, each batch by batch: a count
-    that is no multiple of a task's share means one is half done, its Python worker running.
-    Then ``jvm`` kills an executor whose Python worker used CPU just now (running a task), and
-    ``python`` kills every executor's Python workers, the busy one among them. The processes
-    are found first and the count asked last, right before the kill: found after it (reading
-    ``/proc``, a CPU window), the task had finished under load and its idle worker died for
-    nothing (fresh-clone runs, one under ``stress-ng``). A kill that still comes too late
-    fails no task, so it is tried again at the next half-done count until the log says a task
-    was lost. (Spark's REST status, which says which executor runs a task, answers too late
+    A Python worker that used CPU just now runs a task (or has just ended one): ``jvm`` kills
+    the executor of such a worker, ``python`` every executor's Python workers, the busy ones
+    among them. The busy workers are stopped (SIGSTOP) first, while the count of records is
+    asked (a round trip to the brokers, slow under load) and the kill is made, then continued:
+    without, the task ended meanwhile under ``stress-ng`` and its idle worker died for
+    nothing. (Nor is a count that is no multiple of a task's share a sign of a task under
+    way: a task reads and maps for most of its time, then appends in a few batches.) A kill
+    that still comes too late fails no task: another follows a second later, not after a wait
+    for the log (under load the ingest had ended by then), up to :data:`_KILLS`, until the
+    log says a task was lost. Only once this ingest has appended: the steps run one after
+    another, so its first records say the job before it, whose tasks a kill would fail
+    instead and whose lost tasks would count, is over.
+    (Spark's REST status, which says which executor runs a task, answers too late
     under load: by then the job has ended.)
     """
-    share = rows // tasks
     log = app.log
 
-    def targets() -> dict[str, list[int]]:
-        found = {}
+    def targets() -> tuple[dict[str, list[int]], list[int]]:
+        """Per executor, what a kill takes; and the Python workers running a task."""
+        found, busy = {}, []
         for executor, jvm in app.executor_jvms().items():
             workers = _python_workers(jvm)
+            working = _working(workers)
+            busy += working
             if what == "python" and workers:
                 found[executor] = workers
-            elif what == "jvm" and _working(workers):
+            elif what == "jvm" and working:
                 found[executor] = [jvm]
-        return found
+        return found, busy
 
-    def killed_mid_task() -> tuple[str, int] | None:
-        assert app.driver.poll() is None, "the driver exited"
-        found = targets()
-        appended = _ops_records(db, ops)
-        assert appended < rows, "the ingest appended every row before a kill failed a task"
-        if not found or not appended % share:
+    def signal_all(pids: list[int], signum: signal.Signals) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def kill_busy() -> tuple[str, int] | None:
+        """One kill where a worker is busy: the executor's id and the records then."""
+        found, busy = targets()
+        if not found or not busy:
             return None
-        chosen = sorted(found) if what == "python" else [min(found)]
-        lost = _lost_tasks(log)
-        for executor in chosen:
-            for pid in found[executor]:
-                os.kill(pid, signal.SIGKILL)
+        # Held where they are: a busy worker stopped now cannot end its task while the count
+        # is asked (a round trip to the brokers, slow under load) and the kill is made.
+        signal_all(busy, signal.SIGSTOP)
         try:
-            wait_for(lambda: _lost_tasks(log) > lost, 5, "Spark's log reporting a lost task")
-        except AssertionError:
-            return None  # the task had finished: its idle worker died for nothing
+            appended = _ops_records(db, ops)
+            assert appended < rows, "the ingest appended every row before a kill failed a task"
+            chosen = sorted(found) if what == "python" else [min(found)]
+            signal_all([pid for executor in chosen for pid in found[executor]], signal.SIGKILL)
+        finally:
+            signal_all(busy, signal.SIGCONT)  # the killed ones' too: none is left stopped
         return chosen[0], appended
 
-    deadline = time.monotonic() + 180
-    while (done := killed_mid_task()) is None:
+    def this_ingest_appends() -> bool:
+        assert app.driver.poll() is None, "the driver exited"
+        return _ops_records(db, ops) > 0
+
+    wait_for(this_ingest_appends, 180, f"the ingest appending to {ops}")
+    lost = _lost_tasks(log)  # the job before is over: its lost tasks are all in the log
+    first: tuple[str, int] | None = None
+    kills, next_kill, deadline = 0, 0.0, time.monotonic() + 180
+    while _lost_tasks(log) <= lost:  # a kill that came too late is followed by another
+        assert app.driver.poll() is None, "the driver exited"
         assert time.monotonic() < deadline, f"no kill failed a task appending to {ops} in 180 s"
+        if kills < _KILLS and time.monotonic() >= next_kill and (done := kill_busy()):
+            first, kills, next_kill = first or done, kills + 1, time.monotonic() + 1
         time.sleep(0.02)
-    return done
+    assert first is not None, "a task was lost before any kill"
+    return first
+
+
+_KILLS = 3
+"""The most kills one fault makes, a second apart, until a task is lost: fewer than Spark's
+``spark.task.maxFailures`` (4), so that the job survives kills of one task's every retry."""
 
 
 def _check_only_executors_ran_tasks(result: dict[str, Any], tasks: int) -> dict[str, Any]:
@@ -501,7 +528,7 @@ def test_a_killed_executor_or_python_worker_costs_a_task_retry_not_the_ingest(
     def kill(app: _App) -> None:
         with kafkakv.connect(target) as db:
             for fault in faults:  # an executor JVM in the first ingest, a Python worker next
-                killed[fault] = _kill_while_appending(app, db, ops[fault], rows, 8, fault)
+                killed[fault] = _kill_while_appending(app, db, ops[fault], rows, fault)
 
     result = _run_driver(spark_cluster, plan, tmp_path / "driver.log", kill)
     print("seconds per step:", result["seconds"])
