@@ -33,6 +33,7 @@ import math
 import pickle
 import struct
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Literal, TypeVar, overload
 
@@ -120,6 +121,14 @@ class Codec(ABC, Generic[T]):
 # b"\xa9k" read "kék"), and two items that do not decode would pass.
 
 
+def _check_all_utf8(items: Sequence[bytes]) -> None:
+    """Raise UnicodeDecodeError unless every item is UTF-8 (TypeError for one not bytes).
+    ASCII items (most keys and JSON) are told by a scan of each, 3x faster than a decode,
+    which would also build a string; otherwise one decode of them all, joined as above."""
+    if not all(map(bytes.isascii, items)):
+        b"\n".join(items).decode("utf-8")
+
+
 class StrCodec(Codec[str]):
     name = "str"
     ordered = True
@@ -147,9 +156,9 @@ class StrCodec(Codec[str]):
             raise DecodeError(f"not UTF-8: {exc}") from exc
 
     def undecodable(self, items: Sequence[bytes]) -> list[int]:
-        try:  # one decode for the batch: see the note above StrCodec
-            b"\n".join(items).decode("utf-8")
-        except UnicodeDecodeError:
+        try:
+            _check_all_utf8(items)
+        except (UnicodeDecodeError, TypeError):
             return super().undecodable(items)
         return []
 
@@ -248,25 +257,19 @@ class JsonCodec(Codec[Any]):
             raise DecodeError(f"not JSON: {exc}") from exc
 
     def undecodable(self, items: Sequence[bytes]) -> list[int]:
-        # One parse of the whole batch as an array: when it yields exactly the items, each
-        # item is one JSON value. (Items that hide a comma or a bracket change the count or
-        # the pieces, and are then looked at one by one.) Comparing lengths is enough: the
-        # pieces are disjoint spans in order between the brackets, at least a comma apart;
-        # with n pieces as long as the n items, the n - 1 commas fill every byte left, so
-        # each piece spans exactly its item. (Comparing bytes copied every piece: 4x slower.)
+        # Each item parsed alone as raw JSON (its syntax; no object built, and trailing bytes
+        # refused), then UTF-8 for them all at once; only when one fails are they looked at
+        # one by one. (Parsing them joined as one array took 1.7x as long: the join and a
+        # Raw object per item.)
         try:
-            joined = b"[" + b",".join(items) + b"]"
-            pieces = _json_pieces(joined)
-            joined.decode("utf-8")  # commas apart: see the note above StrCodec
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            return super().undecodable(items)
-        if len(pieces) != len(items) or list(map(len, pieces)) != list(map(len, items)):
+            deque(map(_json_syntax, items), maxlen=0)
+            _check_all_utf8(items)
+        except (msgspec.DecodeError, UnicodeDecodeError, TypeError):
             return super().undecodable(items)
         return []
 
 
 _json_syntax = msgspec.json.Decoder(msgspec.Raw).decode
-_json_pieces = msgspec.json.Decoder(list[msgspec.Raw]).decode
 
 
 def _has_non_finite(obj: Any) -> bool:

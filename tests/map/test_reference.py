@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from kafkakv import functions
+from kafkakv.errors import DataLossError, PartitionStalledError
 from kafkakv.map.machine import MapState
-from kafkakv.map.reference import rebuild, reference, replay
+from kafkakv.map.reference import rebuild, reference, replay, state_at
 from kafkakv.store.memory import DictStore
 from tests.map.conftest import OpenMap
 
@@ -42,3 +44,40 @@ def test_a_reference_replica_is_the_flushed_data_then_the_ops_up_to_its_stop(
         assert replay(ref, 0, end) == set()  # at its stop already: nothing read
     finally:
         ref.close()
+
+
+@pytest.mark.parametrize("store_kind", ["dict"])
+def test_the_state_at_an_offset_is_exact_and_a_stall_or_a_short_log_is_raised(
+    open_map: OpenMap,
+) -> None:
+    m = open_map(partitions=1)
+    m.put_all({"a": "1", "b": "2"})
+    m.flush()
+    middle = m.applied_offsets()[0]
+    m.put("c", "3")
+    m.put("a", "4")
+    end = m.applied_offsets()[0]
+    engine, state = m._engine, m._state
+
+    def state_of(stop: int) -> dict[bytes, bytes]:
+        mirror = MapState(state.name, state.prefix, state.keys, state.values, DictStore())
+        ref = reference(engine, mirror)
+        try:
+            state_at(ref, 0, stop)
+            assert ref.positions()[0].applied == stop  # nothing past it
+            return dict(zip(*mirror.store.columns(), strict=True))
+        finally:
+            ref.close()
+
+    enc, value = state.keys.encode, state.values.encode
+    assert state_of(middle) == {enc("a"): value("1"), enc("b"): value("2")}  # before c's put
+    assert state_of(end) == dict(state.store.items())
+    with pytest.raises(DataLossError, match=f"short of {end + 5}"):
+        state_of(end + 5)
+    functions.register("ref-add")(lambda key, old, n: n)
+    try:
+        m.compute("d", "ref-add", 1)
+    finally:
+        functions.unregister("ref-add")  # as in a process that lacks it
+    with pytest.raises(PartitionStalledError, match="ref-add"):
+        state_of(m.applied_offsets()[0])

@@ -86,21 +86,29 @@ def test_a_json_member_of_the_wrong_type_names_the_column() -> None:
         json_columns([b'{"id": "x"}'], [("id", pa.int64())], "v")
 
 
-@pytest.mark.parametrize("small", [arrow._SMALL, 3])  # 3 bytes: the large_binary form
-def test_a_binary_column_built_from_its_buffers_equals_arrows_own(
-    small: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(arrow, "_SMALL", small)
+def test_a_binary_column_holds_the_values_and_nulls_and_text_checks_utf8() -> None:
     values = [b"", b"ab", "é".encode(), b"\x00" * 300]
     column = binary_column(values)
-    assert column.type == (pa.binary() if small > 3 else pa.large_binary())
-    assert column.cast(pa.binary()).equals(pa.array(values, pa.binary()))
+    assert column.type == pa.binary() and column.to_pylist() == values
     assert decode_column(values, "str", "v").to_pylist() == ["", "ab", "é", "\x00" * 300]
     with_nulls = [None if i % 8 in (0, 3) else bytes([i]) * (i % 5) for i in range(21)]
     column = binary_column(with_nulls)
     assert column.null_count == 6 and column.to_pylist() == with_nulls
-    assert column.cast(pa.binary()).equals(pa.array(with_nulls, pa.binary()))
     assert len(binary_column([])) == 0
+    with pytest.raises(DecodeError, match="v: stored bytes are not UTF-8"):
+        decode_column([b"ok", b"k\xc3"], "json", "v")
+
+
+@pytest.mark.parametrize("limit", [arrow._SMALL, 3])  # 3 bytes: the large form
+def test_a_column_past_2_gib_takes_64_bit_offsets(
+    limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(arrow, "_SMALL", limit)
+    values = [b"ab", None, b"", "é".encode()]
+    column, text = binary_column(values), decode_column([b"ab", "é".encode()], "str", "v")
+    assert column.type == (pa.binary() if limit > 3 else pa.large_binary())
+    assert text.type == (pa.string() if limit > 3 else pa.large_string())
+    assert column.to_pylist() == values and text.to_pylist() == ["ab", "é"]
 
 
 def test_unchecked_json_values_are_taken_as_they_are_but_keys_still_parse() -> None:

@@ -76,7 +76,7 @@ def model_range(
 def test_empty(store: Store) -> None:
     assert store.get(b"a") is None and b"a" not in store and len(store) == 0
     assert list(store.keys()) == [] and list(store.items()) == [] and list(store) == []
-    assert store.positions() == {} and store.check() == []
+    assert store.columns() == ([], []) and store.positions() == {} and store.check() == []
 
 
 def test_write_sets_overwrites_and_deletes(store: Store) -> None:
@@ -142,6 +142,7 @@ def test_closed_store_raises(store: Store) -> None:
         lambda: len(store),
         store.keys,
         store.items,
+        store.columns,
         store.positions,
         lambda: store.write({b"b": b"2"}, {}),
         lambda: store.drop_partition(0),
@@ -240,6 +241,8 @@ def test_matches_a_dict(
             positions.update(new_positions)
             assert len(store) == len(model)
             assert sorted(store.items()) == sorted(model.items())
+            keys, values = store.columns()  # the same pairs, in the order items() gives
+            assert list(zip(keys, values, strict=True)) == list(store.items())
             for k in changes:
                 assert store.get(k) == model.get(k) and (k in store) == (k in model)
             asked = list(changes) + list(model)[:3]

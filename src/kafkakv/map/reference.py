@@ -14,7 +14,8 @@ the unflushed ops read once, and a copy of the map in memory while it lives. Clo
 use.
 
 A reader that wants the changes of a range and has no replica open (a Spark stream's read
-task) makes one with :func:`reference_of`, from the log and the map's topics alone.
+task) makes one with :func:`reference_of`, from the log and the map's topics alone; one that
+wants a partition's state at an offset (a Spark read task) calls :func:`state_at`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from kafkakv.errors import DataLossError
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Log
 from kafkakv.map.bootstrap import READ_BATCH
@@ -31,7 +33,15 @@ from kafkakv.map.machine import MapState
 from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics, check_topics, settings_as_created
 
-__all__ = ["rebuild", "reference", "reference_of", "replay"]
+__all__ = [
+    "planned",
+    "rebuild",
+    "reference",
+    "reference_of",
+    "reference_planned",
+    "replay",
+    "state_at",
+]
 
 
 def reference(engine: ReplicaEngine, state: MapState) -> ReplicaEngine:
@@ -52,16 +62,35 @@ def reference_of(
     log: Log, topics: MapTopics, held: Sequence[int], state: MapState, settings: MapSettings
 ) -> ReplicaEngine:
     """A reference replica of map ``state`` (whose store should be empty) holding partitions
-    ``held`` of ``topics`` on ``log``, with no running replica to copy. The topics and the
-    map's settings are checked as when a replica opens (creating nothing), and the settings
-    the map was created with (placement, versions, expiry) override ``settings``. Never
-    started, it appends nothing. Costs those checks: a metadata round trip per topic and the
-    read of the settings record. Raises :class:`~kafkakv.errors.UnknownMapError` for a
-    missing topic, :class:`~kafkakv.errors.TopicMismatchError` for topics or settings that
-    do not fit the map (see :func:`~kafkakv.map.topics.check_topics` and
+    ``held`` of ``topics`` on ``log``, with no running replica to copy: :func:`planned` and
+    :func:`reference_planned` in one. Never started, it appends nothing."""
+    return reference_planned(log, topics, held, state, planned(log, topics, settings))
+
+
+def planned(log: Log, topics: MapTopics, settings: MapSettings) -> tuple[int, MapSettings]:
+    """The map's partition count, and ``settings`` with the ones the map was created with
+    (placement, versions, expiry) in place of its own: the topics and the map's settings
+    checked as when a replica opens, creating nothing. What a reader plans with once and
+    gives each of its tasks (:func:`reference_planned`). Costs a metadata round trip per
+    topic and the read of the data topic's first record (with its whole batch: a flush of a
+    million keys may be one). Raises :class:`~kafkakv.errors.UnknownMapError` for a missing
+    topic, :class:`~kafkakv.errors.TopicMismatchError` for topics or settings that do not
+    fit the map (see :func:`~kafkakv.map.topics.check_topics` and
     :func:`~kafkakv.map.topics.check_map_settings`)."""
     count = check_topics(log, topics, None, create=False).partitions
-    settings = settings_as_created(log, topics, settings)
+    return count, settings_as_created(log, topics, settings)
+
+
+def reference_planned(
+    log: Log,
+    topics: MapTopics,
+    held: Sequence[int],
+    state: MapState,
+    plan: tuple[int, MapSettings],
+) -> ReplicaEngine:
+    """A reference replica of map ``state`` as :func:`reference_of` makes it, from what
+    :func:`planned` found (``plan``), with no check and no I/O until it is filled."""
+    count, settings = plan
     return ReplicaEngine(log, topics, count, held, [state], settings, 0)  # 0: no room to append
 
 
@@ -110,3 +139,22 @@ def replay(ref: ReplicaEngine, p: int, stop: int, *, keys: bool = True) -> set[b
             break
         time.sleep(STALL_RETRY)
     return touched
+
+
+def state_at(ref: ReplicaEngine, p: int, stop: int) -> None:
+    """Fill ``ref``'s store with partition ``p`` as it stands just before ops offset ``stop``:
+    :func:`rebuild`, then :func:`replay` up to ``stop``. What a replica opened now would hold
+    at that offset, with none of its threads (no follower, sender or flusher to start and
+    stop) and nothing applied past ``stop``. Raises the partition's
+    :class:`~kafkakv.errors.PartitionStalledError` when an op stops it, and DataLossError
+    when the ops end before ``stop``."""
+    rebuild(ref, p)
+    replay(ref, p, stop, keys=False)
+    if p in ref.stalled:
+        raise ref.stalled[p]
+    applied = ref.machines[p].applied
+    if applied < stop:
+        raise DataLossError(
+            f"{ref.topics.ops}[{p}] ends at offset {applied}, short of {stop}: the ops "
+            "were there when the read was planned"
+        )

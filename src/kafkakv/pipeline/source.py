@@ -3,12 +3,13 @@ Spark tables, through PySpark's Python Data Source API.
 
 Reading gives one Spark partition per log partition, each yielding Arrow record batches:
 
-- a **map**: the task opens a replica of the map limited to its partition, which does the map's
-  bootstrap (the data topic, then the ops after the last flush), and copies the replica's
-  encoded pairs into Arrow. The planner notes each partition's ops end offset first, and a task
-  fails rather than return a state older than that: the snapshot holds every update that
-  completed before the read was planned. ``offset`` is the ops offset the partition's snapshot
-  reflects (the same for all its rows).
+- a **map**: the planner checks the map's topics and settings once and notes every
+  partition's ops end offset; the task loads its partition as it stood at that offset with a
+  reference replica (:func:`~kafkakv.map.reference.state_at`: the data topic, then the ops
+  after the last flush, up to the offset and no further, with no replica's threads), and copies
+  its store's encoded keys and values into Arrow. The snapshot holds exactly the updates that
+  completed before the read was planned. ``offset`` is that ops offset (the same for all the
+  partition's rows).
 - a **topic**: the task reads its partition from the start up to the end offset noted by the
   planner and keeps the latest value of each key (a tombstone removes it); ``offset`` is the
   offset of the record that holds the value.
@@ -56,16 +57,19 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import StructType
 
+from kafkakv.codecs import codec_for
 from kafkakv.errors import (
     ConfigError,
-    DataLossError,
     RecordTooLargeError,
     UnknownTopicError,
 )
 from kafkakv.log.base import Log, Record, new_tuple
 from kafkakv.map.dedup import numbering
 from kafkakv.map.keyspace import RESERVED_KEYS, check_update_key
+from kafkakv.map.machine import MapState
 from kafkakv.map.ops import OpCode, encode_fields
+from kafkakv.map.reference import planned, reference_planned, state_at
+from kafkakv.map.settings import MapSettings
 from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.partitions import partitions_for
@@ -77,6 +81,7 @@ from kafkakv.pipeline.streaming import (
     is_stream_read,
     sink_options,
 )
+from kafkakv.store.memory import DictStore
 
 __all__ = ["KafkaKVDataSource"]
 
@@ -130,12 +135,15 @@ class KafkaKVDataSource(DataSource):
 
 
 class LogPartition(InputPartition):
-    """One read task: a log partition and the end offset noted when the read was planned."""
+    """One read task: a log partition and the end offset noted when the read was planned;
+    for a map, also what the planner found of its topics and settings (``plan``: see
+    :func:`~kafkakv.map.reference.planned`), so that no task reads them again."""
 
-    def __init__(self, partition: int, end: int) -> None:
+    def __init__(self, partition: int, end: int, plan: tuple[int, MapSettings] | None) -> None:
         super().__init__((partition, end))
         self.partition = partition
         self.end = end
+        self.plan = plan
 
 
 class KafkaKVReader(DataSourceReader):
@@ -150,11 +158,17 @@ class KafkaKVReader(DataSourceReader):
             )
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Note every partition's end offset (one metadata call per partition)."""
-        with self.opts.connect() as db:
-            topic = _require_topics(db.log, self.opts)
+        """Note every partition's end offset (one metadata call per partition), after the
+        map's topics and settings are checked (once, here: see :class:`LogPartition`)."""
+        opts = self.opts
+        with opts.connect() as db:
+            topic = _require_topics(db.log, opts)
+            plan = None
+            if opts.map is not None:
+                settings = MapSettings(timeout=opts.timeout, barriers="offset")  # appends nothing
+                plan = planned(db.log, opts.map_topics, settings)
             count = db.log.partitions(topic)
-            return [LogPartition(p, db.log.end_offset(topic, p)) for p in range(count)]
+            return [LogPartition(p, db.log.end_offset(topic, p), plan) for p in range(count)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LogPartition)
@@ -164,32 +178,24 @@ class KafkaKVReader(DataSourceReader):
             yield from self._read_topic(partition)
 
     def _read_map(self, part: LogPartition) -> Iterator[pa.RecordBatch]:
-        opts = self.opts
+        """The map's partition as it stood at the end offset the planner noted: a reference
+        replica (no threads, nothing applied past that offset) loads it, and its store's
+        keys and values go into Arrow in slices of :data:`BATCH_ROWS` rows."""
+        opts, p, store = self.opts, part.partition, DictStore()
         assert opts.map is not None
+        keys_codec, values_codec = codec_for(opts.key_codec), codec_for(opts.value_codec)
+        state = MapState(opts.map, opts.record_prefix, keys_codec, values_codec, store)
+        assert part.plan is not None
         with opts.connect() as db:
-            replica = db.map(
-                opts.map,
-                shard=[part.partition],
-                key_codec=opts.key_codec,
-                value_codec=opts.value_codec,
-                topics=opts.topics,
-                timeout=opts.timeout,
-                create=False,  # a read: the planning found the topics; never make new ones
-            )
-            applied = replica.applied_offsets()[part.partition]
-            if applied < part.end:  # the bootstrap reads to the end: this cannot happen
-                raise DataLossError(
-                    f"{opts.what} partition {part.partition}: the replica reached ops offset "
-                    f"{applied}, short of {part.end} noted when the read was planned"
-                )
-            pairs = replica.encoded_items()
-            while True:
-                chunk = list(itertools.islice(pairs, BATCH_ROWS))
-                if not chunk:
-                    return
-                keys = [k for k, _ in chunk]  # several times faster than zip(*chunk)
-                values = [v for _, v in chunk]
-                yield self._batch(part.partition, keys, values, [applied] * len(keys))
+            ref = reference_planned(db.log, opts.map_topics, [p], state, part.plan)
+            try:
+                state_at(ref, p, part.end)
+                keys, values = store.columns()
+            finally:
+                ref.close()
+        for start in range(0, len(keys), BATCH_ROWS):  # list slices: references, no bytes
+            end = start + BATCH_ROWS
+            yield self._batch(p, keys[start:end], values[start:end], part.end)
 
     def _read_topic(self, part: LogPartition) -> Iterator[pa.RecordBatch]:
         opts = self.opts
@@ -226,8 +232,10 @@ class KafkaKVReader(DataSourceReader):
         p: int,
         keys: Sequence[bytes],
         values: Sequence[bytes],
-        offsets: Sequence[int],
+        offsets: Sequence[int] | int,
     ) -> pa.RecordBatch:
+        """The rows of ``keys`` and ``values`` as the schema asks; ``offsets``: each row's, or
+        one for them all (a map read at one position)."""
         opts = self.opts
         where = f"{opts.what} partition {p}"
         n = len(keys)
@@ -244,9 +252,13 @@ class KafkaKVReader(DataSourceReader):
             elif name == "value":
                 column = decode_column(values, opts.value_codec, f"{where}: value")
             elif name == "partition":
-                column = pa.array([p] * n, pa.int32())
+                column = pa.repeat(pa.scalar(p, pa.int32()), n)
             elif name == "offset":
-                column = pa.array(offsets, pa.int64())
+                column = (
+                    pa.repeat(pa.scalar(offsets, pa.int64()), n)
+                    if isinstance(offsets, int)
+                    else pa.array(offsets, pa.int64())
+                )
             else:
                 column = decoded[name]
             if column.type != arrow_type:

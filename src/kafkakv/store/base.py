@@ -84,6 +84,13 @@ class Store(Closeable):
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) pair (sorted stores: in key order). Safe while the store changes."""
 
+    def columns(self) -> tuple[list[bytes], list[bytes]]:
+        """Every key and its value as two lists in the same order (sorted stores: key
+        order), a snapshot taken now: what a bulk export copies into columns. Memory stores
+        take both lists in two C-level passes; others split :meth:`items`."""
+        items = list(self.items())
+        return [k for k, _ in items], [v for _, v in items]
+
     @abstractmethod
     def positions(self) -> dict[int, Positions]:
         """A copy of the positions of every partition written so far."""

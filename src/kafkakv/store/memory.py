@@ -196,6 +196,13 @@ class DictStore(_MemoryStore):
             self._live()
             return iter(list(self._data.items()))
 
+    def columns(self) -> tuple[list[bytes], list[bytes]]:
+        """The keys and the values, both taken between the same two writes (O(n) copy of
+        references, no tuple per item)."""
+        with self._lock:
+            self._live()
+            return list(self._data), list(self._data.values())
+
 
 class SortedStore(_MemoryStore, OrderedStore):
     """A ``SortedDict``: O(1) ``get``, O(log n) writes and ordered lookups; iteration is lazy,
@@ -224,6 +231,14 @@ class SortedStore(_MemoryStore, OrderedStore):
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) in key order, lazily. Raises ClosedError after close()."""
         return self.range()
+
+    def columns(self) -> tuple[list[bytes], list[bytes]]:
+        """The keys in order and their values, between the same two writes (C-level passes:
+        the dict's own lookup per key)."""
+        with self._lock:
+            self._live()
+            keys = list(self._sorted)
+            return keys, list(map(self._sorted.__getitem__, keys))
 
     def range(
         self,
