@@ -141,13 +141,15 @@ def replay(ref: ReplicaEngine, p: int, stop: int, *, keys: bool = True) -> set[b
     return touched
 
 
-def state_at(ref: ReplicaEngine, p: int, stop: int) -> None:
-    """Fill ``ref``'s store with partition ``p`` as it stands just before ops offset ``stop``:
-    :func:`rebuild`, then :func:`replay` up to ``stop``. What a replica opened now would hold
-    at that offset, with none of its threads (no follower, sender or flusher to start and
-    stop) and nothing applied past ``stop``. Raises the partition's
-    :class:`~kafkakv.errors.PartitionStalledError` when an op stops it, and DataLossError
-    when the ops end before ``stop``."""
+def state_at(ref: ReplicaEngine, p: int, stop: int) -> int:
+    """Fill ``ref``'s store with partition ``p`` as it stands at ops offset ``stop`` (every op
+    before it applied), and return the offset it reflects: :func:`rebuild`, then
+    :func:`replay` up to ``stop``. That is ``stop``, or later where a flush past ``stop`` was
+    written since (the data topic holds only the state at its last flush): then the state
+    after that flush, which holds every op before ``stop`` too. What a replica opened now would
+    hold, with none of its threads (no follower, sender or flusher to start and stop). Raises
+    the partition's :class:`~kafkakv.errors.PartitionStalledError` when an op stops it, and
+    DataLossError when the ops end before ``stop``."""
     rebuild(ref, p)
     replay(ref, p, stop, keys=False)
     if p in ref.stalled:
@@ -158,3 +160,4 @@ def state_at(ref: ReplicaEngine, p: int, stop: int) -> None:
             f"{ref.topics.ops}[{p}] ends at offset {applied}, short of {stop}: the ops "
             "were there when the read was planned"
         )
+    return applied

@@ -7,9 +7,9 @@ Reading gives one Spark partition per log partition, each yielding Arrow record 
   partition's ops end offset; the task loads its partition as it stood at that offset with a
   reference replica (:func:`~kafkakv.map.reference.state_at`: the data topic, then the ops
   after the last flush, up to the offset and no further, with no replica's threads), and copies
-  its store's encoded keys and values into Arrow. The snapshot holds exactly the updates that
-  completed before the read was planned. ``offset`` is that ops offset (the same for all the
-  partition's rows).
+  its store's encoded keys and values into Arrow. The snapshot holds every update that
+  completed before the read was planned, and no later one unless a flush since covered it.
+  ``offset`` is the ops offset the snapshot reflects (the same for all the partition's rows).
 - a **topic**: the task reads its partition from the start up to the end offset noted by the
   planner and keeps the latest value of each key (a tombstone removes it); ``offset`` is the
   offset of the record that holds the value.
@@ -189,13 +189,13 @@ class KafkaKVReader(DataSourceReader):
         with opts.connect() as db:
             ref = reference_planned(db.log, opts.map_topics, [p], state, part.plan)
             try:
-                state_at(ref, p, part.end)
+                at = state_at(ref, p, part.end)
                 keys, values = store.columns()
             finally:
                 ref.close()
         for start in range(0, len(keys), BATCH_ROWS):  # list slices: references, no bytes
             end = start + BATCH_ROWS
-            yield self._batch(p, keys[start:end], values[start:end], part.end)
+            yield self._batch(p, keys[start:end], values[start:end], at)
 
     def _read_topic(self, part: LogPartition) -> Iterator[pa.RecordBatch]:
         opts = self.opts

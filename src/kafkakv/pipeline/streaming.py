@@ -83,7 +83,7 @@ from kafkakv.map.feed import ChangeFeed, Cursor, RawChange, cursor_texts, replay
 from kafkakv.map.keyspace import prefix_of
 from kafkakv.map.machine import MapState
 from kafkakv.map.ops import OpCode, decode_op, write_many_args
-from kafkakv.map.reference import reference_of
+from kafkakv.map.reference import planned, reference_planned
 from kafkakv.map.replica import ReplicaMap
 from kafkakv.map.settings import MapSettings
 from kafkakv.pipeline.arrow import decode_column, spark_type
@@ -221,13 +221,21 @@ class StreamOptions:
 class ChangeRange(InputPartition):
     """One read task: the changes of log partition ``partition`` from ``start`` (None: the
     partition's contents at ``end`` first) up to ops offset ``end`` (for a topic: its
-    records)."""
+    records); for a map, also what the planner found of its topics and settings (``plan``:
+    see :func:`~kafkakv.map.reference.planned`), so that no task reads them again."""
 
-    def __init__(self, partition: int, start: tuple[int, int] | None, end: int) -> None:
+    def __init__(
+        self,
+        partition: int,
+        start: tuple[int, int] | None,
+        end: int,
+        plan: tuple[int, MapSettings] | None = None,
+    ) -> None:
         super().__init__((partition, start, end))
         self.partition = partition
         self.start = start  # (offset, changes of that record already taken)
         self.end = end
+        self.plan = plan
 
 
 class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -245,6 +253,7 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"not {unknown} (start a stream with option startingOffsets)"
             )
         self._until: Cursor | None = None  # trigger(availableNow=True): the end to reach
+        self._plan: tuple[int, MapSettings] | None = None  # a map's, found once (_planned)
 
     # -- planning (the driver) ---------------------------------------------------------------
     def _ends(self, start: bool = False) -> Cursor:
@@ -303,11 +312,21 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = cursor_of(start)
         if begin is None:
             return [ChangeRange(p, None, stop[p]) for p in stop]
+        plan = self._planned()
         return [
-            ChangeRange(p, (begin[p], begin.skip(p)), stop[p])
+            ChangeRange(p, (begin[p], begin.skip(p)), stop[p], plan)
             for p in stop
             if (begin[p], begin.skip(p)) < (stop[p], 0)
         ]
+
+    def _planned(self) -> tuple[int, MapSettings] | None:
+        """A map's topics and settings, checked on the first micro-batch (what they were
+        created with does not change); None for a topic."""
+        source = self.opts.source
+        if source.map is not None and self._plan is None:
+            with source.connect() as db:
+                self._plan = planned(db.log, source.map_topics, _reference_settings(source))
+        return self._plan
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the log keeps the ops (until its retention or a flush)."""
@@ -327,10 +346,15 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if partition.start is None:
                 yield from self._batches(p, _snapshot_rows(_replica(db, source, p, end), p, end))
             else:
-                yield from self._change_batches(db, p, partition.start, end)
+                yield from self._change_batches(db, p, partition.start, end, partition.plan)
 
     def _change_batches(
-        self, db: Database, p: int, start: tuple[int, int], end: int
+        self,
+        db: Database,
+        p: int,
+        start: tuple[int, int],
+        end: int,
+        plan: tuple[int, MapSettings] | None,
     ) -> Iterator[pa.RecordBatch]:
         """The changes of partition ``p`` from ``start`` (offset, skip) up to ops offset
         ``end``: one replay of the ops from the last flush by a reference replica made from
@@ -343,7 +367,7 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         replica: ReplicaMap[bytes, bytes] | None = None
         while True:
             try:
-                yield from self._replayed(log, p, offset, skip, end)
+                yield from self._replayed(log, p, offset, skip, end, plan)
                 return
             except CursorExpiredError as exc:  # raised before any change: nothing was told
                 if replica is None:
@@ -355,7 +379,13 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 offset, skip = covered, 0
 
     def _replayed(
-        self, log: Log, p: int, offset: int, skip: int, end: int
+        self,
+        log: Log,
+        p: int,
+        offset: int,
+        skip: int,
+        end: int,
+        plan: tuple[int, MapSettings] | None,
     ) -> Iterator[pa.RecordBatch]:
         """The changes :func:`~kafkakv.map.feed.replay_changes` tells from ``offset``, less
         the first ``skip`` of its record, as Arrow batches of about :data:`BATCH_ROWS` rows.
@@ -363,8 +393,8 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stall that stops the partition, and DataLossError when the log ends before ``end``."""
         source = self.opts.source
         state = MapState(source.map or "", source.record_prefix, _BYTES, _BYTES, DictStore())
-        settings = MapSettings(timeout=source.timeout, barriers="offset")
-        ref = reference_of(log, source.map_topics, [p], state, settings)
+        assert plan is not None  # the planner's for a map (see _planned)
+        ref = reference_planned(log, source.map_topics, [p], state, plan)
         try:
             replayed = replay_changes(ref, p, offset, end)
             pending: list[RawChange] = []
@@ -607,6 +637,11 @@ def _state_at(replica: ReplicaMap[bytes, bytes], p: int, at: int) -> dict[bytes,
             else:
                 items[key] = old
     return items
+
+
+def _reference_settings(source: SourceOptions) -> MapSettings:
+    """The settings of a reference replica that reads for ``source``: it appends nothing."""
+    return MapSettings(timeout=source.timeout, barriers="offset")
 
 
 def _snapshot_rows(replica: ReplicaMap[bytes, bytes], p: int, end: int) -> Iterator[_Row]:
