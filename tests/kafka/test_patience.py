@@ -75,3 +75,29 @@ def test_a_leader_still_settling_is_asked_until_the_deadline_then_is_unavailable
         assert 0.9 <= time.monotonic() - started < 1.5
         assert len(calls) >= 5  # one every 0.1 s or so
         assert info.value.code == KafkaError.OFFSET_NOT_AVAILABLE
+
+
+def test_a_request_lost_with_its_connection_is_sent_again(kafka_cluster: Cluster) -> None:
+    """A metadata request whose connection closed fails at once with _TRANSPORT: no broker
+    answered it, so it is sent again within the deadline (a map opening on a loaded machine
+    once failed so in its first slice), and raised as unavailable once the time is up."""
+    calls: list[float] = []
+
+    def call(wait: float) -> int:
+        calls.append(wait)
+        if len(calls) == 1:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Broker transport failure"))
+        return 42
+
+    def lost(wait: float) -> int:
+        calls.append(wait)
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Broker transport failure"))
+
+    with KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log:
+        assert log._patiently("listing topics", call) == 42
+        assert len(calls) == 2
+        calls.clear()
+        started = time.monotonic()
+        with pytest.raises(LogUnavailableError, match="transport"), translated("x"):
+            log._patiently("listing topics", lost, deadline=started + 1.0)
+        assert 0.9 <= time.monotonic() - started < 1.5 and len(calls) >= 5

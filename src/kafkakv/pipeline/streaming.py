@@ -26,8 +26,9 @@ The changes before a cursor are told by replaying the ops from the last flush
 (:mod:`kafkakv.map.feed`). Where a flush has covered a micro-batch's start, the states between
 are gone: the ops it covered come as their net effect (one row per key they may change, its
 value after the flush, ``old`` and ``offset`` null), then the exact changes after it
-(docs/pipeline.md, "Streaming"); that rare case, and ``earliest``'s snapshot, open a replica
-of the partition.
+(docs/pipeline.md, "Streaming"). That rare case, and ``earliest``'s snapshot, load the
+partition's state at an offset the same way (:func:`~kafkakv.map.reference.state_at`): no task
+opens a replica.
 
 **Writing.** Each task of a micro-batch keeps the last row of each key, sorts them by key and
 appends them as puts (a null value: a remove) through the batch writer it is given (the data
@@ -79,12 +80,11 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log.base import Log
-from kafkakv.map.feed import ChangeFeed, Cursor, RawChange, cursor_texts, replay_changes
+from kafkakv.map.feed import Cursor, RawChange, cursor_texts, replay_changes
 from kafkakv.map.keyspace import prefix_of
 from kafkakv.map.machine import MapState
 from kafkakv.map.ops import OpCode, decode_op, write_many_args
-from kafkakv.map.reference import planned, reference_planned
-from kafkakv.map.replica import ReplicaMap
+from kafkakv.map.reference import planned, reference_planned, state_at
 from kafkakv.map.settings import MapSettings
 from kafkakv.pipeline.arrow import decode_column, spark_type
 from kafkakv.pipeline.options import SourceOptions
@@ -310,9 +310,9 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stop = cursor_of(end)
         assert stop is not None
         begin = cursor_of(start)
-        if begin is None:
-            return [ChangeRange(p, None, stop[p]) for p in stop]
         plan = self._planned()
+        if begin is None:
+            return [ChangeRange(p, None, stop[p], plan) for p in stop]
         return [
             ChangeRange(p, (begin[p], begin.skip(p)), stop[p], plan)
             for p in stop
@@ -342,9 +342,11 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 records = _topic_rows(db.log, str(source.topic), p, partition.start[0], end)
                 yield from self._batches(p, records)
             return
+        assert partition.plan is not None  # the planner's for a map (see _planned)
         with source.connect() as db:
             if partition.start is None:
-                yield from self._batches(p, _snapshot_rows(_replica(db, source, p, end), p, end))
+                state, at = _loaded(db.log, source, partition.plan, p, end)
+                yield from self._batches(p, _snapshot_rows(state, p, at))
             else:
                 yield from self._change_batches(db, p, partition.start, end, partition.plan)
 
@@ -354,25 +356,22 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         p: int,
         start: tuple[int, int],
         end: int,
-        plan: tuple[int, MapSettings] | None,
+        plan: tuple[int, MapSettings],
     ) -> Iterator[pa.RecordBatch]:
         """The changes of partition ``p`` from ``start`` (offset, skip) up to ops offset
         ``end``: one replay of the ops from the last flush by a reference replica made from
         the log (no replica opened), its raw changes put in Arrow columns with the cursors'
-        text made from their offsets. Where a flush has covered the position, a replica is
-        opened for the ops it covered, which come as their net effect (:func:`_net_rows`);
-        the changes after it are replayed so again."""
+        text made from their offsets. Where a flush has covered the position, the ops it
+        covered come as their net effect (:func:`_net_rows`); the changes after it are
+        replayed so again."""
         source, log = self.opts.source, db.log
         offset, skip = start
-        replica: ReplicaMap[bytes, bytes] | None = None
         while True:
             try:
                 yield from self._replayed(log, p, offset, skip, end, plan)
                 return
             except CursorExpiredError as exc:  # raised before any change: nothing was told
-                if replica is None:
-                    replica = _replica(db, source, p, end)
-                rows, covered = _net_rows(log, replica, p, offset, end, exc, source)
+                rows, covered = _net_rows(log, plan, p, offset, end, exc, source)
                 yield from self._batches(p, iter(rows))
                 if covered >= end:
                     return  # the next micro-batch starts behind the flush too: it goes on
@@ -385,7 +384,7 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offset: int,
         skip: int,
         end: int,
-        plan: tuple[int, MapSettings] | None,
+        plan: tuple[int, MapSettings],
     ) -> Iterator[pa.RecordBatch]:
         """The changes :func:`~kafkakv.map.feed.replay_changes` tells from ``offset``, less
         the first ``skip`` of its record, as Arrow batches of about :data:`BATCH_ROWS` rows.
@@ -393,7 +392,6 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stall that stops the partition, and DataLossError when the log ends before ``end``."""
         source = self.opts.source
         state = MapState(source.map or "", source.record_prefix, _BYTES, _BYTES, DictStore())
-        assert plan is not None  # the planner's for a map (see _planned)
         ref = reference_planned(log, source.map_topics, [p], state, plan)
         try:
             replayed = replay_changes(ref, p, offset, end)
@@ -486,29 +484,6 @@ def _field(rows: list[_Row], i: int) -> list[Any]:
     return [r[i] for r in rows]  # a comprehension per column: zip(*rows) is slower
 
 
-def _replica(db: Database, source: SourceOptions, p: int, end: int) -> ReplicaMap[bytes, bytes]:
-    """A live replica of the map's partition ``p`` alone, with the stored bytes as keys and
-    values (Arrow decodes them by the codecs). Its bootstrap applies the ops to the log's
-    end; raises DataLossError when that is short of ``end``, noted at planning."""
-    replica = db.map(
-        source.map or "",
-        shard=[p],
-        key_codec="bytes",
-        value_codec="bytes",
-        topics=source.topics,
-        timeout=source.timeout,
-        barriers="offset",  # a reader appends nothing (a record would be a new end)
-        create=False,
-    )
-    applied = replica.applied_offsets()[p]
-    if applied < end:  # the bootstrap reads to the end: this cannot happen
-        raise DataLossError(
-            f"{source.what} partition {p}: the replica reached ops offset {applied}, "
-            f"short of {end} noted when the micro-batch was planned"
-        )
-    return replica
-
-
 def _check_fits(cursor: Cursor, ends: Cursor, source: SourceOptions) -> None:
     """Raise CursorError unless ``cursor`` names the map's partitions, within the log."""
     if set(cursor) != set(ends):
@@ -539,21 +514,9 @@ def _topic_rows(log: Log, topic: str, p: int, start: int, end: int) -> Iterator[
         offset = batch.next_offset
 
 
-def _changes(
-    feed: ChangeFeed[bytes, bytes], end: int
-) -> Iterator[tuple[bytes, bytes | None, bytes | None, int, Cursor]]:
-    """The changes ``feed`` holds before ops offset ``end`` (it holds all of them: the
-    replica applied past ``end`` before the feed began, so they are replayed)."""
-    feed.timeout = 0  # what is not there now never comes before end
-    for change in feed:
-        if change.offset >= end:
-            return
-        yield change.key, change.old, change.new, change.offset, change.cursor
-
-
 def _net_rows(
     log: Log,
-    replica: ReplicaMap[bytes, bytes],
+    plan: tuple[int, MapSettings],
     p: int,
     start: int,
     end: int,
@@ -561,26 +524,31 @@ def _net_rows(
     source: SourceOptions,
 ) -> tuple[list[_Row], int]:
     """For each key the ops from ``start`` (up to the flush ``expired`` names, and at most up
-    to ``end``) may have changed, one row: its value after the flush (None: absent), with
-    ``old`` and ``offset`` unknown (None); and the ops offset the rows reflect."""
-    state, covered = _state_after(replica, p, expired)
+    to ``end``) may have changed, one row: its value after the flush (or a later one that
+    overtakes this call too; None: absent), with ``old`` and ``offset`` unknown (None); and
+    the ops offset the rows reflect."""
+    state, covered = _loaded(log, source, plan, p, expired.flushed + 1)
     topic = source.map_topics.ops
     touched = _touched(log, topic, p, start, min(covered, end), source.record_prefix)
     cursor = str(Cursor({p: covered}))
     return [(key, None, state.get(key), None, cursor) for key in sorted(touched)], covered
 
 
-def _state_after(
-    replica: ReplicaMap[bytes, bytes], p: int, expired: CursorExpiredError
+def _loaded(
+    log: Log, source: SourceOptions, plan: tuple[int, MapSettings], p: int, at: int
 ) -> tuple[dict[bytes, bytes], int]:
-    """The partition's contents just after the flush ``expired`` names (or a later one that
-    overtakes this call too), and the ops offset they reflect."""
-    while True:
-        covered = expired.flushed + 1
-        try:
-            return _state_at(replica, p, covered), covered
-        except CursorExpiredError as exc:
-            expired = exc
+    """The map's partition ``p`` as it stood at ops offset ``at``, or just after a flush
+    written since that passed it, with the stored bytes as keys and values; and the ops
+    offset it reflects: a reference replica's :func:`~kafkakv.map.reference.state_at` (no
+    replica opened). Raises DataLossError when the ops end before ``at``."""
+    store = DictStore()
+    state = MapState(source.map or "", source.record_prefix, _BYTES, _BYTES, store)
+    ref = reference_planned(log, source.map_topics, [p], state, plan)
+    try:
+        reflected = state_at(ref, p, at)
+        return dict(zip(*store.columns(), strict=True)), reflected
+    finally:
+        ref.close()
 
 
 def _touched(log: Log, topic: str, p: int, start: int, stop: int, prefix: bytes) -> set[bytes]:
@@ -620,41 +588,18 @@ def _batch_keys(value: bytes | None) -> list[bytes]:
     return []
 
 
-def _state_at(replica: ReplicaMap[bytes, bytes], p: int, at: int) -> dict[bytes, bytes]:
-    """The replica's partition ``p`` as it was at ops offset ``at`` exactly: its snapshot,
-    with the changes it holds past ``at`` undone (from their old values, newest first).
-    Raises CursorExpiredError when a flush covered ``at``."""
-    items, now = replica.snapshot()
-    if now[p] < at:  # a flush this replica had not applied yet: catch up with the log
-        replica.sync()
-        items, now = replica.snapshot()
-    if now[p] > at:
-        with replica.changes(since=Cursor({p: at})) as feed:
-            later = list(_changes(feed, now[p]))
-        for key, old, _new, _offset, _cursor in reversed(later):
-            if old is None:
-                items.pop(key, None)
-            else:
-                items[key] = old
-    return items
-
-
 def _reference_settings(source: SourceOptions) -> MapSettings:
     """The settings of a reference replica that reads for ``source``: it appends nothing."""
     return MapSettings(timeout=source.timeout, barriers="offset")
 
 
-def _snapshot_rows(replica: ReplicaMap[bytes, bytes], p: int, end: int) -> Iterator[_Row]:
-    """The partition's contents at ops offset ``end``, as changes from nothing. When a flush
-    has covered ``end`` since it was planned, they are the contents after that flush; the
-    next micro-batch, which starts behind the flush, then gives the net effect of the ops
-    between (:func:`_change_rows`)."""
-    try:
-        items, at = _state_at(replica, p, end), end
-    except CursorExpiredError as exc:
-        items, at = _state_after(replica, p, exc)
+def _snapshot_rows(state: dict[bytes, bytes], p: int, at: int) -> Iterator[_Row]:
+    """The partition's contents ``state`` (see :func:`_loaded`), which reflect ops offset
+    ``at``, as changes from nothing. When a flush has passed the planned end offset, they are
+    the contents after that flush; the next micro-batch, which starts behind the flush, then
+    gives the net effect of the ops between (:func:`_net_rows`)."""
     cursor = str(Cursor({p: at}))
-    for key, value in items.items():
+    for key, value in state.items():
         yield key, None, value, None, cursor
 
 

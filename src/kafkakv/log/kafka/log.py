@@ -123,6 +123,9 @@ _TIMED_OUT = {KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE}
 # A blocking call cut short at the end of its slice fails with one of these (list_topics says
 # _TRANSPORT): called again while the wait's timeout lasts (see KafkaLog._patiently).
 _SLICE_EXPIRED = {KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE, KafkaError._TRANSPORT}
+# A request lost with its connection (a broker closed it, or a loaded client timed it out)
+# fails at once with _TRANSPORT: no broker answered it, so it is sent again like a cut one.
+_CONNECTION_LOST = KafkaError._TRANSPORT
 # The transaction coordinator moving or loading: librdkafka retries these itself while a
 # transactional call waits; a call cut short may return them instead (see _call_again).
 _COORDINATOR = {
@@ -256,7 +259,8 @@ def _unreachable(
 
 def _call_again(err: KafkaError | None, ran_out: bool, again: bool, resumable: bool) -> bool:
     """Whether :meth:`KafkaLog._patiently` calls again after ``err`` ended a slice early
-    (``ran_out`` False) or at its end: a slice that ran out with a timeout or transport error.
+    (``ran_out`` False) or at its end: a slice that ran out with a timeout or transport error,
+    or a request its connection lost (a transport error, however quick).
     A call made ``again`` (an earlier slice was cut short) may fail fast with what its cut
     attempt saw in passing (a partition not known yet, a leader moving), which one uncut call
     would have waited through: such errors are called again too. So is, for a ``resumable``
@@ -267,6 +271,8 @@ def _call_again(err: KafkaError | None, ran_out: bool, again: bool, resumable: b
     True
     >>> _call_again(KafkaError(KafkaError._TIMED_OUT), False, again=False, resumable=False)
     False
+    >>> _call_again(KafkaError(KafkaError._TRANSPORT), False, again=False, resumable=False)
+    True
     >>> _call_again(KafkaError(KafkaError._UNKNOWN_PARTITION), False, True, resumable=False)
     True
     >>> _call_again(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE), False, True, resumable=False)
@@ -277,7 +283,7 @@ def _call_again(err: KafkaError | None, ran_out: bool, again: bool, resumable: b
     if err is None or err.fatal() or err.txn_requires_abort():
         return False
     code = err.code()
-    if code in _SLICE_EXPIRED and (ran_out or again or resumable):
+    if code in _SLICE_EXPIRED and (ran_out or again or resumable or code == _CONNECTION_LOST):
         return True
     if again and code in _IN_PASSING:
         return True
