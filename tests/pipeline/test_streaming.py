@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -512,7 +513,10 @@ def test_a_query_killed_mid_stream_goes_on_from_its_checkpoint(spark: Any, tmp_p
             return done >= 2 and planned > done
 
         try:
-            wait_for(lambda: alive() and _batches(checkpoint / "commits"), 120, "micro-batch 0")
+            working = _Working(child.pid)  # a new JVM: minutes on a loaded machine, at work
+            while not (alive() and _batches(checkpoint / "commits")):
+                working.check("micro-batch 0")
+                time.sleep(0.2)
             wait_for(change_and_look, 120, "a micro-batch under way", interval=0.02)
         finally:
             os.killpg(child.pid, signal.SIGKILL)
@@ -523,6 +527,37 @@ def test_a_query_killed_mid_stream_goes_on_from_its_checkpoint(spark: Any, tmp_p
         expected = _expected(dict(a.items()))
     _doubled(spark, target, "a", "b", checkpoint)  # the restart, from the checkpoint
     assert _contents(target, "b") == expected
+
+
+class _Working:
+    """Whether the processes of session ``sid`` (a child started with a session of its own,
+    its JVM and Python workers with it) are at work: :meth:`check` fails once they have used
+    no CPU for ``idle`` seconds. A wait on a query's first micro-batch ends on the event, however
+    long a starved machine takes to start a JVM, and a stuck query still fails, within
+    ``idle`` seconds of its last tick (a fixed 120 s failed a query that was only slow, beside
+    `stress-ng`)."""
+
+    def __init__(self, sid: int, idle: float = 30.0) -> None:
+        self.sid, self.idle = sid, idle
+        self.ticks, self.since = self._ticks(), time.monotonic()
+
+    def _ticks(self) -> int:
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            if int(fields[3]) == self.sid:  # session id (field 6 of stat)
+                total += int(fields[11]) + int(fields[12])  # utime + stime
+        return total
+
+    def check(self, what: str) -> None:
+        ticks, now = self._ticks(), time.monotonic()
+        if ticks != self.ticks:
+            self.ticks, self.since = ticks, now
+        elif now - self.since > self.idle:
+            raise AssertionError(f"waiting for {what}: the query used no CPU for {self.idle} s")
 
 
 def _batches(log: Path) -> int:

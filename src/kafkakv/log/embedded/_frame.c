@@ -1347,9 +1347,10 @@ read_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE; /* an error or a short file: the Python path reports it */
     }
     uint32_t first = get_u32(data + 8);
-    if (first > got && first <= end - pos && first <= MAX_READ) {
-        /* One batch larger than the budget: as the Python path, read exactly it (a read
-         * always takes at least one batch). */
+    if (first > got && first <= end - pos) {
+        /* One batch larger than the budget or MAX_READ: as the Python path, read exactly it
+         * (a read always takes at least one batch; the published end bounds its size). A
+         * bulk append's batch of 65,536 records is 7 MB: refused here, it went to Python. */
         if (_PyBytes_Resize(&buf, (Py_ssize_t)first) < 0) {
             return NULL;
         }
