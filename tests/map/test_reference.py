@@ -8,7 +8,7 @@ import pytest
 from kafkakv import functions
 from kafkakv.errors import DataLossError, PartitionStalledError
 from kafkakv.map.machine import MapState
-from kafkakv.map.reference import rebuild, reference, replay, state_at
+from kafkakv.map.reference import partition_at, planned, rebuild, reference, replay, state_at
 from kafkakv.store.memory import DictStore
 from tests.map.conftest import OpenMap
 
@@ -82,3 +82,27 @@ def test_the_state_at_an_offset_is_exact_unless_a_flush_passed_it(open_map: Open
         functions.unregister("ref-add")  # as in a process that lacks it
     with pytest.raises(PartitionStalledError, match="ref-add"):
         state_of(m.applied_offsets()[0])
+
+
+@pytest.mark.parametrize("store_kind", ["dict"])
+def test_a_reader_plans_once_and_loads_each_partition_from_the_log_alone(
+    open_map: OpenMap,
+) -> None:
+    """What a Spark read does: the map's topics and settings checked once (planned), then each
+    partition loaded at an offset by a reference replica of its own that is closed after
+    (partition_at): the partitions together are the replica's contents."""
+    m = open_map(partitions=2)
+    m.put_all({k: k.upper() for k in "abcdefgh"})
+    m.flush()
+    m.put("z", "Z")
+    m.remove("a")
+    engine, state = m._engine, m._state
+    plan = planned(engine.log, engine.topics, 5.0)
+    assert plan.partitions == 2 and plan.settings.barriers == "offset"
+    loaded: dict[bytes, bytes] = {}
+    for p, end in m.applied_offsets().items():
+        mirror = MapState(state.name, state.prefix, state.keys, state.values, DictStore())
+        keys, values, at = partition_at(engine.log, engine.topics, plan, mirror, p, end)
+        assert at == end and keys and not loaded.keys() & set(keys)
+        loaded.update(zip(keys, values, strict=True))
+    assert loaded == dict(state.store.items())

@@ -21,7 +21,7 @@ Where the changes come from:
   :class:`~kafkakv.errors.CursorExpiredError` (restart from ``m.snapshot()``, whose cursor is
   current). :func:`replay_changes` is that replay alone, as raw changes: a reader with no
   replica open (a Spark stream's task) uses it with a reference made from the log
-  (:func:`~kafkakv.map.reference.reference_of`).
+  (:func:`~kafkakv.map.reference.reference_planned`).
 
 A consumer that falls more than ``buffer`` changes behind the replica stops being queued
 (memory stays bounded); once it has taken what was queued, the feed replays from its own

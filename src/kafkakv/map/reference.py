@@ -13,15 +13,16 @@ from a cursor behind the replica. Costs: what opening a fresh replica costs, the
 the unflushed ops read once, and a copy of the map in memory while it lives. Close it after
 use.
 
-A reader that wants the changes of a range and has no replica open (a Spark stream's read
-task) makes one with :func:`reference_of`, from the log and the map's topics alone; one that
-wants a partition's state at an offset (a Spark read task) calls :func:`state_at`.
+A reader with no replica open (a Spark task) plans once with :func:`planned`, from the log and
+the map's topics alone; a task then makes its reference replica with :func:`reference_planned`
+to replay changes, or loads a partition's state at an offset with :func:`partition_at`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from kafkakv.errors import DataLossError
 from kafkakv.gcpause import gc_paused
@@ -34,14 +35,23 @@ from kafkakv.map.settings import MapSettings
 from kafkakv.map.topics import MapTopics, check_topics, settings_as_created
 
 __all__ = [
+    "Plan",
+    "partition_at",
     "planned",
     "rebuild",
     "reference",
-    "reference_of",
     "reference_planned",
     "replay",
     "state_at",
 ]
+
+
+class Plan(NamedTuple):
+    """What :func:`planned` found for a reader's tasks: the map's partition count, and the
+    reader's settings with the ones the map was created with."""
+
+    partitions: int
+    settings: MapSettings
 
 
 def reference(engine: ReplicaEngine, state: MapState) -> ReplicaEngine:
@@ -58,27 +68,20 @@ def reference(engine: ReplicaEngine, state: MapState) -> ReplicaEngine:
     )
 
 
-def reference_of(
-    log: Log, topics: MapTopics, held: Sequence[int], state: MapState, settings: MapSettings
-) -> ReplicaEngine:
-    """A reference replica of map ``state`` (whose store should be empty) holding partitions
-    ``held`` of ``topics`` on ``log``, with no running replica to copy: :func:`planned` and
-    :func:`reference_planned` in one. Never started, it appends nothing."""
-    return reference_planned(log, topics, held, state, planned(log, topics, settings))
-
-
-def planned(log: Log, topics: MapTopics, settings: MapSettings) -> tuple[int, MapSettings]:
-    """The map's partition count, and ``settings`` with the ones the map was created with
-    (placement, versions, expiry) in place of its own: the topics and the map's settings
-    checked as when a replica opens, creating nothing. What a reader plans with once and
-    gives each of its tasks (:func:`reference_planned`). Costs a metadata round trip per
+def planned(log: Log, topics: MapTopics, timeout: float) -> Plan:
+    """The map's partition count, and the settings of a reader that appends nothing (calls
+    bounded by ``timeout``) with the ones the map was created with (placement, versions,
+    expiry): the topics and the map's settings checked as when a replica opens, creating
+    nothing. What a reader plans with once and gives each of its tasks
+    (:func:`reference_planned`, :func:`partition_at`). Costs a metadata round trip per
     topic and the read of the data topic's first record (with its whole batch: a flush of a
     million keys may be one). Raises :class:`~kafkakv.errors.UnknownMapError` for a missing
     topic, :class:`~kafkakv.errors.TopicMismatchError` for topics or settings that do not
     fit the map (see :func:`~kafkakv.map.topics.check_topics` and
     :func:`~kafkakv.map.topics.check_map_settings`)."""
     count = check_topics(log, topics, None, create=False).partitions
-    return count, settings_as_created(log, topics, settings)
+    settings = MapSettings(timeout=timeout, barriers="offset")  # no barrier records appended
+    return Plan(count, settings_as_created(log, topics, settings))
 
 
 def reference_planned(
@@ -86,12 +89,14 @@ def reference_planned(
     topics: MapTopics,
     held: Sequence[int],
     state: MapState,
-    plan: tuple[int, MapSettings],
+    plan: Plan,
 ) -> ReplicaEngine:
-    """A reference replica of map ``state`` as :func:`reference_of` makes it, from what
-    :func:`planned` found (``plan``), with no check and no I/O until it is filled."""
-    count, settings = plan
-    return ReplicaEngine(log, topics, count, held, [state], settings, 0)  # 0: no room to append
+    """A reference replica of map ``state`` (whose store should be empty) holding partitions
+    ``held`` of ``topics`` on ``log``, from what :func:`planned` found (``plan``), with no
+    check and no I/O until it is filled. Never started, it appends nothing."""
+    return ReplicaEngine(
+        log, topics, plan.partitions, held, [state], plan.settings, 0
+    )  # 0: no room to append
 
 
 def rebuild(ref: ReplicaEngine, p: int) -> int:
@@ -161,3 +166,19 @@ def state_at(ref: ReplicaEngine, p: int, stop: int) -> int:
             "were there when the read was planned"
         )
     return applied
+
+
+def partition_at(
+    log: Log, topics: MapTopics, plan: Plan, state: MapState, p: int, at: int
+) -> tuple[list[bytes], list[bytes], int]:
+    """Partition ``p`` of the map as it stands at ops offset ``at``: its stored keys and values
+    (the columns of ``state``'s store, which should be empty), and the offset they reflect.
+    :func:`state_at` by a reference replica made from ``plan`` (:func:`reference_planned`),
+    closed after (with the store). Raises as :func:`state_at` does."""
+    ref = reference_planned(log, topics, [p], state, plan)
+    try:
+        reflected = state_at(ref, p, at)
+        keys, values = state.store.columns()
+        return keys, values, reflected
+    finally:
+        ref.close()

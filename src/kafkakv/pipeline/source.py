@@ -5,7 +5,7 @@ Reading gives one Spark partition per log partition, each yielding Arrow record 
 
 - a **map**: the planner checks the map's topics and settings once and notes every
   partition's ops end offset; the task loads its partition as it stood at that offset with a
-  reference replica (:func:`~kafkakv.map.reference.state_at`: the data topic, then the ops
+  reference replica (:func:`~kafkakv.map.reference.partition_at`: the data topic, then the ops
   after the last flush, up to the offset and no further, with no replica's threads), and copies
   its store's encoded keys and values into Arrow. The snapshot holds every update that
   completed before the read was planned, and no later one unless a flush since covered it.
@@ -68,8 +68,7 @@ from kafkakv.map.dedup import numbering
 from kafkakv.map.keyspace import RESERVED_KEYS, check_update_key
 from kafkakv.map.machine import MapState
 from kafkakv.map.ops import OpCode, encode_fields
-from kafkakv.map.reference import planned, reference_planned, state_at
-from kafkakv.map.settings import MapSettings
+from kafkakv.map.reference import Plan, partition_at, planned
 from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.partitions import partitions_for
@@ -139,7 +138,7 @@ class LogPartition(InputPartition):
     for a map, also what the planner found of its topics and settings (``plan``: see
     :func:`~kafkakv.map.reference.planned`), so that no task reads them again."""
 
-    def __init__(self, partition: int, end: int, plan: tuple[int, MapSettings] | None) -> None:
+    def __init__(self, partition: int, end: int, plan: Plan | None) -> None:
         super().__init__((partition, end))
         self.partition = partition
         self.end = end
@@ -165,8 +164,7 @@ class KafkaKVReader(DataSourceReader):
             topic = _require_topics(db.log, opts)
             plan = None
             if opts.map is not None:
-                settings = MapSettings(timeout=opts.timeout, barriers="offset")  # appends nothing
-                plan = planned(db.log, opts.map_topics, settings)
+                plan = planned(db.log, opts.map_topics, opts.timeout)
             count = db.log.partitions(topic)
             return [LogPartition(p, db.log.end_offset(topic, p), plan) for p in range(count)]
 
@@ -187,12 +185,7 @@ class KafkaKVReader(DataSourceReader):
         state = MapState(opts.map, opts.record_prefix, keys_codec, values_codec, store)
         assert part.plan is not None
         with opts.connect() as db:
-            ref = reference_planned(db.log, opts.map_topics, [p], state, part.plan)
-            try:
-                at = state_at(ref, p, part.end)
-                keys, values = store.columns()
-            finally:
-                ref.close()
+            keys, values, at = partition_at(db.log, opts.map_topics, part.plan, state, p, part.end)
         for start in range(0, len(keys), BATCH_ROWS):  # list slices: references, no bytes
             end = start + BATCH_ROWS
             yield self._batch(p, keys[start:end], values[start:end], at)

@@ -27,7 +27,7 @@ The changes before a cursor are told by replaying the ops from the last flush
 are gone: the ops it covered come as their net effect (one row per key they may change, its
 value after the flush, ``old`` and ``offset`` null), then the exact changes after it
 (docs/pipeline.md, "Streaming"). That rare case, and ``earliest``'s snapshot, load the
-partition's state at an offset the same way (:func:`~kafkakv.map.reference.state_at`): no task
+partition's state at an offset the same way (:func:`~kafkakv.map.reference.partition_at`): no task
 opens a replica.
 
 **Writing.** Each task of a micro-batch keeps the last row of each key, sorts them by key and
@@ -84,8 +84,7 @@ from kafkakv.map.feed import Cursor, RawChange, cursor_texts, replay_changes
 from kafkakv.map.keyspace import prefix_of
 from kafkakv.map.machine import MapState
 from kafkakv.map.ops import OpCode, decode_op, write_many_args
-from kafkakv.map.reference import planned, reference_planned, state_at
-from kafkakv.map.settings import MapSettings
+from kafkakv.map.reference import Plan, partition_at, planned, reference_planned
 from kafkakv.pipeline.arrow import decode_column, spark_type
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.store.memory import DictStore
@@ -229,7 +228,7 @@ class ChangeRange(InputPartition):
         partition: int,
         start: tuple[int, int] | None,
         end: int,
-        plan: tuple[int, MapSettings] | None = None,
+        plan: Plan | None = None,
     ) -> None:
         super().__init__((partition, start, end))
         self.partition = partition
@@ -253,7 +252,7 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"not {unknown} (start a stream with option startingOffsets)"
             )
         self._until: Cursor | None = None  # trigger(availableNow=True): the end to reach
-        self._plan: tuple[int, MapSettings] | None = None  # a map's, found once (_planned)
+        self._plan: Plan | None = None  # a map's, found once (_planned)
 
     # -- planning (the driver) ---------------------------------------------------------------
     def _ends(self, start: bool = False) -> Cursor:
@@ -319,13 +318,13 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if (begin[p], begin.skip(p)) < (stop[p], 0)
         ]
 
-    def _planned(self) -> tuple[int, MapSettings] | None:
+    def _planned(self) -> Plan | None:
         """A map's topics and settings, checked on the first micro-batch (what they were
         created with does not change); None for a topic."""
         source = self.opts.source
         if source.map is not None and self._plan is None:
             with source.connect() as db:
-                self._plan = planned(db.log, source.map_topics, _reference_settings(source))
+                self._plan = planned(db.log, source.map_topics, source.timeout)
         return self._plan
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -356,7 +355,7 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         p: int,
         start: tuple[int, int],
         end: int,
-        plan: tuple[int, MapSettings],
+        plan: Plan,
     ) -> Iterator[pa.RecordBatch]:
         """The changes of partition ``p`` from ``start`` (offset, skip) up to ops offset
         ``end``: one replay of the ops from the last flush by a reference replica made from
@@ -384,7 +383,7 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offset: int,
         skip: int,
         end: int,
-        plan: tuple[int, MapSettings],
+        plan: Plan,
     ) -> Iterator[pa.RecordBatch]:
         """The changes :func:`~kafkakv.map.feed.replay_changes` tells from ``offset``, less
         the first ``skip`` of its record, as Arrow batches of about :data:`BATCH_ROWS` rows.
@@ -516,7 +515,7 @@ def _topic_rows(log: Log, topic: str, p: int, start: int, end: int) -> Iterator[
 
 def _net_rows(
     log: Log,
-    plan: tuple[int, MapSettings],
+    plan: Plan,
     p: int,
     start: int,
     end: int,
@@ -535,20 +534,15 @@ def _net_rows(
 
 
 def _loaded(
-    log: Log, source: SourceOptions, plan: tuple[int, MapSettings], p: int, at: int
+    log: Log, source: SourceOptions, plan: Plan, p: int, at: int
 ) -> tuple[dict[bytes, bytes], int]:
     """The map's partition ``p`` as it stood at ops offset ``at``, or just after a flush
     written since that passed it, with the stored bytes as keys and values; and the ops
-    offset it reflects: a reference replica's :func:`~kafkakv.map.reference.state_at` (no
-    replica opened). Raises DataLossError when the ops end before ``at``."""
-    store = DictStore()
-    state = MapState(source.map or "", source.record_prefix, _BYTES, _BYTES, store)
-    ref = reference_planned(log, source.map_topics, [p], state, plan)
-    try:
-        reflected = state_at(ref, p, at)
-        return dict(zip(*store.columns(), strict=True)), reflected
-    finally:
-        ref.close()
+    offset it reflects (:func:`~kafkakv.map.reference.partition_at`: no replica opened).
+    Raises DataLossError when the ops end before ``at``."""
+    state = MapState(source.map or "", source.record_prefix, _BYTES, _BYTES, DictStore())
+    keys, values, reflected = partition_at(log, source.map_topics, plan, state, p, at)
+    return dict(zip(keys, values, strict=True)), reflected
 
 
 def _touched(log: Log, topic: str, p: int, start: int, stop: int, prefix: bytes) -> set[bytes]:
@@ -586,11 +580,6 @@ def _batch_keys(value: bytes | None) -> list[bytes]:
     except (DecodeError, OperationFailedError):
         pass
     return []
-
-
-def _reference_settings(source: SourceOptions) -> MapSettings:
-    """The settings of a reference replica that reads for ``source``: it appends nothing."""
-    return MapSettings(timeout=source.timeout, barriers="offset")
 
 
 def _snapshot_rows(state: dict[bytes, bytes], p: int, at: int) -> Iterator[_Row]:
