@@ -1218,15 +1218,15 @@ new_record(const unsigned char *key, Py_ssize_t key_size, const unsigned char *v
     return r;
 }
 
-/* The rows of one batch body (count rows exactly) appended to out as records, when every row
- * is plain and in order: offset deltas rising from 0 to at most last_delta, no headers (nil
- * or empty), timestamps that fit. 1 when taken (*last_delta_taken set), 0 when the batch is
- * not such (out unchanged, no error), -1 on an error (out may hold some of it: the caller
- * drops out). */
+/* The first want rows of one batch body (count rows exactly; want <= count) appended to out as
+ * records, when each of them is plain and in order: offset deltas rising from 0 to at most
+ * last_delta, no headers (nil or empty), timestamps that fit; when want is count, the body
+ * must end after them too. 1 when taken (*last_delta_taken set), 0 when they are not such
+ * (out unchanged, no error), -1 on an error (out may hold some of it: the caller drops out). */
 static int
-take_plain_rows(const unsigned char *body, Py_ssize_t size, Py_ssize_t count, long long base,
-                long long base_ts, long long last_delta, PyObject *partition, PyObject *out,
-                long long *last_delta_taken)
+take_plain_rows(const unsigned char *body, Py_ssize_t size, Py_ssize_t count, Py_ssize_t want,
+                long long base, long long base_ts, long long last_delta, PyObject *partition,
+                PyObject *out, long long *last_delta_taken)
 {
     reader r = {body, body + size};
     Py_ssize_t rows, fields, key_size, value_size;
@@ -1235,12 +1235,12 @@ take_plain_rows(const unsigned char *body, Py_ssize_t size, Py_ssize_t count, lo
     const unsigned char *key, *value;
     /* Pass 1: is every row plain? (A malformed body is not: the caller's Python path says
      * what is wrong.) */
-    if (read_array(&r, &rows) < 0 || rows != count) {
+    if (read_array(&r, &rows) < 0 || rows != count || want > rows || want < 0) {
         PyErr_Clear();
         return 0;
     }
     long long previous = -1;
-    for (Py_ssize_t i = 0; i < rows; i++) {
+    for (Py_ssize_t i = 0; i < want; i++) {
         if (read_array(&r, &fields) < 0 || fields != 5 || read_int(&r, &delta, &huge) < 0 ||
             read_int(&r, &stamp, &stamp_huge) < 0 || read_bin(&r, 1, &key, &key_size) < 0 ||
             read_bin(&r, 1, &value, &value_size) < 0) {
@@ -1263,13 +1263,13 @@ take_plain_rows(const unsigned char *body, Py_ssize_t size, Py_ssize_t count, lo
         }
         previous = delta;
     }
-    if (r.at != r.end) {
+    if (want == rows && r.at != r.end) {
         return 0;
     }
     /* Pass 2: the records. */
     r.at = body;
     (void)read_array(&r, &rows);
-    for (Py_ssize_t i = 0; i < rows; i++) {
+    for (Py_ssize_t i = 0; i < want; i++) {
         (void)read_array(&r, &fields);
         (void)read_int(&r, &delta, &huge);
         (void)read_int(&r, &stamp, &stamp_huge);
@@ -1390,8 +1390,8 @@ read_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         long long taken_delta = -1;
         int took = take_plain_rows(h + HEADER_SIZE, (Py_ssize_t)size - HEADER_SIZE,
-                                   (Py_ssize_t)count, base, base_ts, (long long)last_delta,
-                                   args[5], out, &taken_delta);
+                                   (Py_ssize_t)count, (Py_ssize_t)count, base, base_ts,
+                                   (long long)last_delta, args[5], out, &taken_delta);
         if (took < 0) {
             goto fail;
         }
@@ -1417,6 +1417,67 @@ fail:
     Py_XDECREF(out);
     Py_DECREF(buf);
     return result;
+}
+
+/* first_records(buf, pos, partition, want) -> list or None: the first want records of the
+ * batch whose header is at pos in buf (whose CRC the caller has checked), with none of the
+ * rows after them decoded; None when those rows are not all plain (see take_plain_rows) or
+ * the batch does not lie in buf, for the Python path to decode the batch. A read of a few
+ * records from the start of a large batch (a map's open reads the first record of a data
+ * topic whose first batch may be a whole flush of 500,000 keys) costs those few. */
+static PyObject *
+first_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "first_records(buf, pos, partition, want) takes 4 "
+                                         "arguments");
+        return NULL;
+    }
+    if (record_type == NULL || !PyLong_CheckExact(args[2])) {
+        Py_RETURN_NONE;
+    }
+    int ok = 1;
+    long long pos = ll_arg(args[1], &ok), want = ll_arg(args[3], &ok);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const unsigned char *h = (const unsigned char *)view.buf + pos;
+    if (!ok || pos < 0 || want <= 0 || view.len - pos < HEADER_SIZE) {
+        goto decline;
+    }
+    uint32_t size = get_u32(h + 8), count = get_u32(h + 20), last_delta = get_u32(h + 24);
+    long long base = (long long)get_u64(h), base_ts = (long long)get_u64(h + 28);
+    if (size < HEADER_SIZE || (Py_ssize_t)size > view.len - pos || want > (long long)count ||
+        (long long)count > (long long)last_delta + 1 || base > LLONG_MAX - (long long)last_delta) {
+        goto decline;
+    }
+    out = PyList_New(0);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    long long taken_delta = -1;
+    int took = take_plain_rows(h + HEADER_SIZE, (Py_ssize_t)size - HEADER_SIZE, (Py_ssize_t)count,
+                               (Py_ssize_t)want, base, base_ts, (long long)last_delta, args[2],
+                               out, &taken_delta);
+    PyBuffer_Release(&view);
+    if (took < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    if (took == 0) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+decline:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
 }
 
 /* -- module ----------------------------------------------------------------------------- */
@@ -1465,6 +1526,9 @@ static PyMethodDef frame_methods[] = {
      PyDoc_STR("read_plain(fd, pos, end, low, limit, partition, room, budget): whole plain "
                "batches from pos as records, (records, after, pos, low, room, budget), or "
                "None.")},
+    {"first_records", (PyCFunction)(void (*)(void))first_records, METH_FASTCALL,
+     PyDoc_STR("first_records(buf, pos, partition, want): the first want records of the "
+               "batch at pos, none after them decoded, or None.")},
     {"read_head", (PyCFunction)(void (*)(void))read_head, METH_FASTCALL,
      PyDoc_STR("read_head(mapped, last): ``last`` when the head record in ``mapped`` is its raw "
                "bytes, else a new (raw, HeadState) pair, or None when torn.")},
@@ -1503,9 +1567,9 @@ PyInit__frame(void)
     if (module == NULL) {
         return NULL;
     }
-    PyObject *all = Py_BuildValue("[ssssssssss]", "append_plain", "bind", "bind_head", "frame",
-                                  "frame_header", "latest_into", "pack_head", "plain_body",
-                                  "read_head", "read_plain");
+    PyObject *all = Py_BuildValue("[sssssssssss]", "append_plain", "bind", "bind_head",
+                                  "first_records", "frame", "frame_header", "latest_into",
+                                  "pack_head", "plain_body", "read_head", "read_plain");
     if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
         Py_XDECREF(all);
         Py_DECREF(module);

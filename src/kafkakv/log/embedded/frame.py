@@ -18,9 +18,11 @@ The compiled module also has :data:`append_plain`, the steady-state append of
 :meth:`Partition.append <kafkakv.log.embedded.partition.Partition.append>` in one call, its
 system calls made without the GIL, and :data:`read_plain`, the common case of a sequential
 read (a follower's, a replay's): whole batches as an append leaves them, checked and decoded
-into records in one call. Neither has a twin: where one is None (not built, or pure Python)
+into records in one call, and :data:`first_records`, the first few records of a large batch
+with the rows after them left undecoded (a map's open reads the first record of its data topic,
+whose first batch may be a whole flush). None of these has a twin: where one is None (not built, or pure Python)
 the partition's own Python path does the same; it also takes over wherever the compiled one
-declines (``_frame.c`` says when), and says what is wrong with a batch that is. The third,
+declines (``_frame.c`` says when), and says what is wrong with a batch that is. The last,
 :data:`read_head`, one look at a head file's mapping (every wait's check and every read
 begins with one), has its twin in ``head.py``.
 
@@ -55,6 +57,7 @@ __all__ = [
     "HEAD_MAGIC",
     "append_plain",
     "bind_head",
+    "first_records",
     "frame",
     "frame_header",
     "latest_into",
@@ -190,6 +193,9 @@ append_plain: Callable[..., Any] | None = None
 read_plain: Callable[..., Any] | None = None
 #: The compiled look at a head file's mapping (head.py's ``py_read_head``), or None.
 read_head: Callable[..., Any] | None = None
+#: The compiled take of a batch's first records, the rest undecoded (see the module
+#: docstring), or None.
+first_records: Callable[..., Any] | None = None
 #: Gives the C module the HeadState class that :data:`append_plain` returns (head.py calls it).
 bind_head: Callable[[type], None] = _bind_nothing
 _frame = compiled("kafkakv.log.embedded._frame")  # also needs zlib's header to build
@@ -200,4 +206,5 @@ if not TYPE_CHECKING and _frame is not None:
     latest_into = _frame.latest_into
     append_plain, bind_head = _frame.append_plain, _frame.bind_head
     read_plain, read_head = _frame.read_plain, _frame.read_head
+    first_records = _frame.first_records
     COMPILED = True
