@@ -38,11 +38,14 @@ __all__ = ["postgres", "spark", "spark_cluster", "terminal_table", "unique_table
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    from kafkakv.dev.spark import light_jvm_config
     from kafkakv.pipeline import spark_session
     from kafkakv.pipeline.jdbc_driver import postgres_jdbc_jar
 
-    try:
-        session = spark_session(app_name="kafkakv-tests", jars=[postgres_jdbc_jar()])
+    try:  # the JVM flags of short jobs (see LIGHT_JVM_OPTIONS)
+        session = spark_session(
+            app_name="kafkakv-tests", jars=[postgres_jdbc_jar()], config=light_jvm_config()
+        )
     except KafkaKVError as exc:
         pytest.fail(f"the Spark session could not start: {exc}", pytrace=False)
     try:

@@ -462,11 +462,13 @@ _CHILD = textwrap.dedent(
     """
     import sys
     from pyspark.sql import functions as F
+    from kafkakv.dev.spark import light_jvm_config
     from kafkakv.pipeline import spark_session
 
     target, checkpoint, scratch = sys.argv[1], sys.argv[2], sys.argv[3]
     spark = spark_session(  # its scratch space in the test's directory: nothing outlives it
-        app_name="kafkakv-stream-kill-test", config={"spark.local.dir": scratch}
+        app_name="kafkakv-stream-kill-test",
+        config={"spark.local.dir": scratch, **light_jvm_config()},
     )
     rows = spark.readStream.format("kafkakv").options(
         target=target, map="a", startingOffsets="earliest"

@@ -36,9 +36,36 @@ from kafkakv.dev.jars import find_java
 from kafkakv.dev.process import BrokerProcess, live_args, log_tail, spawn
 from kafkakv.lifecycle import Closeable
 
-__all__ = ["SparkCluster", "pyspark_home", "stop_spark_cluster"]
+__all__ = [
+    "LIGHT_JVM_OPTIONS",
+    "SparkCluster",
+    "light_jvm_config",
+    "pyspark_home",
+    "stop_spark_cluster",
+]
 
 HOST = "127.0.0.1"
+
+LIGHT_JVM_OPTIONS: tuple[str, ...] = (
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+UseSerialGC",
+    "-XX:-UsePerfData",
+)
+"""JVM flags of this cluster's master, workers and executors, and of the sessions tests start
+(:func:`light_jvm_config`): no C2 compiler and one GC thread. A test's job is short and small,
+so a JVM spends more CPU compiling and collecting in parallel than running it; on two cores
+shared with three Kafka brokers that CPU is the suite's time. As the dev Kafka cluster's
+brokers (:data:`kafkakv.dev.layout.DEFAULT_JVM_OPTIONS`). Not for benchmarks: a user's Spark
+runs with its defaults."""
+
+
+def light_jvm_config() -> dict[str, str]:
+    """Spark settings that start a session's driver and executors with
+    :data:`LIGHT_JVM_OPTIONS` (the driver's take effect where the session starts its JVM)."""
+    flags = " ".join(LIGHT_JVM_OPTIONS)
+    return {"spark.driver.extraJavaOptions": flags, "spark.executor.extraJavaOptions": flags}
+
+
 _POLL_S = 0.2
 _STATE = "spark-cluster.json"
 
@@ -103,6 +130,7 @@ class SparkCluster(Closeable):
             "spark.executor.cores": str(self.cores),
             "spark.cores.max": str(self.cores * self.workers),
             "spark.executor.memory": "512m",
+            **light_jvm_config(),
         }
 
     def start(self) -> str:
@@ -131,6 +159,7 @@ class SparkCluster(Closeable):
                 [
                     java,
                     "-Xmx512m",
+                    *LIGHT_JVM_OPTIONS,
                     "-cp",
                     classpath,
                     f"{deploy}.master.Master",
@@ -151,6 +180,7 @@ class SparkCluster(Closeable):
                     [
                         java,
                         "-Xmx256m",
+                        *LIGHT_JVM_OPTIONS,
                         "-cp",
                         classpath,
                         f"{deploy}.worker.Worker",
