@@ -26,7 +26,12 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 settings.register_profile("kafkakv", deadline=None)
 settings.load_profile("kafkakv")
 
-pytest_plugins = ["tests.parallel", "tests.kafka_cluster", "tests.pipeline_fixtures"]
+pytest_plugins = [
+    "tests.parallel",
+    "tests.kafka_cluster",
+    "tests.pipeline_fixtures",
+    "tests.topic_cleanup",
+]
 
 LOG_BACKENDS = ["embedded", "memory", "kafka"]
 """Every Log backend the contract suite runs on. ``kafka`` is the 3-broker test cluster."""

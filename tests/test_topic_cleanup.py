@@ -1,0 +1,38 @@
+"""The suite deletes the topics a test made on a Kafka cluster once it has ended
+(tests/topic_cleanup.py): each produce's replication costs the brokers more with every
+partition they hold."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kafkakv.log.kafka import KafkaLog
+from tests.conftest import KAFKA_TIMEOUT
+from tests.topic_cleanup import delete_made, made_in_this_test
+from tests.waiting import wait_for
+
+_MODULE_TOPIC = f"cleanup-module-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def module_topic(kafka_cluster: Any) -> Iterator[str]:
+    with KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log:
+        log.create_topic(_MODULE_TOPIC, 1)
+    yield _MODULE_TOPIC
+
+
+def test_a_topic_a_test_made_is_recorded_and_deleted(kafka_cluster: Any, module_topic: str) -> None:
+    name = f"cleanup-{uuid.uuid4().hex[:8]}"
+    with KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log:
+        log.create_topic(name, 2)
+    # a module-scoped fixture's topic is shared with later tests: not recorded
+    assert made_in_this_test() == [name]
+    delete_made(wait=KAFKA_TIMEOUT)
+    assert made_in_this_test() == []
+    with KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log:  # (knows of no creation)
+        wait_for(lambda: name not in log.topics(), timeout=KAFKA_TIMEOUT, what="the deletion")
+        assert module_topic in log.topics()
