@@ -138,15 +138,16 @@ def test_batches_larger_than_a_chunk_are_taken_whole_by_the_compiled_path(
 def test_a_few_records_from_the_start_of_a_large_batch_decode_no_more_of_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A read of at most a quarter of a batch from its first offset takes those records in C
-    with the rest of the batch left undecoded (a map's open reads one record of a data topic
-    whose first batch may be a flush of 500,000 keys, and decoded all of them); the reads and
-    next offsets are those of the Python path, also for the reads that go on inside the
-    batch, and a batch whose rows have headers is declined to Python."""
+    """A read of at most 1/64 of a batch from its first offset takes those records in C with
+    the rest of the batch left undecoded (a map's open reads one record of a data topic whose
+    first batch may be a flush of 500,000 keys, and decoded all of them); the reads and next
+    offsets are those of the Python path, also for the reads that go on inside the batch, a
+    larger read decodes the batch (once: a sequential reader would decode its start twice),
+    and a batch whose rows have headers is declined to Python."""
     with EmbeddedLog(tmp_path, background_cleaner=False) as log:
         log.create_topic("t", 1, config={"segment.bytes": 64 << 20})
         log.append("t", 0, [Record(b"k%d" % j, b"v%d" % j, (), 1000 + j) for j in range(4000)])
-        log.append("t", 0, [Record(b"h", b"x", [("h", b"1")]), *[Record(b"k", b"y")] * 40])
+        log.append("t", 0, [Record(b"h", b"x", [("h", b"1")]), *[Record(b"k", b"y")] * 199])
     took: list[bool] = []
 
     def counted(*args: Any) -> Any:
@@ -160,14 +161,16 @@ def test_a_few_records_from_the_start_of_a_large_batch_decode_no_more_of_it(
         monkeypatch.setattr(partition_module, "first_records", first)
         with EmbeddedLog(tmp_path, background_cleaner=False) as log:
             got = []
-            for position, n in [(0, 1), (1, 5), (0, 3), (4000, 2), (4001, 3), (0, 1000), (6, 9)]:
+            reads_made = [(0, 1), (1, 5), (0, 3), (4000, 2), (4001, 3), (0, 50), (0, 1000), (6, 9)]
+            for position, n in reads_made:
                 records, after = log.read_batch("t", 0, position, max_records=n)
                 got.append((list(records), after))
             reads.append(got)
     assert reads[0] == reads[1]
-    assert [len(r) for r, _ in reads[0]] == [1, 5, 3, 2, 3, 1000, 9]
+    assert [len(r) for r, _ in reads[0]] == [1, 5, 3, 2, 3, 50, 1000, 9]
     assert reads[0][0] == ([Record(b"k0", b"v0", (), 1000, 0, 0)], 1)
-    # (1, 5) and (6, 9) begin inside the batch; (0, 3) goes on from the rows (1, 5) decoded.
+    # (1, 5) and (6, 9) begin inside the batch; (0, 3) goes on from the rows (1, 5) decoded;
+    # (4000, 2) is declined (headers); (0, 1000) is more than 1/64 of its batch.
     assert took == [True, False, True]
 
 

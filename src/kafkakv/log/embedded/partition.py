@@ -149,11 +149,13 @@ def _take_records(
     offset: int,
     room: int,
 ) -> tuple[int, int, Any]:
-    """A :data:`_Take` into a list of records. A read of at most a quarter of a batch from its
+    """A :data:`_Take` into a list of records. A read of at most 1/64 of a batch from its
     start takes those records in C with no row after them decoded (a map's open reads the
     first record of its data topic, whose first batch may be a flush of 500,000 keys: 0.3 s
-    decoded whole); the reads that go on inside the batch decode it once, as any other."""
-    few = kept is None and offset <= h.base_offset and room * 4 <= h.record_count
+    decoded whole); the reads that go on inside the batch decode it once, as any other, so a
+    sequential reader decodes at most 1/64 of such a batch twice (a replay reads 5,000 ops at
+    a time from a bulk append's batches of 65,536: those it decodes once)."""
+    few = kept is None and offset <= h.base_offset and room * 64 <= h.record_count
     if few and first_records is not None:
         got = first_records(buf, p, part, room)
         if got is not None:
