@@ -24,7 +24,7 @@ from kafkakv.log.base import Record
 from kafkakv.log.kafka import KafkaLog
 from kafkakv.map import SortedReplicaMap
 from kafkakv.map.machine import MapState, MapTable, PartitionMachine, Step
-from kafkakv.map.ops import OpCode, decode_op, encode_op
+from kafkakv.map.ops import BARRIER_VALUE, OpCode, decode_op, encode_op
 from kafkakv.store.memory import DictStore
 from tests.map.conftest import OpenMap, compact_if_possible, local_logs, shared_logs
 from tests.map.test_map_protocol import read_all
@@ -248,27 +248,51 @@ def test_expired_keys_read_as_absent_then_every_replica_removes_them(open_map: O
 def test_a_reaper_whose_estimate_runs_ahead_proposes_in_vain_then_measures_and_waits(
     open_map: OpenMap,
 ) -> None:
-    """A replica whose estimate of the log's clock runs 30 s ahead (a leader whose clock was
+    """A replica whose estimate of the log's clock runs 60 s ahead (a leader whose clock was
     ahead, then a new one that is not) proposes an ``EXPIRE`` at once: the log stamps it
     before the deadline, so it changes nothing; every replica hands the key back, this one
-    measures the clock again, and the key goes once its ttl has passed, after a few records,
-    not a loop of them."""
+    measures the clock again, and from then on proposes once the deadline has passed: one
+    record, not a loop of them.
+
+    Every step waits on its event: the key's first ttl (20 s) is far longer than the early
+    proposal can take, so the proposal is early by construction rather than by winning a race
+    with a short ttl (under CPU stress the reaper once ran after a 0.5 s deadline, and the
+    scenario never happened). The second put, by the clock measured again, takes a short ttl."""
     m = open_map(expiry=True, flush_period=100_000)
     engine = m._engine
     engine.reaper.clock_is_local = False  # go by the estimate, as on Kafka
-    engine.log_clock.measured(0, int(time.time() * 1000) + 30_000, time.monotonic() * 1000)
-    put_at = time.monotonic()
-    m.put("k", 1, ttl=0.5)
-    store = m._state.store
-    wait_for(lambda: store.get(b"k") is None, 10, "the key to be reaped")
-    gone_after = time.monotonic() - put_at
-    assert 0.5 <= gone_after < 2.5, gone_after
-    ops = read_all(engine.log, engine.topics.ops, 0)
-    expires = [r for r in ops if decode_op(r.value).code is OpCode.EXPIRE]
-    assert 2 <= len(expires) <= 4, len(expires)  # the early one(s), then the one on time
-    assert engine.log_clock.fresh(0)
+    engine.log_clock.measured(0, int(time.time() * 1000) + 60_000, time.monotonic() * 1000)
+    ops_topic = engine.topics.ops
+
+    def expires() -> list[Record]:
+        ops = read_all(engine.log, ops_topic, 0)
+        return [r for r in ops if r.key is not None and decode_op(r.value).code is OpCode.EXPIRE]
+
+    def measured_after(offset: int | None) -> bool:  # a barrier (a measurement) past offset
+        ops = read_all(engine.log, ops_topic, 0)
+        barriers = [r for r in ops if (r.offset or 0) > (offset or 0) and r.value == BARRIER_VALUE]
+        return engine.log_clock.fresh(0) and bool(barriers)
+
+    m.put("k", 1, ttl=20)
+    first_deadline: int = m._state.expiries[b"k"]  # type: ignore[index]
+    wait_for(expires, 10, "the early EXPIRE")
+    wait_for(lambda: measured_after(expires()[0].offset), 10, "the clock measured again")
+    early = expires()
+    assert all((r.timestamp or 0) < first_deadline for r in early)  # early, so in vain
+    assert m._state.store.get(b"k") is not None and m.get("k") == 1
     now = engine.log_now()
     assert now is not None and now <= time.time() * 1000  # measured again: behind, not ahead
+
+    put_at = time.monotonic()
+    m.put("k", 2, ttl=0.5)
+    deadline = m._state.expiries[b"k"]  # type: ignore[index]
+    store = m._state.store
+    wait_for(lambda: store.get(b"k") is None, 10, "the key to be reaped")
+    assert time.monotonic() - put_at >= 0.5
+    later = expires()[len(early) :]
+    assert len(later) == 1, [r.timestamp for r in later]  # on time, once: no loop
+    assert (later[0].timestamp or 0) >= deadline
+    assert 1 <= len(early) <= 2, len(early)  # no proposals while the clock was unmeasured
 
 
 @local_logs
