@@ -282,9 +282,6 @@ class ClusterLayout:
             # failures noticed in seconds, so fault tests stay short
             "broker.heartbeat.interval.ms": "500",
             "broker.session.timeout.ms": "4000",
-            # the active controller appends a no-op to the metadata log this often (a health
-            # signal only; 500 ms by default): an idle cluster then costs half the CPU
-            "metadata.max.idle.interval.ms": "5000",
             "replica.lag.time.max.ms": "10000",
             # few threads and small buffers: three brokers share two cores
             "num.network.threads": "2",
