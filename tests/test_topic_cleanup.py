@@ -12,6 +12,7 @@ import pytest
 
 from kafkakv.log.kafka import KafkaLog
 from tests.conftest import KAFKA_TIMEOUT
+from tests.threads import native_threads_and_sockets
 from tests.topic_cleanup import delete_made, made_in_this_test
 from tests.waiting import wait_for
 
@@ -36,3 +37,15 @@ def test_a_topic_a_test_made_is_recorded_and_deleted(kafka_cluster: Any, module_
     with KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log:  # (knows of no creation)
         wait_for(lambda: name not in log.topics(), timeout=KAFKA_TIMEOUT, what="the deletion")
         assert module_topic in log.topics()
+
+
+def test_the_deleting_client_has_ended_when_the_next_test_starts(kafka_cluster: Any) -> None:
+    """What deletes a test's topics runs between tests, not into the next one: once
+    :func:`delete_made` returns (as at each teardown), its client's threads and connections
+    are gone. Left running, they were counted by the next test, which checks that its
+    clients leave none (tests/kafka/test_reader.py, fresh run 39)."""
+    with KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log:
+        log.create_topic(f"cleanup-{uuid.uuid4().hex[:8]}", 1)
+    before = native_threads_and_sockets()
+    delete_made()
+    assert native_threads_and_sockets() - before == set()

@@ -1,13 +1,16 @@
-"""Another thread inside a ``with`` block, for as long as a test needs it there."""
+"""Threads in tests: another thread inside a ``with`` block, for as long as a test needs it
+there; the process's native threads and sockets, to see what a client leaves running."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-__all__ = ["inside_in_another_thread"]
+__all__ = ["inside_in_another_thread", "native_threads_and_sockets"]
 
 
 @contextmanager
@@ -31,3 +34,14 @@ def inside_in_another_thread(
     finally:
         leave.set()
         thread.join(timeout)
+
+
+def native_threads_and_sockets() -> set[str]:
+    """This process's native threads and open sockets, as names unique while they live."""
+    found = {f"thread {tid}" for tid in os.listdir("/proc/self/task")}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:"):
+                found.add(target)
+    return found

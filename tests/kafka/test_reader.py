@@ -4,8 +4,6 @@ records."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ from kafkakv.dev import Cluster
 from kafkakv.log import Record
 from kafkakv.log.kafka import KafkaLog, reader
 from tests.conftest import KAFKA_TIMEOUT
+from tests.threads import native_threads_and_sockets
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.kafka
@@ -155,24 +154,13 @@ def test_closing_the_log_under_threads_that_read_ends_their_reads_and_never_cras
     assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-4000:])
 
 
-def _threads_and_sockets() -> set[str]:
-    """This process's native threads and open sockets, as names unique while they live."""
-    found = {f"thread {tid}" for tid in os.listdir("/proc/self/task")}
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # closed meanwhile
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if target.startswith("socket:"):
-                found.add(target)
-    return found
-
-
 def test_close_leaves_no_client_running_while_the_log_object_lives(kafka_cluster: Cluster) -> None:
     """After close() nothing of the log's librdkafka clients runs on, although the caller
     still holds the log and its writer: before, the producers and the admin client kept
     their threads and connections (retrying a stopped cluster for good) until the garbage
     collector, or the interpreter's exit, destroyed them."""
     topic = f"t-{uuid.uuid4().hex[:10]}"
-    before = _threads_and_sockets()
+    before = native_threads_and_sockets()
     log = KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT)
     log.create_topic(topic, 1)
     log.append(topic, 0, [Record(b"k", b"v")])
@@ -180,12 +168,12 @@ def test_close_leaves_no_client_running_while_the_log_object_lives(kafka_cluster
     wait_for(lambda: len(log.read(topic, 0, 0)) == 2, 10, "the sent record is readable")
     writer = log.writer(f"w-{uuid.uuid4().hex[:8]}")
     writer.append({(topic, 0): [Record(b"k", b"w")]})
-    opened = _threads_and_sockets() - before
+    opened = native_threads_and_sockets() - before
     assert len(opened) > 10, opened  # the clients' threads and connections
     writer.close()
     log.close()
     deadline = time.monotonic() + 5  # the log's own threads end within a poll slice
-    while (left := opened & _threads_and_sockets()) and time.monotonic() < deadline:
+    while (left := opened & native_threads_and_sockets()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, f"still running after close(): {sorted(left)}"
     assert log is not None and writer is not None  # both still held here
