@@ -236,13 +236,15 @@ def test_a_directory_topic_that_is_not_compacted_is_refused(
 def test_a_missing_jdbc_driver_is_a_clear_pipeline_error(
     postgres: PostgresConnection, tmp_path: Any
 ) -> None:
-    """A Spark session of its own (another JVM) started without the driver jar."""
+    """A Spark session of its own (another JVM, light: see LIGHT_JVM_OPTIONS) started
+    without the driver jar."""
     table = terminal_table(postgres, 1)
     script = textwrap.dedent(
         f"""
+        from kafkakv.dev.spark import light_jvm_config
         from kafkakv.errors import PipelineError
         from kafkakv.pipeline import *
-        spark = spark_session(app_name="no-driver")
+        spark = spark_session(app_name="no-driver", config=light_jvm_config())
         conn = PostgresConnection.from_url({_url(postgres)!r})
         job = IngestJob(spark, TableSource(conn, {table!r}),
                         SourceOptions({str(tmp_path / "log")!r}, map="m"),
