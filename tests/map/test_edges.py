@@ -580,12 +580,13 @@ def test_a_flush_behind_another_returns_within_the_maps_timeout(open_map: OpenMa
     m._engine.settings = dataclasses.replace(settings, timeout=1.0)
     try:
         started = time.monotonic()
-        # Partition 1's flush request or its wait for the flush under way runs out of the
-        # one deadline: which, the machine's load decides (under load, partition 0's flush
-        # left 0.48 s, too little for the request to be acknowledged).
+        # Whichever step of the flush runs when the one deadline passes raises, and the
+        # machine's load decides which: partition 1's wait for the flush under way, its
+        # request not acknowledged in time, or (under load, fresh run 41) partition 0's
+        # offsets request, left no time. The promise is the error's type and the bound.
         with pytest.raises(
             OperationTimeoutError,
-            match=r"did not begin within [01]\.\d\d s|not acknowledged in time",
+            match=r"did not begin within [01]\.\d\d s|not acknowledged in time|no answer within",
         ):
             m.flush()
         took = time.monotonic() - started
