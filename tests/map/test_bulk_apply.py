@@ -55,14 +55,18 @@ def bulk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
 def test_bulk_and_record_loop_decide_the_same(open_map: OpenMap, bulk: BulkCount) -> None:
     """Rounds of updates of one writer: puts of distinct keys (``PUT`` records that a reader
     catching up applies as one bulk batch), a key put twice, async conditional updates, removes
-    and puts (record by record). Every result, every replica's state and a listener's events
-    match a model applied in submission order."""
+    and puts (record by record). Every result, every replica's state, a listener's events and
+    a change feed's changes match a model applied in submission order. A replica with a feed
+    takes the bulk path too (its feed gets a bulk batch's changes as one run), one with a
+    listener does not."""
     rng = random.Random(_seed())
     writer = open_map()
     reader = open_map()  # no listener: its catch-up after each round is one batch
     heard: list[tuple[Any, Any, Any]] = []
     listening = open_map()
     listening.add_listener(lambda key, old, new, mine: heard.append((key, old, new)))
+    feeding = open_map()
+    feed = feeding.changes(timeout=0.5)
     model: dict[str, int] = {}
     changes: list[tuple[Any, Any, Any]] = []
 
@@ -105,15 +109,19 @@ def test_bulk_and_record_loop_decide_the_same(open_map: OpenMap, bulk: BulkCount
             assert future.result(timeout=30) == expected, kind
         reader.sync(timeout=30)
         assert dict(reader) == model, kind
+        feeding.sync(timeout=30)  # its catch-up too: one batch per round
 
     fresh = open_map()  # loads the whole history at once
-    for replica in (writer, reader, listening, fresh):
+    for replica in (writer, reader, listening, feeding, fresh):
         replica.sync(timeout=30)
         assert dict(replica) == model
         assert not replica._engine.errors
     assert heard == changes
+    with feed:
+        assert [(c.key, c.old, c.new) for c in feed] == changes
     if bulk.applied or bulk.refused:  # the "bulk" run: batches took both paths
-        assert bulk.of(reader._engine)[0] > 0 and bulk.of(reader._engine)[1] > 0
+        for replica in (reader, feeding):
+            assert bulk.of(replica._engine)[0] > 0 and bulk.of(replica._engine)[1] > 0
         assert bulk.of(listening._engine) == (0, 0)  # listeners: the record loop
     else:
         assert bulk.of(reader._engine) == (0, 0)

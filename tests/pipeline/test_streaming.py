@@ -256,6 +256,8 @@ def test_a_stream_tells_the_rows_and_cursors_the_feed_tells_from_every_cursor(
         assert m.remove_all(["k1", "k2", "k3", "absent"]) == 3
         m.put_all({"{t}:2": "2", "{t}:3": "c"})  # one change of two: a put of the same value
         m["k4"] = "last"
+        for i in range(40):  # a put each, last: from a cursor among them, a bulk batch
+            m[f"b{i}"] = str(i)
         with m.changes(since=kafkakv.Cursor(dict.fromkeys(range(2), 0)), timeout=0) as feed:
             changes = list(feed)
     assert len(changes) > len({(c.partition, c.offset) for c in changes})  # records of several

@@ -61,7 +61,7 @@ from kafkakv.map.follower import WAIT_SLICE, ReplicaFollower
 from kafkakv.map.futures import complete, fail
 from kafkakv.map.hooks import Hooks
 from kafkakv.map.keyspace import KeySpace
-from kafkakv.map.listeners import tell
+from kafkakv.map.listeners import tell, tell_run
 from kafkakv.map.machine import (
     CHANGE,
     RESULT,
@@ -513,8 +513,11 @@ class ReplicaEngine:
         freed = 0
         while events:
             kind, target, arg = events.popleft()
-            if kind == CHANGE:
-                tell(target, p, arg)
+            if kind >= CHANGE:  # a change, or a bulk batch's run of them
+                if kind == CHANGE:
+                    tell(target, p, arg)
+                else:
+                    tell_run(target, p, arg)
                 continue
             future = pending.pop(target, None)
             if future is not None:

@@ -34,6 +34,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import itertools
 import threading
 import time
 import weakref
@@ -47,7 +48,7 @@ from kafkakv.errors import (
     DecodeError,
     PartitionStalledError,
 )
-from kafkakv.map.machine import MapState
+from kafkakv.map.machine import ChangeRun, MapState
 from kafkakv.map.reference import rebuild, reference, replay
 from kafkakv.store.memory import DictStore
 
@@ -320,7 +321,7 @@ class ChangeFeed(Generic[K, V]):
             ref_state = MapState(state.name, state.prefix, state.keys, state.values, DictStore())
             ref = reference(engine, ref_state)  # one per partition: memory is freed between
             try:
-                reached = yield from replay_changes(ref, p, since, stop)
+                reached = yield from _as_raw(p, replay_changes(ref, p, since, stop))
             finally:
                 ref.close()
             if reached < stop:  # the log ended before ops this replica applied: it went away
@@ -511,11 +512,13 @@ def _slice(deadline: float | None) -> float:
 
 def replay_changes(
     ref: ReplicaEngine, p: int, since: int, stop: int
-) -> Generator[list[RawChange], None, int]:
+) -> Generator[ChangeRun, None, int]:
     """The changes of partition ``p`` at ops offsets ``since`` up to ``stop``, told by ``ref``,
     a new reference replica (:mod:`kafkakv.map.reference`) of one map: loaded from the data
     topic, the ops replayed up to ``since`` untold, then up to ``stop`` with a tap. Yields
-    them in chunks of whole records (the ops of about 5000 offsets each) and returns the
+    them in chunks of whole records (the ops of about 5000 offsets each), each a
+    :class:`~kafkakv.map.machine.ChangeRun` (columns: a bulk batch's changes are taken whole,
+    no Python per change), and returns the
     offset reached: ``stop``, or less where the log ends first (the caller says what that
     means). Cost: each op from the last flush applied once; the data topic read once.
 
@@ -533,16 +536,15 @@ def replay_changes(
     if since <= flushed:
         raise _expired(state.name, p, since, flushed)
     replay(ref, p, since, keys=False)
-    told: list[RawChange] = []
     if ref.positions()[p].applied >= since:
-        state.taps.append(_collector(told))
+        told = _Told()
+        state.taps.append(told)
         while (applied := ref.positions()[p].applied) < stop:
             step = min(stop, applied + _REPLAY_STEP)
             replay(ref, p, step, keys=False)
-            if told:
-                yield told
-                told = []
-                state.taps[:] = [_collector(told)]
+            run = told.take()
+            if run is not None:
+                yield run
             if ref.positions()[p].applied < step:
                 break  # a stall, or the end of the log
     stall = ref.stalled.get(p)
@@ -587,12 +589,46 @@ def _expired(name: str, p: int, offset: int, flushed: int) -> CursorExpiredError
     )
 
 
-def _collector(
-    told: list[RawChange],
-) -> Callable[[int, int, bytes, bytes | None, bytes | None], None]:
-    """A tap that appends each change to ``told``."""
+class _Told:
+    """A tap that keeps the changes it is told, as columns, until :meth:`take`."""
 
-    def tap(p: int, offset: int, key: bytes, old: bytes | None, new: bytes | None) -> None:
-        told.append((p, offset, key, old, new))
+    __slots__ = ("_columns",)
 
-    return tap
+    def __init__(self) -> None:
+        self._columns: tuple[list[int], list[bytes], list[bytes | None], list[bytes | None]]
+        self._columns = ([], [], [], [])
+
+    def __call__(
+        self, p: int, offset: int, key: bytes, old: bytes | None, new: bytes | None
+    ) -> None:
+        offsets, keys, olds, news = self._columns
+        offsets.append(offset)
+        keys.append(key)
+        olds.append(old)
+        news.append(new)
+
+    def take_run(self, p: int, run: ChangeRun) -> None:
+        offsets, keys, olds, news = self._columns
+        offsets.extend(run.offsets)
+        keys.extend(run.keys)
+        olds.extend(run.olds)
+        news.extend(run.news)
+
+    def take(self) -> ChangeRun | None:
+        """The changes told since the last take (None: none)."""
+        if not self._columns[0]:
+            return None
+        run = ChangeRun(*self._columns)
+        self._columns = ([], [], [], [])
+        return run
+
+
+def _as_raw(p: int, runs: Generator[ChangeRun, None, int]) -> Generator[list[RawChange], None, int]:
+    """The chunks of :func:`replay_changes` of partition ``p`` as lists of raw changes."""
+    while True:
+        try:
+            run = next(runs)
+        except StopIteration as end:
+            reached: int = end.value
+            return reached
+        yield list(zip(itertools.repeat(p), *run, strict=False))

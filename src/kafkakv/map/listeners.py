@@ -3,7 +3,7 @@
 The engine queues each change of a step as an event and runs the events in log order, with
 the futures of the same step, under the replica lock: a listener sees the map as of its
 change or later, never earlier. Taps (:mod:`kafkakv.map.feed`) get the encoded key and values;
-listeners decoded ones. A listener that raises is logged and the others still run; a change the
+listeners decoded ones. A bulk batch's changes come as one run (:func:`tell_run`). A listener that raises is logged and the others still run; a change the
 map's codecs cannot read is skipped for listeners (logged), never for taps.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 
 from kafkakv.errors import KafkaKVError
-from kafkakv.map.machine import MapState
+from kafkakv.map.machine import ChangeRun, MapState
 
-__all__ = ["ChangeEvent", "tell"]
+__all__ = ["ChangeEvent", "tell", "tell_run"]
 
 log = logging.getLogger("kafkakv.map")
 
@@ -42,3 +42,16 @@ def tell(state: MapState, p: int, change: ChangeEvent) -> None:
             listener(k, o, n, mine)
         except Exception:
             log.exception("a listener of map %s raised", state.name)
+
+
+def tell_run(state: MapState, p: int, run: ChangeRun) -> None:
+    """Give every tap of map ``state`` the changes ``run`` of partition ``p``: in one call to
+    a tap's ``take_run`` where it has one, else one call per change. (A map with listeners
+    has no runs: its batches take the record loop.)"""
+    for tap in list(state.taps):
+        take_run = getattr(tap, "take_run", None)
+        if take_run is not None:
+            take_run(p, run)
+            continue
+        for offset, key, old, new in zip(*run, strict=True):
+            tap(p, offset, key, old, new)

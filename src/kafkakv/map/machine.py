@@ -24,7 +24,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import msgpack
 import msgspec
@@ -58,12 +58,14 @@ from kafkakv.store.base import Positions, Store
 
 __all__ = [
     "CHANGE",
+    "CHANGES",
     "EXPIRES_HEADER",
     "FAILED",
     "FLUSH_HEADERS_MAX",
     "RESULT",
     "VERSION_HEADER",
     "ApplyError",
+    "ChangeRun",
     "ErrorLog",
     "Listener",
     "MapState",
@@ -84,8 +86,21 @@ __all__ = [
 Listener = Callable[[Any, Any, Any, bool], None]
 
 #: A tap of a map (a change feed, :mod:`kafkakv.map.feed`): ``(partition, offset, key, old,
-#: new)`` with the store's bytes, called as the change is applied, replica lock held.
+#: new)`` with the store's bytes, called as the change is applied, replica lock held. A tap
+#: that also has a method ``take_run(partition, run)`` takes the changes of a bulk batch
+#: (:class:`ChangeRun`) in one call instead (see :func:`kafkakv.map.listeners.tell_run`).
 Tap = Callable[[int, int, bytes, bytes | None, bytes | None], None]
+
+
+class ChangeRun(NamedTuple):
+    """Consecutive changes of one partition, in log order, as columns: each change's ops
+    offset, store key, old and new value (None: absent). A bulk batch tells its changes so
+    (a ``CHANGES`` event), not one event each."""
+
+    offsets: Sequence[int]
+    keys: Sequence[bytes]
+    olds: Sequence[bytes | None]
+    news: Sequence[bytes | None]
 
 
 @dataclass
@@ -165,10 +180,12 @@ class MapTable:
 #: Kinds of :attr:`Step.events`, in log order: ``(RESULT, seq, result)`` an own update decided
 #: (result as :func:`~kafkakv.map.ops.decide` returned it), ``(FAILED, seq, error)`` an own
 #: update decided as failed, ``(CHANGE, map_state, (key, old, new, mine, offset))`` a key
-#: changed (for listeners and taps).
+#: changed (for listeners and taps), ``(CHANGES, map_state, ChangeRun)`` the changes of a bulk
+#: batch (of a map with taps and no listeners), ahead of the batch's results.
 RESULT: Literal[0] = 0
 FAILED: Literal[1] = 1
 CHANGE: Literal[2] = 2
+CHANGES: Literal[3] = 3
 
 #: Offsets of ``Stall``: the record that stopped the partition, its key, and why.
 Stall = tuple[int, bytes | None, UnknownFunctionError]
@@ -345,7 +362,7 @@ class PartitionMachine:
             len(records) >= BULK_MIN
             and sent is None  # own records, bulk or not, are decided as they were sent
             and self.maps.plain
-            and not (first.listeners or first.taps or first.expiries)
+            and not (first.listeners or first.expiries)
         ):
             step = self.apply_puts(records, after)
             if step is not None:
@@ -747,8 +764,8 @@ class PartitionMachine:
     def apply_puts(self, records: Sequence[Record], after: int) -> Step | None:
         """:meth:`apply_batch` for the common bulk batch, a pass of C-level operations per
         step instead of a Python loop per record: one map without listeners, every record a
-        well-formed ``PUT`` of a bytes value, no key twice. Returns None, having changed
-        nothing, for any other batch."""
+        well-formed ``PUT`` of a bytes value, no key twice. The map's taps get the changes as
+        one :class:`ChangeRun`. Returns None, having changed nothing, for any other batch."""
         try:
             ops = list(map(_decode_put, cast("list[bytes]", [r[1] for r in records])))
         except (msgspec.DecodeError, TypeError):  # another op, a malformed one, a null value
@@ -780,17 +797,25 @@ class PartitionMachine:
             ids.take_run(og, seqs, last)
         previous = state.store.get_many(keys)
         versions = state.versions  # a plain map: record keys are store keys
+        step = Step()
         if previous.count(None) == len(previous):  # all new keys (a bulk load): at C speed
             self.dirty.update(zip(keys, offsets, strict=True))
             if versions is not None:
                 versions.update(zip(keys, offsets, strict=True))
+            if state.taps:  # told before the results, as the record loop tells them
+                run = ChangeRun(offsets, keys, previous, values)
+                step.events.append((CHANGES, state, run))
         else:
             changed = zip(keys, offsets, previous, values, strict=True)
             changes = [(k, o) for k, o, old, new in changed if old != new]
             self.dirty.update(changes)
             if versions is not None:
                 versions.update(changes)
-        step = Step()
+            if state.taps and changes:
+                changed = zip(keys, offsets, previous, values, strict=True)
+                told = [(o, k, old, new) for k, o, old, new in changed if old != new]
+                columns = map(list, zip(*told, strict=True))
+                step.events.append((CHANGES, state, ChangeRun(*columns)))
         origin = self.origin
         step.events.extend(
             [

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
@@ -80,9 +81,9 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log.base import Log
-from kafkakv.map.feed import Cursor, RawChange, cursor_texts, replay_changes
+from kafkakv.map.feed import Cursor, cursor_texts, replay_changes
 from kafkakv.map.keyspace import prefix_of
-from kafkakv.map.machine import MapState
+from kafkakv.map.machine import ChangeRun, MapState
 from kafkakv.map.ops import OpCode, decode_op, write_many_args
 from kafkakv.map.reference import Plan, partition_at, planned, reference_planned
 from kafkakv.pipeline.arrow import decode_column, spark_type
@@ -394,24 +395,29 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ref = reference_planned(log, source.map_topics, [p], state, plan)
         try:
             replayed = replay_changes(ref, p, offset, end)
-            pending: list[RawChange] = []
+            pending: tuple[list[Any], ...] = ([], [], [], [])  # the columns of a ChangeRun
             first = True  # of the chunks: the record at `offset` starts it, if it has changes
             while True:
                 try:
-                    chunk = next(replayed)
+                    run = next(replayed)
                 except StopIteration as stop:
                     reached: int = stop.value
                     break
                 if first and skip:  # the cursor's skip: changes of that record behind it
-                    lead = next((i for i, c in enumerate(chunk) if c[1] != offset), len(chunk))
-                    chunk = chunk[min(skip, lead) :]
+                    offsets = run.offsets
+                    lead = next((i for i, o in enumerate(offsets) if o != offset), len(offsets))
+                    taken = min(skip, lead)
+                    run = ChangeRun(
+                        offsets[taken:], run.keys[taken:], run.olds[taken:], run.news[taken:]
+                    )
                     if lead <= skip:
                         skip = 0  # the cursors of later records count from their start
                 first = False
-                pending.extend(chunk)
-                if len(pending) >= BATCH_ROWS:
-                    yield self._change_batch(p, pending, skip)
-                    pending, skip = [], 0
+                for column, told in zip(pending, run, strict=True):
+                    column.extend(told)
+                if len(pending[0]) >= BATCH_ROWS:
+                    yield self._change_batch(p, ChangeRun(*pending), skip)
+                    pending, skip = ([], [], [], []), 0
         finally:
             ref.close()
         if reached < end:
@@ -419,19 +425,20 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{source.what} partition {p}: the replica reached ops offset {reached}, "
                 f"short of {end} noted when the micro-batch was planned"
             )
-        if pending:
-            yield self._change_batch(p, pending, skip)
+        if pending[0]:
+            yield self._change_batch(p, ChangeRun(*pending), skip)
 
-    def _change_batch(self, p: int, changes: list[RawChange], skip: int) -> pa.RecordBatch:
+    def _change_batch(self, p: int, changes: ChangeRun, skip: int) -> pa.RecordBatch:
         """The rows of ``changes`` (whole records but the first, whose first ``skip`` changes
         were taken before), each column built only if the schema asks for it."""
 
-        def column(i: int) -> list[Any]:
-            if i == _CURSOR:
-                return cursor_texts(p, [c[1] for c in changes], skip)
-            return [c[_RAW_OF_ROW[i]] for c in changes]
+        def column(i: int) -> Sequence[Any]:
+            return changes[_RUN_OF_ROW[i]]
 
-        return self._batch(p, len(changes), column)
+        def cursors() -> pa.Array[Any]:
+            return _cursor_column(p, changes.offsets, skip)
+
+        return self._batch(p, len(changes.offsets), column, cursors)
 
     def _batches(self, p: int, rows: Iterator[_Row]) -> Iterator[pa.RecordBatch]:
         while True:
@@ -440,9 +447,16 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return
             yield self._batch(p, len(chunk), functools.partial(_field, chunk))
 
-    def _batch(self, p: int, n: int, values: Callable[[int], list[Any]]) -> pa.RecordBatch:
+    def _batch(
+        self,
+        p: int,
+        n: int,
+        values: Callable[[int], Sequence[Any]],
+        cursors: Callable[[], pa.Array[Any]] | None = None,
+    ) -> pa.RecordBatch:
         """A batch of ``n`` rows of partition ``p``: ``values(i)`` gives field ``i`` of
-        :data:`_Row` for every row, asked only for the fields of the schema."""
+        :data:`_Row` for every row (``cursors()``, where given, the cursor's as an Arrow
+        column), asked only for the fields of the schema."""
         source = self.opts.source
         where = f"{source.what} partition {p}"
         arrays = []
@@ -458,7 +472,7 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif name == "offset":
                 column = pa.array(values(3), pa.int64())
             else:
-                column = pa.array(values(_CURSOR), pa.string())
+                column = cursors() if cursors else pa.array(values(_CURSOR), pa.string())
             if column.type != arrow_type:
                 try:
                     column = column.cast(arrow_type)
@@ -473,14 +487,29 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 #: One row as a task gathers it: key, old, new (stored bytes), ops offset, cursor text.
 _Row = tuple[bytes, bytes | None, bytes | None, int | None, str]
-_CURSOR = 4  # the cursor's field in a _Row: told from the offsets, not a RawChange's
-#: For each other field of a _Row, where a RawChange (p, offset, key, old, new) holds it.
-_RAW_OF_ROW = (2, 3, 4, 1)
+_CURSOR = 4  # the cursor's field in a _Row: told from the offsets, not a ChangeRun's
+#: For each other field of a _Row, the column of a ChangeRun (offsets, keys, olds, news).
+_RUN_OF_ROW = (1, 2, 3, 0)
 _BYTES = codec_for("bytes")
 
 
 def _field(rows: list[_Row], i: int) -> list[Any]:
     return [r[i] for r in rows]  # a comprehension per column: zip(*rows) is slower
+
+
+def _cursor_column(p: int, offsets: Sequence[int], skip: int) -> pa.Array[Any]:
+    """:func:`~kafkakv.map.feed.cursor_texts` as an Arrow column; where each record has one
+    change (no offset twice), made by Arrow's kernels: ``"p:" + (offset + 1)``."""
+    numbers = pa.array(offsets, pa.int64())
+    if len(numbers) > 1 and pc.any(pc.equal(numbers[1:], numbers[:-1])).as_py():
+        return pa.array(cursor_texts(p, offsets, skip), pa.string())
+    following = pc.cast(pc.add(numbers, 1), pa.string())
+    joined: pa.Array[Any] = pc.binary_join_element_wise(  # type: ignore[call-overload]
+        f"{p}:",
+        following,
+        "",  # (the stubs take no scalar for a string argument)
+    )
+    return joined
 
 
 def _check_fits(cursor: Cursor, ends: Cursor, source: SourceOptions) -> None:
