@@ -243,6 +243,11 @@ def _read_all(reader: KafkaKVStreamReader) -> list[dict[str, Any]]:
     ]
 
 
+@functions.register("test_streaming.exclaim")
+def _exclaim(key: str, old: str | None) -> str:
+    return f"{old}!"
+
+
 def test_a_stream_tells_the_rows_and_cursors_the_feed_tells_from_every_cursor(
     tmp_path: Path,
 ) -> None:
@@ -256,6 +261,7 @@ def test_a_stream_tells_the_rows_and_cursors_the_feed_tells_from_every_cursor(
         assert m.remove_all(["k1", "k2", "k3", "absent"]) == 3
         m.put_all({"{t}:2": "2", "{t}:3": "c"})  # one change of two: a put of the same value
         m["k4"] = "last"
+        m.compute("k5", "test_streaming.exclaim")  # decided with the map's codec: str
         for i in range(40):  # a put each, last: from a cursor among them, a bulk batch
             m[f"b{i}"] = str(i)
         with m.changes(since=kafkakv.Cursor(dict.fromkeys(range(2), 0)), timeout=0) as feed:

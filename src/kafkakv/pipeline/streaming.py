@@ -391,8 +391,7 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Raises CursorExpiredError before any batch when a flush covered ``offset``, the
         stall that stops the partition, and DataLossError when the log ends before ``end``."""
         source = self.opts.source
-        state = MapState(source.map or "", source.record_prefix, _BYTES, _BYTES, DictStore())
-        ref = reference_planned(log, source.map_topics, [p], state, plan)
+        ref = reference_planned(log, source.map_topics, [p], _reference_state(source), plan)
         try:
             replayed = replay_changes(ref, p, offset, end)
             pending: tuple[list[Any], ...] = ([], [], [], [])  # the columns of a ChangeRun
@@ -490,7 +489,14 @@ _Row = tuple[bytes, bytes | None, bytes | None, int | None, str]
 _CURSOR = 4  # the cursor's field in a _Row: told from the offsets, not a ChangeRun's
 #: For each other field of a _Row, the column of a ChangeRun (offsets, keys, olds, news).
 _RUN_OF_ROW = (1, 2, 3, 0)
-_BYTES = codec_for("bytes")
+
+
+def _reference_state(source: SourceOptions) -> MapState:
+    """The map as a reference replica of a task holds it: an empty store, and the map's own
+    codecs, with which it decides the ops as every replica does (a registered function gets
+    decoded values; a compare is by decoded value). The rows are the stored bytes."""
+    keys, values = codec_for(source.key_codec), codec_for(source.value_codec)
+    return MapState(source.map or "", source.record_prefix, keys, values, DictStore())
 
 
 def _field(rows: list[_Row], i: int) -> list[Any]:
@@ -569,7 +575,7 @@ def _loaded(
     written since that passed it, with the stored bytes as keys and values; and the ops
     offset it reflects (:func:`~kafkakv.map.reference.partition_at`: no replica opened).
     Raises DataLossError when the ops end before ``at``."""
-    state = MapState(source.map or "", source.record_prefix, _BYTES, _BYTES, DictStore())
+    state = _reference_state(source)
     keys, values, reflected = partition_at(log, source.map_topics, plan, state, p, at)
     return dict(zip(keys, values, strict=True)), reflected
 
