@@ -63,6 +63,7 @@ from kafkakv.errors import (
     RecordTooLargeError,
     UnknownTopicError,
 )
+from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Log, Record, new_tuple
 from kafkakv.map.dedup import numbering
 from kafkakv.map.keyspace import RESERVED_KEYS, check_update_key
@@ -303,15 +304,19 @@ class KafkaKVWriter(DataSourceArrowWriter):
             limit = log.record_room(topic)  # what one record may hold
             to_records = _MapRecords(opts) if opts.map is not None else _TopicRecords(opts)
             for batch in iterator:
-                keys = encode_column(batch.column("key"), opts.key_codec, "key")
-                values = encode_column(
-                    batch.column("value"), opts.value_codec, "value", check=opts.check_json
-                )
-                by_partition = to_records(keys, values, count, limit)
-                for p, records in by_partition.items():
-                    log.send(topic, p, records)
-                rows += len(keys)
-                removes += sum(1 for v in values if v is None)
+                # A batch's records are thousands of short-lived tuples: no collections
+                # while they live (see kafkakv.gcpause), and their references dropped inside.
+                with gc_paused():
+                    keys = encode_column(batch.column("key"), opts.key_codec, "key")
+                    values = encode_column(
+                        batch.column("value"), opts.value_codec, "value", check=opts.check_json
+                    )
+                    by_partition = to_records(keys, values, count, limit)
+                    for p in by_partition:
+                        log.send(topic, p, by_partition[p])
+                    rows += len(keys)
+                    removes += values.count(None)
+                    del keys, values, by_partition
         return Written(rows, removes)
 
 
