@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from kafkakv.dev import Cluster
-from kafkakv.errors import LogUnavailableError, OperationTimeoutError
+from kafkakv.errors import FencedError, LogUnavailableError, OperationTimeoutError
 from kafkakv.log.kafka import KafkaLog
 from kafkakv.log.kafka.errors import translated
 from tests.conftest import KAFKA_TIMEOUT
@@ -101,3 +101,37 @@ def test_a_request_lost_with_its_connection_is_sent_again(kafka_cluster: Cluster
         with pytest.raises(LogUnavailableError, match="transport"), translated("x"):
             log._patiently("listing topics", lost, deadline=started + 1.0)
         assert 0.9 <= time.monotonic() - started < 1.5 and len(calls) >= 5
+
+
+def test_a_system_error_standing_for_a_kafka_error_is_handled_as_that_error(
+    kafka_cluster: Cluster,
+) -> None:
+    """confluent-kafka ran a callback of kafkakv's (error_cb) while a fenced producer's fatal
+    error was still set: the callback's lock raised a SystemError chained to it, which the
+    client call raised, and it escaped a flush past every ``except KafkaException`` (fresh run
+    44, under stress-ng). It is handled as the error it stands for."""
+
+    def standing_for(code: int) -> SystemError:
+        try:
+            raise SystemError("returned a result with an exception set") from KafkaException(
+                KafkaError(code)
+            )
+        except SystemError as exc:
+            return exc
+
+    calls: list[float] = []
+
+    def behind_then_answers(wait: float) -> int:
+        calls.append(wait)
+        if len(calls) == 1:
+            raise standing_for(KafkaError.UNKNOWN_TOPIC_OR_PART)
+        return 42
+
+    def fenced(wait: float) -> int:
+        raise standing_for(KafkaError._FENCED)
+
+    with KafkaLog(kafka_cluster.bootstrap, timeout=KAFKA_TIMEOUT) as log:
+        assert log._patiently("asking", behind_then_answers, known=True) == 42
+        assert len(calls) == 2  # asked again, as for the KafkaException itself
+        with pytest.raises(FencedError, match=r"^writing: .*fenced"), translated("writing"):
+            log._patiently("writing", fenced)

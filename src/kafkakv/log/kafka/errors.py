@@ -44,7 +44,16 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 
-__all__ = ["DEFAULT", "HINTS", "TABLE", "error_class", "error_of", "translate", "translated"]
+__all__ = [
+    "DEFAULT",
+    "HINTS",
+    "TABLE",
+    "error_class",
+    "error_of",
+    "kafka_exception",
+    "translate",
+    "translated",
+]
 
 TABLE: Mapping[int, type[KafkaKVError]] = {
     # topics
@@ -145,6 +154,33 @@ def error_of(exc: BaseException) -> KafkaError | None:
     return err if isinstance(err, KafkaError) else None
 
 
+def kafka_exception(exc: BaseException) -> KafkaException | None:
+    """The ``KafkaException`` that ``exc`` stands for: itself, or the one a ``SystemError``
+    has as its cause; None for anything else.
+
+    confluent-kafka runs some of kafkakv's callbacks (``error_cb``, delivery reports) while its
+    own exception is already set, as a fenced producer's fatal error: the callback's first
+    checked call then raises a ``SystemError`` ("returned a result with an exception set")
+    chained to that exception, and the client's call raises the ``SystemError``.
+
+    >>> fenced = KafkaException(KafkaError(KafkaError._FENCED))
+    >>> kafka_exception(fenced) is fenced
+    True
+    >>> try:
+    ...     raise SystemError("returned a result with an exception set") from fenced
+    ... except SystemError as exc:
+    ...     kafka_exception(exc) is fenced
+    True
+    >>> kafka_exception(SystemError("other")) is None
+    True
+    """
+    if isinstance(exc, KafkaException):
+        return exc
+    if isinstance(exc, SystemError) and isinstance(exc.__cause__, KafkaException):
+        return exc.__cause__
+    return None
+
+
 def translate(
     what: str,
     error: KafkaException | KafkaError,
@@ -178,8 +214,9 @@ def translate(
 
 
 class translated:  # lowercase: used as a function is, like contextlib.suppress
-    """The error boundary: a ``KafkaException`` raised in the ``with`` block leaves it as
-    :func:`translate` makes it, ``raise ... from`` the original (kept as ``__cause__``).
+    """The error boundary: a ``KafkaException`` raised in the ``with`` block (or a
+    ``SystemError`` standing for one: :func:`kafka_exception`) leaves it as :func:`translate`
+    makes it, ``raise ... from`` the original (kept as ``__cause__``).
     Anything else, kafkakv's own errors included, passes through untouched.
 
     >>> with translated("reading t[0]"):
@@ -204,5 +241,6 @@ class translated:  # lowercase: used as a function is, like contextlib.suppress
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if isinstance(exc, KafkaException):
-            raise translate(self.what, exc) from exc
+        kafka = None if exc is None else kafka_exception(exc)
+        if kafka is not None:
+            raise translate(self.what, kafka) from exc

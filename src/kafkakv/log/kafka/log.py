@@ -69,7 +69,13 @@ from kafkakv.lifecycle import ExitStage, at_exit
 from kafkakv.log.base import Batch, CleanResult, FailureCallback, Log, LogWriter, Problem, Record
 from kafkakv.log.base import TopicPartition as TP
 from kafkakv.log.config import parse_topic_config, validate_topic_name
-from kafkakv.log.kafka.errors import error_class, error_of, translate, translated
+from kafkakv.log.kafka.errors import (
+    error_class,
+    error_of,
+    kafka_exception,
+    translate,
+    translated,
+)
 from kafkakv.log.kafka.reader import Reader
 from kafkakv.log.kafka.refusals import Refusals, slices, speaks_tls
 from kafkakv.log.kafka.settings import ClientSettings, open_client
@@ -518,9 +524,12 @@ class KafkaLog(Log):
             except concurrent.futures.TimeoutError as exc:
                 if final:
                     raise OperationTimeoutError(f"{what}: no answer within {limit}") from exc
-            except KafkaException as exc:
+            except (KafkaException, SystemError) as raised:
+                kafka = kafka_exception(raised)
+                if kafka is None:
+                    raise
                 ran_out = time.monotonic() - started >= 0.9 * wait
-                err = error_of(exc)
+                err = error_of(kafka)
                 waits_through = _call_again(err, ran_out, again or known, resumable)
                 # A quick failure it calls again through (a leader just elected) in the last
                 # slice leaves time: the call goes on until the deadline, not the slice.
@@ -533,9 +542,11 @@ class KafkaLog(Log):
                         f"{what}: {err.str()} (no answer within {limit})",
                         code=err.code(),
                         code_name=err.name(),
-                    ) from exc
-                else:  # as the last error, which the table gives its class (leader moving:
-                    raise  # LogUnavailableError), never a plain LogError (test_error_table)
+                    ) from kafka
+                elif kafka is raised:  # as the last error, which the table gives its class
+                    raise  # (leader moving: LogUnavailableError), never a plain LogError
+                else:  # a SystemError standing for it: the caller handles the real one
+                    raise kafka from raised
             again = True
             if serve is not None:
                 serve()
@@ -1162,15 +1173,13 @@ class KafkaLogWriter(LogWriter):
                 ) from first
             try:
                 return self._transaction(batches)
-            except KafkaException as exc:
+            except (KafkaException, SystemError) as raised:
+                # (confluent-kafka runs the delivery callbacks of a fenced producer with its
+                # fatal error still set: a SystemError standing for it, see kafka_exception)
+                exc = kafka_exception(raised)
+                if exc is None:
+                    raise
                 raise self._transaction_failure(exc) from exc
-            except SystemError as exc:
-                # confluent-kafka runs the delivery callbacks of a fenced producer with its
-                # fatal error still set, and Python reports that as a SystemError whose cause
-                # is the real error: translate that one (the SystemError stays __context__).
-                if isinstance(exc.__cause__, KafkaException):
-                    raise self._transaction_failure(exc.__cause__) from exc.__cause__
-                raise
 
     def _transaction(self, batches: Mapping[TP, list[CheckedRecord]]) -> dict[TP, int]:
         """One transaction. Only the first record of each partition has a delivery callback
@@ -1289,7 +1298,10 @@ class KafkaLogWriter(LogWriter):
     def _abort(self) -> None:
         try:
             self._producer.abort_transaction(self._log.timeout)
-        except KafkaException as exc:
+        except (KafkaException, SystemError) as raised:
+            exc = kafka_exception(raised)
+            if exc is None:
+                raise
             log.warning("aborting a transaction of %s failed: %s", self._id, _text(exc))
 
     def close(self) -> None:
@@ -1309,7 +1321,10 @@ class KafkaLogWriter(LogWriter):
         try:
             if producer.flush(wait):
                 producer.purge()
-        except KafkaException as exc:  # a fenced producer reports its fatal error again
+        except (KafkaException, SystemError) as raised:  # a fenced one reports its error again
+            exc = kafka_exception(raised)
+            if exc is None:
+                raise
             log.debug("closing a producer of writer %s: %s", self._id, _text(exc))
 
 
