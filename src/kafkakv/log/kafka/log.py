@@ -526,27 +526,30 @@ class KafkaLog(Log):
                     raise OperationTimeoutError(f"{what}: no answer within {limit}") from exc
             except (KafkaException, SystemError) as raised:
                 kafka = kafka_exception(raised)
-                if kafka is None:
-                    raise
-                ran_out = time.monotonic() - started >= 0.9 * wait
-                err = error_of(kafka)
-                waits_through = _call_again(err, ran_out, again or known, resumable)
-                # A quick failure it calls again through (a leader just elected) in the last
-                # slice leaves time: the call goes on until the deadline, not the slice.
-                out_of_time = final and (ran_out or deadline - time.monotonic() < _WAIT_SLICE_S)
-                if waits_through and not out_of_time:
-                    if not ran_out:  # a quick retriable failure: do not spin
-                        time.sleep(min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
-                elif final and not resumable and err is not None and err.code() in _TIMED_OUT:
-                    raise OperationTimeoutError(  # the time it had, not the log's timeout
-                        f"{what}: {err.str()} (no answer within {limit})",
-                        code=err.code(),
-                        code_name=err.name(),
-                    ) from kafka
-                elif kafka is raised:  # as the last error, which the table gives its class
-                    raise  # (leader moving: LogUnavailableError), never a plain LogError
-                else:  # a SystemError standing for it: the caller handles the real one
-                    raise kafka from raised
+                try:
+                    if kafka is None:
+                        raise
+                    ran_out = time.monotonic() - started >= 0.9 * wait
+                    err = error_of(kafka)
+                    waits_through = _call_again(err, ran_out, again or known, resumable)
+                    # A quick failure it calls again through (a leader just elected) in the
+                    # last slice leaves time: the call goes on until the deadline, not the slice.
+                    out_of_time = final and (ran_out or deadline - time.monotonic() < _WAIT_SLICE_S)
+                    if waits_through and not out_of_time:
+                        if not ran_out:  # a quick retriable failure: do not spin
+                            time.sleep(min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic())))
+                    elif final and not resumable and err is not None and err.code() in _TIMED_OUT:
+                        raise OperationTimeoutError(  # the time it had, not the log's timeout
+                            f"{what}: {err.str()} (no answer within {limit})",
+                            code=err.code(),
+                            code_name=err.name(),
+                        ) from kafka
+                    elif kafka is raised:  # as the last error, which the table gives its
+                        raise  # class (leader moving: LogUnavailableError), not a plain LogError
+                    else:  # a SystemError standing for it: the caller handles the real one
+                        raise kafka from raised
+                finally:
+                    del kafka  # its traceback holds this frame: no cycle left
             again = True
             if serve is not None:
                 serve()
@@ -1175,11 +1178,14 @@ class KafkaLogWriter(LogWriter):
                 return self._transaction(batches)
             except (KafkaException, SystemError) as raised:
                 # (confluent-kafka runs the delivery callbacks of a fenced producer with its
-                # fatal error still set: a SystemError standing for it, see kafka_exception)
-                exc = kafka_exception(raised)
-                if exc is None:
+                # fatal error still set: a SystemError standing for it, see kafka_exception).
+                # No local holds the exception: its traceback holds this frame, which would
+                # keep the writer alive until a cyclic collection.
+                if kafka_exception(raised) is None:
                     raise
-                raise self._transaction_failure(exc) from exc
+                raise self._transaction_failure(
+                    cast(KafkaException, kafka_exception(raised))
+                ) from kafka_exception(raised)
 
     def _transaction(self, batches: Mapping[TP, list[CheckedRecord]]) -> dict[TP, int]:
         """One transaction. Only the first record of each partition has a delivery callback
@@ -1298,11 +1304,10 @@ class KafkaLogWriter(LogWriter):
     def _abort(self) -> None:
         try:
             self._producer.abort_transaction(self._log.timeout)
-        except (KafkaException, SystemError) as raised:
-            exc = kafka_exception(raised)
-            if exc is None:
+        except (KafkaException, SystemError) as raised:  # (no local holds it: see above)
+            if kafka_exception(raised) is None:
                 raise
-            log.warning("aborting a transaction of %s failed: %s", self._id, _text(exc))
+            log.warning("aborting a transaction of %s failed: %s", self._id, _text(raised))
 
     def close(self) -> None:
         with self._lock:
@@ -1322,12 +1327,11 @@ class KafkaLogWriter(LogWriter):
             if producer.flush(wait):
                 producer.purge()
         except (KafkaException, SystemError) as raised:  # a fenced one reports its error again
-            exc = kafka_exception(raised)
-            if exc is None:
+            if kafka_exception(raised) is None:
                 raise
-            log.debug("closing a producer of writer %s: %s", self._id, _text(exc))
+            log.debug("closing a producer of writer %s: %s", self._id, _text(raised))
 
 
-def _text(exc: KafkaException) -> str:
-    err = error_of(exc)
+def _text(exc: BaseException) -> str:
+    err = error_of(kafka_exception(exc) or exc)
     return err.str() if err is not None else str(exc)
