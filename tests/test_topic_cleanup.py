@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+import kafkakv
 from kafkakv.log.kafka import KafkaLog
+from kafkakv.pipeline.ingest import POSITIONS_MAP
 from tests.conftest import KAFKA_TIMEOUT
 from tests.threads import native_threads_and_sockets
-from tests.topic_cleanup import delete_made, made_in_this_test
+from tests.topic_cleanup import SHARED_TOPICS, delete_made, made_in_this_test
 from tests.waiting import wait_for
 
 _MODULE_TOPIC = f"cleanup-module-{uuid.uuid4().hex[:8]}"
@@ -49,3 +51,23 @@ def test_the_deleting_client_has_ended_when_the_next_test_starts(kafka_cluster: 
     before = native_threads_and_sockets()
     delete_made()
     assert native_threads_and_sockets() - before == set()
+
+
+def test_the_topics_kafkakv_names_itself_outlive_the_test_that_made_them(
+    kafka_single: Any,
+) -> None:
+    """The ingest jobs' positions map has one name for every job: the test that happened to
+    create its topics does not own them. Deleted at its end, they vanished under the replica
+    of another test running a job at the same time (an empty map, or ops offsets never
+    applied). The 1-broker cluster is used because no other test makes this map there: its
+    topics are made here."""
+    target = f"kafka://{kafka_single.bootstrap}"
+    with kafkakv.connect(target, timeout=KAFKA_TIMEOUT) as db:
+        fresh = not SHARED_TOPICS & set(db.log.topics())
+        db.map(POSITIONS_MAP)["a-job"] = {"id": 7}
+    assert fresh, "the positions map existed before this test: its cleanup is not exercised"
+    assert made_in_this_test() == []
+    delete_made(wait=KAFKA_TIMEOUT)
+    with kafkakv.connect(target, timeout=KAFKA_TIMEOUT) as db:
+        assert set(db.log.topics()) >= SHARED_TOPICS
+        assert db.map(POSITIONS_MAP)["a-job"] == {"id": 7}

@@ -10,10 +10,16 @@ the biggest consumer of the machine's two cores.
 What is deleted: the topics that :meth:`KafkaLog.create_topic <kafkakv.log.kafka.KafkaLog.create_topic>`
 created in this process while a test's own part ran (the test function and its function-scoped
 fixtures). A topic made by a fixture of a wider scope is shared with later tests and stays; so
-do topics that child processes make. The deletion is asked for after the test's teardown (its
-maps are closed by then), with the creating log's client settings, by a client of its own that
-is destroyed before the next test starts: its answer comes in ~60 ms, and is waited for at
-most :data:`_DELETE_TIMEOUT_S` (a cluster the test stopped or cut off). Left running, that
+do topics that child processes make, and the topics of a map whose name kafkakv fixes
+(:data:`SHARED_TOPICS`: the ingest jobs' positions): whichever test made one, every test that
+runs a job uses it, on any worker and at the same time. Deleted after one test, it vanished
+under another one's replica, which then read an empty map or waited for ops that were gone
+(the family: a test's cleanup removing what it does not own alone).
+
+The deletion is asked for after the test's teardown (its maps are closed by then), with the
+creating log's client settings, by a client of its own that is destroyed before the next test
+starts: its answer comes in ~60 ms, and is waited for at most :data:`_DELETE_TIMEOUT_S` (a
+cluster the test stopped or cut off). Left running, that
 client started its threads for the brokers it learned of, and connected, while the next test
 ran: a test counting the process's threads and sockets saw them as its own (fresh run 39).
 """
@@ -30,8 +36,13 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from kafkakv.log.kafka import KafkaLog
+from kafkakv.map.topics import MapTopics
+from kafkakv.pipeline.ingest import POSITIONS_MAP
 
-__all__ = ["delete_made", "made_in_this_test"]
+__all__ = ["SHARED_TOPICS", "delete_made", "made_in_this_test"]
+
+SHARED_TOPICS = frozenset(MapTopics.for_name(POSITIONS_MAP).names)
+"""Topics named by kafkakv itself rather than by a test: never deleted (see the module doc)."""
 
 _made: list[tuple[str, str]] = []  # (bootstrap, topic) made by the running test
 _admin_configs: dict[str, dict[str, Any]] = {}  # bootstrap -> the creating log's admin settings
@@ -72,7 +83,7 @@ def _recording(
         self: KafkaLog, name: str, partitions: int = 1, config: Mapping[str, object] | None = None
     ) -> None:
         create(self, name, partitions, config)
-        if not _wider_scopes:
+        if not _wider_scopes and name not in SHARED_TOPICS:
             bootstrap = self.settings.bootstrap
             _made.append((bootstrap, name))
             if bootstrap not in _admin_configs:
