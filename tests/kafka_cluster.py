@@ -62,6 +62,7 @@ from tests.parallel import (
     EXTERNAL_ENV,
     PORT_OFFSET_ENV,
     WORKER_PORT_STEP,
+    release_after_last_use,
     shared_folder,
     worker_index,
 )
@@ -120,6 +121,7 @@ def _cluster(
     except (KafkaKVError, ValueError) as exc:
         pytest.fail(f"the {name} Kafka cluster cannot be set up: {exc}", pytrace=False)
     request.addfinalizer(cluster.stop)  # before start: a half-started cluster is stopped too
+    release_after_last_use(request, cluster.stop)
     try:
         cluster.start()
     except KafkaKVError as exc:
@@ -178,6 +180,7 @@ def host_network(request: pytest.FixtureRequest) -> Hosts:
     """The simulated hosts :data:`HOST_NAMES` for the whole session (see the module doc)."""
     hosts = Hosts(HOST_NAMES)
     request.addfinalizer(hosts.close)
+    release_after_last_use(request, hosts.close)
     try:
         hosts.start()
     except KafkaKVError as exc:
@@ -204,6 +207,7 @@ def hosts_cluster(
     except (KafkaKVError, ValueError) as exc:
         pytest.fail(f"the Kafka cluster on hosts cannot be set up: {exc}", pytrace=False)
     request.addfinalizer(cluster.stop)
+    release_after_last_use(request, cluster.stop)
     try:
         cluster.start()
     except KafkaKVError as exc:

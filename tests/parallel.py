@@ -24,6 +24,12 @@ one cluster, which the controller starts when a worker first asks for it
 
 The rest go one by one to whichever worker is free, the biggest groups first.
 
+A resource that only one group's tests use is given back as soon as the last of them has
+ended, not at the end of the session (:func:`release_after_last_use`): the fault cluster, the
+SASL/TLS broker, the simulated hosts and the Spark standalone cluster are done within the
+first minutes of a run, and each idle 3-broker cluster kept using about 6 CPU-seconds a minute
+(KRaft heartbeats, replica fetches) until the last test of the whole run had ended.
+
 xdist's own ``loadgroup`` learns a test's group from a suffix it appends to the test's id,
 which pytest 9.2's structured ids no longer allow (pytest-xdist issue 1386: every test then
 runs wherever). So this plugin brings its own scheduler for ``--dist loadgroup``
@@ -43,6 +49,8 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +58,14 @@ import pytest
 
 from tests.shared_cluster import SharedCluster
 
-__all__ = ["SHARED_SLOT", "WORKER_PORT_STEP", "group_of", "shared_folder", "worker_index"]
+__all__ = [
+    "SHARED_SLOT",
+    "WORKER_PORT_STEP",
+    "group_of",
+    "release_after_last_use",
+    "shared_folder",
+    "worker_index",
+]
 
 BASE_PORT = 11092
 """The first port of the 3-broker test cluster (``kafka_cluster``) before any offset."""
@@ -72,6 +87,8 @@ _FOLDER_KEY = "kafkakv_folder"
 _GROUPS_KEY = "kafkakv_groups"
 _folder = pytest.StashKey[Path]()
 _shared = pytest.StashKey[SharedCluster]()
+_last_use = pytest.StashKey[dict[str, str]]()  # fixture -> id of the last test that uses it
+_releases = pytest.StashKey[dict[str, list[Callable[[], object]]]]()
 
 
 def worker_index(config: pytest.Config) -> int:
@@ -118,10 +135,55 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if workerinput is None or _GROUPS_KEY not in workerinput:
         return
     groups = {item.nodeid: group for item in items if (group := group_of(item)) is not None}
+    config.stash[_last_use] = _last_uses(items, groups)
     folder = Path(workerinput[_GROUPS_KEY])
     partial = folder / f"groups-{workerinput['workerid']}.partial"
     partial.write_text(json.dumps(groups), encoding="utf-8")
     os.replace(partial, folder / f"groups-{workerinput['workerid']}.json")
+
+
+def _last_uses(items: list[pytest.Item], groups: dict[str, str]) -> dict[str, str]:
+    """For each fixture that the tests of one group use and no other test does: the id of the
+    last of them. The group runs whole on one worker, in collection order, so once that test
+    has ended on this worker, no test will need the fixture again."""
+    users: dict[str, list[str]] = {}
+    for item in items:
+        for name in getattr(item, "fixturenames", ()):
+            users.setdefault(name, []).append(item.nodeid)
+    last = {}
+    for name, ids in users.items():
+        if len({groups.get(i) for i in ids}) == 1 and groups.get(ids[0]) is not None:
+            last[name] = ids[-1]
+    return last
+
+
+def release_after_last_use(request: pytest.FixtureRequest, release: Callable[[], object]) -> None:
+    """For a session-scoped fixture (``request``'s): call ``release`` as soon as the last test
+    that uses the fixture has ended on this worker, when that is known (a worker of a
+    ``loadgroup`` run, the fixture used by one group's tests only); otherwise nothing. The
+    fixture's own finalizer still runs at the end of the session: ``release`` must be
+    idempotent."""
+    if request.fixturename in request.config.stash.get(_last_use, {}):
+        releases = request.config.stash.setdefault(_releases, {})
+        releases.setdefault(request.fixturename, []).append(release)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a test's whole run (its teardown and the deletion of its topics too): give back
+    what no later test on this worker uses (see :func:`release_after_last_use`), the fixture
+    set up last first."""
+    yield
+    releases = item.config.stash.get(_releases, None)
+    if not releases:
+        return
+    last = item.config.stash[_last_use]
+    for name in [n for n in reversed(releases) if last[n] == item.nodeid]:
+        for release in reversed(releases.pop(name)):
+            try:
+                release()
+            except Exception as exc:  # the session's finalizer tries again
+                warnings.warn(f"giving back {name} after its last test: {exc!r}", stacklevel=1)
 
 
 def shared_folder(config: pytest.Config) -> Path | None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kafkakv.errors import KafkaKVError
+from tests.parallel import release_after_last_use
 
 if TYPE_CHECKING:
     from kafkakv.pipeline import PostgresConnection
@@ -55,10 +56,13 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def spark_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
     from kafkakv.dev.spark import SparkCluster
 
     cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), die_with_parent=True)
+    release_after_last_use(request, cluster.close)
     try:
         cluster.start()
     except KafkaKVError as exc:

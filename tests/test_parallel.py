@@ -75,3 +75,63 @@ def test_workers_share_one_cluster_that_takes_no_faults(tmp_path: Path) -> None:
     assert {bootstrap for _, bootstrap in lines} == {
         f"127.0.0.1:{first},127.0.0.1:{first + 10000},127.0.0.1:{first + 20000}"
     }
+
+
+_INNER_RELEASE = """
+import os
+
+import pytest
+
+from tests.parallel import release_after_last_use
+
+
+def note(what):
+    with open(os.environ["OUT"], "a") as f:
+        f.write(what + "\\n")
+
+
+@pytest.fixture(scope="session")
+def resource(request):
+    request.addfinalizer(lambda: note("finalized"))
+    release_after_last_use(request, lambda: note("released"))
+
+
+@pytest.fixture(scope="session")
+def shared(request):
+    release_after_last_use(request, lambda: note("shared released"))
+
+
+@pytest.mark.xdist_group("g")
+def test_g1(resource, shared):
+    note("g1")
+
+
+@pytest.mark.xdist_group("g")
+def test_g2(resource):
+    note("g2")
+
+
+@pytest.mark.xdist_group("g")
+def test_g3(shared):
+    note("g3")
+
+
+def test_other(shared):
+    note("other")
+"""
+
+
+def test_a_fixture_only_one_group_uses_is_given_back_after_its_last_test(tmp_path: Path) -> None:
+    """``resource`` is used by group g alone: given back right after g2, its last test, not
+    at the end of the session (where its finalizer runs too). ``shared`` is used outside the
+    group as well: kept until the end."""
+    (tmp_path / "test_inner.py").write_text(_INNER_RELEASE)
+    out = tmp_path / "out.txt"
+    env = dict(os.environ, OUT=str(out))
+    args = ["-p", "tests.parallel", "-q", "-n", "1", "--dist", "loadgroup", str(tmp_path)]
+    done = run_pytest(tmp_path, args, env, timeout=120)
+    assert "4 passed" in done.stdout, done.stdout + done.stderr
+    notes = out.read_text().split("\n")[:-1]
+    assert "shared released" not in notes
+    assert notes.index("released") == notes.index("g2") + 1, notes
+    assert notes.index("g3") > notes.index("released") and notes[-1] == "finalized", notes
