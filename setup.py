@@ -4,6 +4,9 @@
   ``src/kafkakv/map/reads.py``);
 - ``kafkakv.log.embedded._frame``: the embedded log's append-side encoding (see
   ``src/kafkakv/log/embedded/frame.py``), linked with zlib for its CRC-32;
+- ``kafkakv.log.embedded._columns``: the last value per key of stored batches as Arrow-shaped
+  columns (see ``src/kafkakv/log/embedded/columns.py``); it reads the rows as ``_frame`` does,
+  with ``_rows.h``;
 - ``kafkakv.log._murmur2``: the partition of a key (see ``src/kafkakv/log/partitioner.py``);
 - ``kafkakv._gcpause``: the collector's pause around batch work (see ``src/kafkakv/gcpause.py``).
 
@@ -13,13 +16,22 @@ runs the same code in Python.
 
 from setuptools import Extension, setup
 
+ROWS = "src/kafkakv/log/embedded/_rows.h"  # the batch rows' msgpack readers, shared
+
 setup(
     ext_modules=[
         Extension("kafkakv.map._reads", ["src/kafkakv/map/_reads.c"], optional=True),
         Extension(
             "kafkakv.log.embedded._frame",
             ["src/kafkakv/log/embedded/_frame.c"],
+            depends=[ROWS],
             libraries=["z"],
+            optional=True,
+        ),
+        Extension(
+            "kafkakv.log.embedded._columns",
+            ["src/kafkakv/log/embedded/_columns.c"],
+            depends=[ROWS],
             optional=True,
         ),
         Extension("kafkakv.log._murmur2", ["src/kafkakv/log/_murmur2.c"], optional=True),

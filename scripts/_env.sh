@@ -20,7 +20,7 @@ ensure_venv() {
     # install (pip caches wheels); the install builds the C extension in place.
     local stamp="$VENV/.kafkakv-installed-$extras" source
     local stale=""
-    for source in "$ROOT/pyproject.toml" "$ROOT/setup.py" $(find "$ROOT/src" -name '*.c'); do
+    for source in "$ROOT/pyproject.toml" "$ROOT/setup.py" $(find "$ROOT/src" -name '*.c' -o -name '*.h'); do
         [ "$source" -nt "$stamp" ] && stale=1
     done
     if [ ! -f "$stamp" ] || [ -n "$stale" ]; then

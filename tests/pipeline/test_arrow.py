@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from array import array
+
 import pyarrow as pa
 import pytest
 
 from kafkakv.codecs import codec_for
 from kafkakv.errors import DecodeError, EncodeError
+from kafkakv.log.columns import Columns, columns_of
 from kafkakv.pipeline import arrow
 from kafkakv.pipeline.arrow import (
     binary_column,
+    columns_arrays,
     decode_column,
     encode_column,
     json_columns,
@@ -125,3 +129,33 @@ def test_a_value_that_is_not_one_json_value_is_named_by_its_row(bad: str) -> Non
     column = pa.array(['{"a": [1, 2]}', None, "3", bad, '"x"'])
     with pytest.raises(EncodeError, match="value: row 3 does not decode"):
         encode_column(column, "json", "value")
+
+
+def test_columns_become_arrow_columns_over_their_buffers_and_decode_as_bytes_would() -> None:
+    """32-bit offsets (``binary``) and 64-bit ones (``large_binary``, a map past 2 GiB, told
+    here with few bytes): the same text, ints and errors as the same values given as bytes."""
+    enc = codec_for("int").encode
+    narrow = columns_of({b"a": enc(5), b"\xc3\xa9": enc(-7)}, ())
+    wide = Columns(
+        2,
+        True,
+        array("q", [0, 1, 3]).tobytes(),
+        b"a\xc3\xa9",
+        array("q", [0, 8, 16]).tobytes(),
+        enc(5) + enc(-7),
+        {},
+    )
+    for columns, kind, text in (
+        (narrow, pa.binary(), pa.string()),
+        (wide, pa.large_binary(), pa.large_string()),
+    ):
+        keys, values = columns_arrays(columns)
+        assert keys.type == values.type == kind
+        assert keys.to_pylist() == [b"a", b"\xc3\xa9"]
+        as_text = decode_column(keys, "str", "key")
+        assert as_text.type == text and as_text.to_pylist() == ["a", "é"]
+        assert decode_column(keys, "json", "key").to_pylist() == ["a", "é"]
+        assert decode_column(values, "int", "value").to_pylist() == [5, -7]
+        assert decode_column(keys, "bytes", "key") is keys
+        with pytest.raises(DecodeError, match="value: stored bytes are not UTF-8"):
+            decode_column(values, "str", "value")  # enc(-7) is not UTF-8

@@ -7,9 +7,11 @@ import pickle
 import threading
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructField, StructType
 
 import kafkakv
 from kafkakv.errors import EncodeError
@@ -17,7 +19,8 @@ from kafkakv.log.partitioner import partition_for
 from kafkakv.map.dedup import numbering
 from kafkakv.map.keyspace import FLUSH_POINT_KEY
 from kafkakv.map.ops import OpCode, decode_op
-from kafkakv.pipeline import SourceOptions
+from kafkakv.map.reference import partition_at
+from kafkakv.pipeline import SourceOptions, source
 from kafkakv.pipeline.source import KafkaKVDataSource, _MapRecords
 from tests.records import offset_of
 
@@ -221,3 +224,38 @@ def test_rows_become_ops_numbered_per_partition_and_a_reserved_key_fails_the_bat
     assert by_key[b"k5"].code is OpCode.REMOVE and by_key[b"k6"].args == (b"6",)
     with pytest.raises(EncodeError, match="reserved"):
         to_records([b"a", FLUSH_POINT_KEY], [b"1", b"2"], 2, 1 << 20)
+
+
+def test_a_flushed_partition_is_read_from_its_columns_and_the_rest_by_a_replica(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read task, in this process: a partition whose last flush covers the planned offset
+    comes from the data topic's columns (kafkakv.map.flushed), with no reference replica; one
+    with ops after the flush from the replica (partition_at). Both give the map's rows."""
+    target = str(tmp_path / "log")
+    with kafkakv.connect(target) as db:
+        m = db.map("m", partitions=2)
+        m.update({f"k{i}": {"n": i} for i in range(200)})
+        m.flush()
+        m["late"] = {"n": -1}
+        late = m._engine.keyspace.partition_of(b"late")
+    replicas: list[int] = []
+
+    def counted(*args: Any) -> Any:
+        replicas.append(args[4])
+        return partition_at(*args)
+
+    monkeypatch.setattr(source, "partition_at", counted)
+    data_source = KafkaKVDataSource({"target": target, "map": "m"})
+    assert data_source.schema() == "key string, value string, partition int, offset bigint"
+    fields: list[tuple[str, DataType]] = [("key", StringType()), ("value", StringType())]
+    fields += [("partition", IntegerType()), ("offset", LongType())]
+    reader = data_source.reader(StructType([StructField(n, t) for n, t in fields]))
+    rows: dict[Any, Any] = {}
+    for part in reader.partitions():
+        for batch in reader.read(part):
+            assert isinstance(batch, pa.RecordBatch)
+            keys, values = batch.column("key").to_pylist(), batch.column("value").to_pylist()
+            rows.update(zip(keys, values, strict=True))
+    assert replicas == [late]
+    assert rows == {**{f"k{i}": f'{{"n":{i}}}' for i in range(200)}, "late": '{"n":-1}'}

@@ -19,8 +19,10 @@ from typing import NamedTuple, TypeVar
 
 from kafkakv.errors import OperationTimeoutError
 from kafkakv.lifecycle import Closeable
+from kafkakv.log.columns import Allocate, Columns, columns_of
 
 __all__ = [
+    "LATEST_BYTES",
     "RECORD_OVERHEAD",
     "Batch",
     "CleanResult",
@@ -70,6 +72,10 @@ def patiently(deadline: float, read: Callable[[], _T]) -> _T:
             if time.monotonic() >= deadline:
                 raise
 
+
+LATEST_BYTES = 1 << 20
+"""Bytes of records :meth:`Log.latest_columns` reads at once (whole batches, as many records
+as they hold)."""
 
 RECORD_OVERHEAD = 16
 """Per-record framing counted against ``max.message.bytes`` on top of key, value and headers,
@@ -425,6 +431,43 @@ class Log(Closeable):
             topic, partition, offset, max_records=max_records, max_bytes=max_bytes
         )
         return LatestBatch({r[0]: r[1] for r in records}, next_offset)
+
+    def latest_columns(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        apart: Sequence[bytes] = (),
+        allocate: Allocate | None = None,
+    ) -> Columns:
+        """The last value of each key of ``partition`` from ``offset`` to its end, as compaction
+        would leave it, in two columns (see :class:`~kafkakv.log.columns.Columns`): keys whose
+        last record is a tombstone are left out, as are records without a key; the keys in
+        ``apart`` are set aside with their values. The columns are written into new bytes, or
+        into the buffers ``allocate(size)`` gives (see :data:`~kafkakv.log.columns.Allocate`).
+        Reads as a loader does, until a read finds nothing.
+
+        For readers that hand a partition's state to Arrow: a backend may build the columns
+        straight from what it stores (the embedded log does, in C, with no object per
+        record). This default builds them from :meth:`read_latest`. Raises as :meth:`read`.
+
+        >>> from kafkakv.log import MemoryLog
+        >>> with MemoryLog() as log:
+        ...     log.create_topic("t")
+        ...     first = log.append("t", 0, [Record(b"a", b"1"), Record(b"b", b"2")])
+        ...     first = log.append("t", 0, [Record(b"a", None), Record(b"c", b"3")])
+        ...     log.latest_columns("t", 0, 0, apart=[b"c"]).pairs()
+        [(b'b', b'2')]
+        """
+        latest: dict[bytes | None, bytes | None] = {}
+        while True:
+            values, offset = self.read_latest(
+                topic, partition, offset, max_records=1 << 62, max_bytes=LATEST_BYTES
+            )
+            if not values:
+                return columns_of(latest, apart, allocate)
+            latest.update(values)
 
     @abstractmethod
     def start_offset(self, topic: str, partition: int) -> int:

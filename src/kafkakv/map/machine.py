@@ -1033,6 +1033,18 @@ def _versions_of(state: MapState, keys: Sequence[bytes]) -> list[int | None]:
 
 
 # -- bootstrap ------------------------------------------------------------------------------
+def changes_state(key: bytes | None) -> bool:
+    """Whether an ops record with record key ``key`` may change a map's state when applied
+    (:meth:`PartitionMachine.apply_records`): one without a key never does. It is a control
+    record (a barrier, a ``FLUSHED`` mark), or one that is skipped (a record without a key
+    that does not decode is noted as an error).
+
+    >>> changes_state(None), changes_state(b"k")
+    (False, True)
+    """
+    return key is not None
+
+
 def start_point(
     start: int, resumed: Positions | None, loaded: int | None = None, where: str = "the ops topic"
 ) -> Positions:

@@ -28,9 +28,11 @@ import pyarrow as pa
 
 from kafkakv.codecs import codec_for
 from kafkakv.errors import DecodeError, EncodeError
+from kafkakv.log.columns import Columns
 
 __all__ = [
     "binary_column",
+    "columns_arrays",
     "decode_column",
     "encode_column",
     "json_columns",
@@ -48,21 +50,56 @@ def spark_type(codec: str) -> str:
     return _SPARK_TYPES.get(codec, "binary")
 
 
-def decode_column(encoded: Sequence[bytes], codec: str, what: str) -> pa.Array[Any]:
-    """An Arrow column of ``encoded`` values as :func:`spark_type` says.
+def decode_column(encoded: Sequence[bytes] | pa.Array[Any], codec: str, what: str) -> pa.Array[Any]:
+    """An Arrow column of ``encoded`` values (bytes, or an Arrow binary column of them: see
+    :func:`columns_arrays`) as :func:`spark_type` says.
 
     Raises :class:`~kafkakv.errors.DecodeError` for text that is not UTF-8 or an ``int`` that
     is not 8 bytes.
+
+    >>> decode_column(pa.array([b"\\xff"]), "str", "key")
+    Traceback (most recent call last):
+    ...
+    kafkakv.errors.DecodeError: key: stored bytes are not UTF-8 text (...)
     """
     if codec == "int":
         decode = codec_for("int").decode
-        return pa.array([decode(b) for b in encoded], pa.int64())
+        values = (
+            cast("list[bytes]", encoded.to_pylist()) if isinstance(encoded, pa.Array) else encoded
+        )
+        return pa.array([decode(b) for b in values], pa.int64())
     if codec in ("str", "json"):
         try:
+            if isinstance(encoded, pa.Array):  # the cast checks UTF-8, copying nothing
+                return encoded.cast(pa.large_string() if _wide(encoded) else pa.string())
             return _column(encoded, pa.string(), pa.large_string())
         except pa.ArrowInvalid as exc:
             raise DecodeError(f"{what}: stored bytes are not UTF-8 text ({exc})") from exc
-    return binary_column(encoded)
+    return encoded if isinstance(encoded, pa.Array) else binary_column(encoded)
+
+
+def columns_arrays(columns: Columns) -> tuple[pa.Array[Any], pa.Array[Any]]:
+    """The keys and values of ``columns`` as two Arrow binary columns over its buffers (no
+    copy): ``binary``, or ``large_binary`` for 64-bit offsets.
+
+    >>> from kafkakv.log.columns import columns_of
+    >>> keys, values = columns_arrays(columns_of({b"a": b"1", b"b": b"22"}, ()))
+    >>> keys.to_pylist(), values.type
+    ([b'a', b'b'], DataType(binary))
+    """
+    kind = pa.large_binary() if columns.wide else pa.binary()
+    n = columns.length
+    keys = pa.Array.from_buffers(
+        kind, n, [None, pa.py_buffer(columns.key_offsets), pa.py_buffer(columns.key_data)]
+    )
+    values = pa.Array.from_buffers(
+        kind, n, [None, pa.py_buffer(columns.value_offsets), pa.py_buffer(columns.value_data)]
+    )
+    return keys, values
+
+
+def _wide(column: pa.Array[Any]) -> bool:
+    return bool(column.type == pa.large_binary())
 
 
 def binary_column(values: Sequence[bytes | None]) -> pa.Array[Any]:

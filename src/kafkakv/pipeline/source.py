@@ -42,7 +42,7 @@ import itertools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -66,11 +66,18 @@ from kafkakv.errors import (
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Log, Record, new_tuple
 from kafkakv.map.dedup import numbering
+from kafkakv.map.flushed import flushed_columns
 from kafkakv.map.keyspace import RESERVED_KEYS, check_update_key
 from kafkakv.map.machine import MapState
 from kafkakv.map.ops import OpCode, encode_fields
 from kafkakv.map.reference import Plan, partition_at, planned
-from kafkakv.pipeline.arrow import decode_column, encode_column, json_columns, spark_type
+from kafkakv.pipeline.arrow import (
+    columns_arrays,
+    decode_column,
+    encode_column,
+    json_columns,
+    spark_type,
+)
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.partitions import partitions_for
 from kafkakv.pipeline.streaming import (
@@ -186,7 +193,29 @@ class KafkaKVReader(DataSourceReader):
         state = MapState(opts.map, opts.record_prefix, keys_codec, values_codec, store)
         assert part.plan is not None
         with opts.connect() as db:
-            keys, values, at = partition_at(db.log, opts.map_topics, part.plan, state, p, part.end)
+            flushed = flushed_columns(  # into Arrow's pool: a worker reuses its pages
+                db.log,
+                opts.map_topics,
+                part.plan,
+                p,
+                part.end,
+                opts.record_prefix,
+                pa.allocate_buffer,
+            )
+            if flushed is None:
+                keys, values, at = partition_at(
+                    db.log, opts.map_topics, part.plan, state, p, part.end
+                )
+        if flushed is not None:  # the data topic alone: its columns, no store, no dict
+            key_column, value_column = columns_arrays(flushed.columns)
+            for start in range(0, len(key_column), BATCH_ROWS):  # slices: no copy
+                yield self._batch(
+                    p,
+                    key_column.slice(start, BATCH_ROWS),
+                    value_column.slice(start, BATCH_ROWS),
+                    flushed.reflected,
+                )
+            return
         for start in range(0, len(keys), BATCH_ROWS):  # list slices: references, no bytes
             end = start + BATCH_ROWS
             yield self._batch(p, keys[start:end], values[start:end], at)
@@ -224,20 +253,23 @@ class KafkaKVReader(DataSourceReader):
     def _batch(
         self,
         p: int,
-        keys: Sequence[bytes],
-        values: Sequence[bytes],
+        keys: Sequence[bytes] | pa.Array[Any],
+        values: Sequence[bytes] | pa.Array[Any],
         offsets: Sequence[int] | int,
     ) -> pa.RecordBatch:
-        """The rows of ``keys`` and ``values`` as the schema asks; ``offsets``: each row's, or
-        one for them all (a map read at one position)."""
+        """The rows of ``keys`` and ``values`` (bytes, or Arrow binary columns) as the schema
+        asks; ``offsets``: each row's, or one for them all (a map read at one position)."""
         opts = self.opts
         where = f"{opts.what} partition {p}"
         n = len(keys)
         extra = [(name, t) for name, t in self.fields if name not in _BUILTIN]
         decoded = {}
         if extra:  # only then are values parsed as JSON (a bytes map's values are not JSON)
+            texts = (
+                cast("list[bytes]", values.to_pylist()) if isinstance(values, pa.Array) else values
+            )
             decoded = dict(
-                zip([n for n, _ in extra], json_columns(values, extra, where), strict=True)
+                zip([n for n, _ in extra], json_columns(texts, extra, where), strict=True)
             )
         arrays = []
         for name, arrow_type in self.fields:

@@ -31,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "_rows.h" /* the msgpack row readers latest_into and read_plain use */
+
 static PyObject *record_type;  /* kafkakv.log.base.Record, set by frame.py through bind() */
 static PyObject *empty_tuple;  /* a record's headers when it has none */
 static PyObject *struct_error; /* struct.error: what the twin's Struct.pack raises */
@@ -889,193 +891,6 @@ read_head(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * (msgspec's typed decode of format.py, then a loop): the same rows are accepted, and every
  * body msgspec refuses raises ValueError here (the message differs). */
 
-typedef struct {
-    const unsigned char *at;
-    const unsigned char *end;
-} reader;
-
-static int
-malformed(const char *what)
-{
-    PyErr_Format(PyExc_ValueError, "malformed batch body: %s", what);
-    return -1;
-}
-
-/* The next ``n`` bytes of ``r``, or NULL (error set) when fewer are left. */
-static inline const unsigned char *
-take(reader *r, Py_ssize_t n)
-{
-    if (r->end - r->at < n) {
-        malformed("truncated");
-        return NULL;
-    }
-    const unsigned char *p = r->at;
-    r->at += n;
-    return p;
-}
-
-static inline uint64_t
-big_endian(const unsigned char *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) {
-        v = (v << 8) | p[i];
-    }
-    return v;
-}
-
-/* A msgpack int of any width. Sets *value, or *huge for a uint64 past INT64_MAX (then *value
- * is unset). Returns 0, or -1 with the error set. */
-static int
-read_int(reader *r, int64_t *value, uint64_t *huge)
-{
-    const unsigned char *p = take(r, 1);
-    if (p == NULL) {
-        return -1;
-    }
-    unsigned char tag = *p;
-    *huge = 0;
-    if (tag < 0x80 || tag >= 0xe0) { /* positive or negative fixint */
-        *value = (int8_t)tag;
-        return 0;
-    }
-    static const int widths[8] = {1, 2, 4, 8, 1, 2, 4, 8}; /* 0xcc..0xcf uint, 0xd0..0xd3 int */
-    if (tag < 0xcc || tag > 0xd3) {
-        return malformed("an int was expected");
-    }
-    int n = widths[tag - 0xcc];
-    if ((p = take(r, n)) == NULL) {
-        return -1;
-    }
-    uint64_t u = big_endian(p, n);
-    if (tag <= 0xcf) {
-        if (u > (uint64_t)INT64_MAX) {
-            *huge = u;
-        }
-        else {
-            *value = (int64_t)u;
-        }
-    }
-    else { /* signed: extend the sign of an n-byte two's complement */
-        int shift = 64 - 8 * n;
-        *value = (int64_t)(u << shift) >> shift;
-    }
-    return 0;
-}
-
-/* A msgpack array header; sets *n. */
-static int
-read_array(reader *r, Py_ssize_t *n)
-{
-    const unsigned char *p = take(r, 1);
-    if (p == NULL) {
-        return -1;
-    }
-    if ((*p & 0xf0) == 0x90) {
-        *n = *p & 0x0f;
-        return 0;
-    }
-    int width = *p == 0xdc ? 2 : *p == 0xdd ? 4 : 0;
-    if (width == 0) {
-        return malformed("an array was expected");
-    }
-    if ((p = take(r, width)) == NULL) {
-        return -1;
-    }
-    *n = (Py_ssize_t)big_endian(p, width);
-    return 0;
-}
-
-/* A msgpack bin, or nil when ``nil_ok``: sets *data (NULL for nil) and *n. */
-static int
-read_bin(reader *r, int nil_ok, const unsigned char **data, Py_ssize_t *n)
-{
-    const unsigned char *p = take(r, 1);
-    if (p == NULL) {
-        return -1;
-    }
-    if (*p == 0xc0 && nil_ok) {
-        *data = NULL;
-        *n = 0;
-        return 0;
-    }
-    int width = *p == 0xc4 ? 1 : *p == 0xc5 ? 2 : *p == 0xc6 ? 4 : 0;
-    if (width == 0) {
-        return malformed(nil_ok ? "bytes or nil was expected" : "bytes were expected");
-    }
-    if ((p = take(r, width)) == NULL) {
-        return -1;
-    }
-    *n = (Py_ssize_t)big_endian(p, width);
-    return (*data = take(r, *n)) == NULL ? -1 : 0;
-}
-
-/* A header name: a msgpack str of valid UTF-8 (msgspec decodes it; so does this). */
-static int
-read_name(reader *r)
-{
-    const unsigned char *p = take(r, 1);
-    if (p == NULL) {
-        return -1;
-    }
-    Py_ssize_t n;
-    if ((*p & 0xe0) == 0xa0) {
-        n = *p & 0x1f;
-    }
-    else {
-        int width = *p == 0xd9 ? 1 : *p == 0xda ? 2 : *p == 0xdb ? 4 : 0;
-        if (width == 0) {
-            return malformed("a header name (str) was expected");
-        }
-        if ((p = take(r, width)) == NULL) {
-            return -1;
-        }
-        n = (Py_ssize_t)big_endian(p, width);
-    }
-    if ((p = take(r, n)) == NULL) {
-        return -1;
-    }
-    PyObject *name = PyUnicode_DecodeUTF8((const char *)p, n, NULL); /* rare: checked, dropped */
-    if (name == NULL) {
-        return -1;
-    }
-    Py_DECREF(name);
-    return 0;
-}
-
-/* A row's headers: nil, or an array of [name, bytes] pairs. */
-static int
-skip_headers(reader *r)
-{
-    if (r->at < r->end && *r->at == 0xc0) {
-        r->at++;
-        return 0;
-    }
-    Py_ssize_t n, size;
-    const unsigned char *data;
-    if (read_array(r, &n) < 0) {
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (read_array(r, &size) < 0) {
-            return -1;
-        }
-        if (size != 2) {
-            return malformed("a header is not a [name, value] pair");
-        }
-        if (read_name(r) < 0 || read_bin(r, 0, &data, &size) < 0) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* None for nil, else new bytes. */
-static inline PyObject *
-bytes_or_none(const unsigned char *data, Py_ssize_t n)
-{
-    return data == NULL ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)data, n);
-}
 
 /* latest_into(target, body, first, limit) -> (taken, last, done): puts the key and value of
  * each row of ``body`` whose offset delta is ``first`` or more, at most ``limit`` of them, into
@@ -1109,62 +924,22 @@ latest_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *result = NULL;
-    const unsigned char *start = view.buf;
-    reader r = {start, start + view.len};
-    Py_ssize_t rows, fields, n, taken = 0;
-    int64_t delta, stamp;
-    uint64_t huge, stamp_huge, last_huge = 0;
+    reader r = {view.buf, (const unsigned char *)view.buf + view.len};
+    selection s;
+    row x;
     int64_t last = -1;
-    int done = 1;
-    const unsigned char *key, *value;
+    uint64_t last_huge = 0;
     /* Pass 1: check every row, find which ones go in. Pass 2 (only over those): put them. */
-    const unsigned char *from = NULL; /* where the first row to put begins */
-    if (read_array(&r, &rows) < 0) {
+    if (select_rows(&r, first, limit, &s) < 0) {
         goto out;
     }
-    for (Py_ssize_t i = 0; i < rows; i++) {
-        const unsigned char *row = r.at;
-        if (read_array(&r, &fields) < 0) {
-            goto out;
-        }
-        if (fields != 5) {
-            malformed("a row is not 5 fields");
-            goto out;
-        }
-        if (read_int(&r, &delta, &huge) < 0 || read_int(&r, &stamp, &stamp_huge) < 0 ||
-            read_bin(&r, 1, &key, &n) < 0 || read_bin(&r, 1, &value, &n) < 0 ||
-            skip_headers(&r) < 0) {
-            goto out;
-        }
-        if (!huge && delta < first) {
-            continue;
-        }
-        if (taken == limit) {
-            done = 0;
-            continue;
-        }
-        if (from == NULL) {
-            from = row;
-        }
-        taken++;
-    }
-    if (r.at != r.end) {
-        malformed("bytes after the rows");
-        goto out;
-    }
-    r.at = from;
-    for (Py_ssize_t put = 0; put < taken;) {
-        Py_ssize_t key_size, value_size;
-        if (read_array(&r, &fields) < 0 || read_int(&r, &delta, &huge) < 0 ||
-            read_int(&r, &stamp, &stamp_huge) < 0 || read_bin(&r, 1, &key, &key_size) < 0 ||
-            read_bin(&r, 1, &value, &value_size) < 0 || skip_headers(&r) < 0) {
+    r.at = s.from;
+    for (Py_ssize_t put = 0; put < s.taken; put++) {
+        if (next_row_from(&r, first, &x) < 0) {
             goto out; /* checked above: cannot happen */
         }
-        if (!huge && delta < first) {
-            continue;
-        }
-        PyObject *k = bytes_or_none(key, key_size);
-        PyObject *v = k == NULL ? NULL : bytes_or_none(value, value_size);
+        PyObject *k = bytes_or_none(x.key, x.key_size);
+        PyObject *v = k == NULL ? NULL : bytes_or_none(x.value, x.value_size);
         if (v == NULL || PyDict_SetItem(target, k, v) < 0) {
             Py_XDECREF(k);
             Py_XDECREF(v);
@@ -1172,13 +947,12 @@ latest_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         Py_DECREF(k);
         Py_DECREF(v);
-        last = delta;
-        last_huge = huge;
-        put++;
+        last = x.delta;
+        last_huge = x.huge;
     }
-    result = last_huge ? Py_BuildValue("(nKO)", taken, (unsigned long long)last_huge,
-                                       done ? Py_True : Py_False)
-                       : Py_BuildValue("(nLO)", taken, (long long)last, done ? Py_True : Py_False);
+    PyObject *done = s.done ? Py_True : Py_False;
+    result = last_huge ? Py_BuildValue("(nKO)", s.taken, (unsigned long long)last_huge, done)
+                       : Py_BuildValue("(nLO)", s.taken, (long long)last, done);
 out:
     PyBuffer_Release(&view);
     return result;

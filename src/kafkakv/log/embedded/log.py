@@ -38,6 +38,7 @@ from kafkakv.errors import (
     UnknownTopicError,
 )
 from kafkakv.log.base import (
+    LATEST_BYTES,
     Batch,
     EndMark,
     EntryBatch,
@@ -50,11 +51,13 @@ from kafkakv.log.base import (
     TopicPartition,
     new_tuple,
 )
+from kafkakv.log.columns import Allocate, Columns
 from kafkakv.log.config import TopicConfig, parse_topic_config, validate_topic_name
 from kafkakv.log.embedded import fs
 from kafkakv.log.embedded.bell import new_token
 from kafkakv.log.embedded.check import check_partition
 from kafkakv.log.embedded.cleaner import CleanResult, clean_partition, enforce_retention
+from kafkakv.log.embedded.columns import finished, new_latest_columns
 from kafkakv.log.embedded.format import encode_records
 from kafkakv.log.embedded.head import HeadFile, HeadState
 from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
@@ -508,6 +511,26 @@ class EmbeddedLog(Log):
         record, entry or row built (:func:`~kafkakv.log.embedded.frame.latest_into`)."""
         part = self._reading(topic, partition, offset, max_records)
         return LatestBatch(*part.read(offset, max_records, max_bytes, "latest"))
+
+    def latest_columns(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        apart: Sequence[bytes] = (),
+        allocate: Allocate | None = None,
+    ) -> Columns:
+        """See :meth:`Log.latest_columns`: the stored batches' bodies go to a C accumulator
+        (:mod:`~kafkakv.log.embedded.columns`), which keeps the last value per key as where
+        it lies in them, and writes the columns once at the end."""
+        part = self._reading(topic, partition, offset, 1)
+        into = new_latest_columns()
+        while True:
+            _, after = part.read(offset, 1 << 62, LATEST_BYTES, "columns", into)
+            if after == offset:
+                return finished(into, apart, allocate)
+            offset = after
 
     def start_offset(self, topic: str, partition: int) -> int:
         return self._partition(topic, partition).start_offset()

@@ -61,9 +61,10 @@ from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
 
 __all__ = ["Partition", "PendingTailError", "PreparedBatch"]
 
-Shape = Literal["records", "entries", "latest"]
+Shape = Literal["records", "entries", "latest", "columns"]
 """What :meth:`Partition.read` returns: a list of :class:`Record`, a list of ``(key, value,
-offset)`` entries, or one dict of the last value per key (:meth:`Log.read_latest`)."""
+offset)`` entries, one dict of the last value per key (:meth:`Log.read_latest`), or the
+accumulator of :meth:`Log.latest_columns` it was given (see columns.py)."""
 
 _Take = Callable[[Any, bytes, int, BatchHeader, Any, int, int, int], tuple[int, int, Any]]
 """How a read takes records of one batch into its result: ``take(out, buf, p, header, kept,
@@ -132,6 +133,37 @@ def _take_latest(
     return taken, last, None if done else decode_rows(buf, p, h)  # (a count that lied)
 
 
+def _take_columns(
+    out: Any,
+    buf: bytes,
+    p: int,
+    h: BatchHeader,
+    kept: list[Row] | None,
+    part: int,
+    offset: int,
+    room: int,
+) -> tuple[int, int, list[Row] | None]:
+    """A :data:`_Take` into a columns accumulator (see columns.py), as :func:`_take_latest`
+    does into a dict: a batch read to its end straight from its bytes (the accumulator holds
+    them), one that stops inside decoded once."""
+    if kept is not None or room < h.record_count:
+        return _take_columns_rows(out, buf, p, h, kept, part, offset, room)
+    body = memoryview(buf)[p + HEADER_SIZE : p + h.size]
+    try:
+        taken, last, done = out.add(body, offset - h.base_offset, room)
+    except ValueError as exc:  # msgspec.DecodeError is one
+        raise CorruptLogError(f"undecodable records: {exc}") from exc
+    last = h.base_offset + last if taken else -1
+    return taken, last, None if done else decode_rows(buf, p, h)  # (a count that lied)
+
+
+def _put_columns(out: Any, entries: list[Entry]) -> None:
+    for key, value, _ in entries:
+        out.put(key, value)
+
+
+_take_columns_rows = _taking_rows(entries_from_rows, itemgetter(2), _put_columns)
+
 _take_record_rows = _taking_rows(records_from_rows, itemgetter(5))
 
 _UNDECODED: Any = object()
@@ -169,9 +201,14 @@ _SHAPES: dict[str, tuple[Callable[[], Any], _Take]] = {
     "records": (list, _take_records),
     "entries": (list, _taking_rows(entries_from_rows, itemgetter(2))),
     "latest": (dict, _take_latest),
+    "columns": (dict, _take_columns),  # (given its accumulator: see Partition.read)
 }
 
-_TAKE_RECORDS = _SHAPES["records"][1]  # what read_plain does, for the batches it takes
+_TAKE_RECORDS = _SHAPES["records"][1]
+_FROM_BYTES = (
+    _take_latest,
+    _take_columns,
+)  # take a batch read to its end from its bytes  # what read_plain does, for the batches it takes
 
 _READ_CHUNK = 1 << 17
 _MAX_READ_CHUNK = 1 << 22
@@ -535,11 +572,17 @@ class Partition:
         return _Start(cache.positions[k], seg.base + cache.rels[k], True)
 
     def read(
-        self, offset: int, max_records: int, max_bytes: int, shape: Shape = "records"
+        self,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        shape: Shape = "records",
+        into: Any = None,
     ) -> tuple[Any, int]:
         """Records at or after ``offset`` in the ``shape`` asked for, and the offset to read
         from next (one past the last of them; ``offset`` when there is none); see
-        :meth:`kafkakv.log.base.Log.read`."""
+        :meth:`kafkakv.log.base.Log.read`. ``into``: what to take them into, rather than a
+        new one (the ``"columns"`` shape's accumulator)."""
         with self._cache_lock:
             if self._closed:
                 raise self._closed_error()
@@ -551,7 +594,7 @@ class Partition:
                     head = self.published()  # rebuilds it
                 new, take = _SHAPES[shape]
                 if offset >= head.next_offset:
-                    return new(), offset
+                    return new() if into is None else into, offset
                 if offset < head.start_offset:
                     raise OffsetOutOfRangeError(
                         f"offset {offset} of {self.topic}-{self.number} is below the log start "
@@ -564,7 +607,7 @@ class Partition:
                             if m is None or m.version < head.layout_version or attempt:
                                 m = self._reload_manifest_locked()
                             bases = self._bases
-                        out = new()
+                        out = new() if into is None else into
                         after = self._read_from(
                             m, bases, head, offset, max_records, max_bytes, take, out
                         )
@@ -724,7 +767,7 @@ class Partition:
                 # bytes, in C, faster than from decoded rows (a map's open read one record of
                 # a 500,000-record flush batch for its settings, and its bootstrap then went
                 # through the rows in Python); one that takes a slice goes on from the rows.
-                whole = take is _take_latest and room >= h.record_count
+                whole = take in _FROM_BYTES and room >= h.record_count
                 kept = None
                 if partial is not None and partial[0] == where and not whole:
                     kept = partial[1]

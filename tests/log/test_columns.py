@@ -1,0 +1,275 @@
+"""The last value per key as columns (Log.latest_columns, kafkakv.log.embedded.columns): the
+C accumulator and its Python twin agree body by body, errors included; every log gives the
+columns a dict of the last values would give, from any offset and through any read shape; the
+accumulator leaks neither memory nor references."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kafkakv._native import PURE_PYTHON
+from kafkakv.log import EmbeddedLog, MemoryLog
+from kafkakv.log.base import Log, Record
+from kafkakv.log.columns import Columns, columns_of
+from kafkakv.log.embedded import columns as embedded_columns
+from kafkakv.log.embedded import frame
+from tests.leaks import growth
+from tests.log.test_frame import _ROWS, _misfit_rows
+
+APART = (b"\x00flush", b"\x00settings")
+
+
+def _compiled() -> Any:
+    """The C accumulator; the test fails, saying how to build it, when it is not built."""
+    try:
+        return importlib.import_module("kafkakv.log.embedded._columns").LatestColumns
+    except ImportError as exc:
+        pytest.fail(
+            "kafkakv.log.embedded._columns is not built; reinstall kafkakv where a C compiler "
+            f"is (pip install -e .): {exc}"
+        )
+
+
+def test_this_installation_gathers_columns_in_c() -> None:
+    if PURE_PYTHON:
+        assert not embedded_columns.COMPILED
+    else:
+        _compiled()
+        assert embedded_columns.COMPILED
+        assert type(embedded_columns.new_latest_columns()).__module__ == (
+            "kafkakv.log.embedded._columns"
+        )
+
+
+def _fed(make: Callable[[], Any], steps: list[tuple[Any, ...]]) -> list[Any]:
+    """What an accumulator answers to each step (``add`` with a body, ``put`` with a pair),
+    a ValueError or TypeError standing for its type, then what it finishes with."""
+    acc = make()
+    said: list[Any] = []
+    for step in steps:
+        try:
+            if step[0] == "add":
+                said.append(acc.add(*step[1:]))
+            else:
+                said.append(acc.put(*step[1:]))
+        except (ValueError, TypeError) as exc:  # (msgspec's errors are ValueErrors)
+            said.append("ValueError" if isinstance(exc, ValueError) else "TypeError")
+        said.append(len(acc))
+    said.append(Columns(*acc.finish(APART)))
+    return said
+
+
+def _damaged(body: bytes, damage: tuple[str, int, bytes] | None) -> bytes:
+    if damage is None or not body:
+        return body
+    how, at, extra = damage
+    at %= len(body)
+    if how == "cut":
+        return body[:at]
+    if how == "flip":
+        return body[:at] + bytes([body[at] ^ (extra[0] if extra else 0x40)]) + body[at + 1 :]
+    return body[:at] + extra + body[at:]
+
+
+_KEYS = st.one_of(st.none(), st.sampled_from([b"a", b"b", b"", b"\x00flush", b"k" * 40]))
+_DAMAGE = st.one_of(
+    st.none(),
+    st.tuples(st.sampled_from(["cut", "flip", "add"]), st.integers(0, 10_000), st.binary()),
+)
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("add"),
+            st.one_of(_ROWS, _ROWS, _misfit_rows()),
+            st.one_of(st.integers(-2, 30), st.just(2**63 - 1)),
+            st.one_of(st.integers(0, 25), st.just(1 << 30), st.integers(-3, -1)),
+            _DAMAGE,
+        ),
+        st.tuples(
+            st.just("put"),
+            _KEYS,
+            st.one_of(st.none(), st.binary(max_size=8), st.just("not bytes")),
+        ),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=_STEPS)
+def test_the_c_accumulator_and_its_twin_agree(steps: list[tuple[Any, ...]]) -> None:
+    """Bodies as stored, cut short, with a byte changed or bytes added, and rows put one by
+    one: the same answers, the same errors (a failed add changes nothing), the same columns,
+    which are those of a dict of the last values."""
+    fed: list[tuple[Any, ...]] = []
+    for step in steps:
+        if step[0] == "add":
+            _, rows, first, limit, damage = step
+            fed.append(("add", _damaged(frame.pack_rows(rows), damage), first, limit))
+        else:
+            fed.append(step)
+    seed = 12345
+    mine = _fed(lambda: _compiled()(seed), fed)
+    assert mine == _fed(lambda: embedded_columns.PyLatestColumns(seed), fed)
+    latest: dict[bytes | None, bytes | None] = {}
+    for step in fed:  # what a dict of the last values holds after the same steps
+        if step[0] == "add":
+            with contextlib.suppress(ValueError):
+                frame.py_latest_into(latest, *step[1:])
+        elif step[1] is not None and (step[2] is None or isinstance(step[2], bytes)):
+            latest[step[1]] = step[2]
+    assert mine[-1] == columns_of(latest, APART)
+
+
+def test_keys_that_collide_in_the_table_and_a_table_that_grows_keep_their_last_values() -> None:
+    """200,000 keys over many growths of the table, every one put twice, some removed."""
+    make = _compiled()
+    rows: list[tuple[int, int, bytes, bytes | None, None]]
+    rows = [(i, 0, b"%d" % (i % 100_000), b"v%d" % i, None) for i in range(200_000)]
+    rows += [(200_000 + i, 0, b"%d" % i, None, None) for i in range(0, 100_000, 7)]
+    body = frame.pack_rows(rows)
+    acc = make(0)  # seed 0 too: any seed works
+    assert acc.add(body, 0, 1 << 40) == (len(rows), rows[-1][0], True)
+    assert len(acc) == 100_000
+    got = Columns(*acc.finish(()))
+    wanted = {b"%d" % i: b"v%d" % (100_000 + i) for i in range(100_000) if i % 7}
+    assert got.length == len(wanted)
+    assert dict(got.pairs()) == wanted
+    assert [k for k, _ in got.pairs()] == list(wanted)  # the order keys first came in
+
+
+def test_the_accumulator_refuses_what_is_not_bytes_and_holds_what_it_points_into() -> None:
+    make = _compiled()
+    acc = make(1)
+    with pytest.raises(TypeError):
+        acc.add("text", 0, 1)
+    with pytest.raises(TypeError):
+        acc.put("a", b"1")
+    with pytest.raises(TypeError):
+        acc.finish([b"a"])
+    body = bytearray(frame.pack_rows([(0, 0, b"key", b"value", None)]))
+    acc.add(body, 0, 10)
+    with pytest.raises(BufferError):  # the body is held: it cannot be resized under the table
+        body.extend(b"more")
+    key, value = bytes(b"k%d" % 7), bytes(b"v" * 50)
+    acc.put(key, value)
+    del key, value
+    assert Columns(*acc.finish(())).pairs() == [(b"key", b"value"), (b"k7", b"v" * 50)]
+
+
+@pytest.mark.parametrize("implementation", ["c", "python"])
+def test_columns_are_written_into_the_buffers_allocate_gives(implementation: str) -> None:
+    """Arrow's pool, or any writable buffer: the same columns as new bytes; a buffer too
+    short or read-only is refused."""
+    make = _compiled() if implementation == "c" else embedded_columns.PyLatestColumns
+    acc = make(3)
+    acc.add(frame.pack_rows([(i, 0, b"k%d" % i, b"v" * i, None) for i in range(30)]), 0, 99)
+    plain = Columns(*acc.finish(APART))
+    pooled = Columns(*acc.finish(APART, pa.allocate_buffer))
+    assert all(isinstance(b, pa.Buffer) for b in pooled[2:6])
+    assert pooled.pairs() == plain.pairs() and pooled.length == plain.length == 30
+    given = Columns(*acc.finish(APART, bytearray))
+    assert given == plain and all(type(b) is bytearray for b in given[2:6])
+    with pytest.raises(ValueError, match="gave a buffer of"):
+        acc.finish(APART, lambda n: bytearray(max(n - 1, 0)))
+    with pytest.raises(BufferError):
+        acc.finish(APART, bytes)
+
+
+def test_the_accumulator_leaks_no_memory_and_no_references() -> None:
+    make = _compiled()
+    key, value = b"k" * 16, b"v" * 100
+    rows = frame.pack_rows([(i, 0, key + bytes([i]), value, None) for i in range(50)])
+    broken = rows[:-3]
+
+    def work() -> None:
+        for _ in range(2_000):
+            acc = make(5)
+            acc.add(rows, 0, 100)
+            acc.add(rows, 10, 5)
+            with contextlib.suppress(ValueError):
+                acc.add(broken, 0, 100)
+            acc.put(key, value)
+            acc.put(key, None)
+            acc.finish((key,))
+            acc.finish((), bytearray)
+            with contextlib.suppress(ValueError):
+                acc.finish((), lambda n: bytearray(max(n - 1, 0)))
+
+    found = growth(work, (key, value, rows, None))
+    assert found.allocated < 64 * 1024, f"{found.allocated} bytes still allocated"
+    assert found.refs_after[:3] == found.refs_before[:3]
+    assert abs(found.refs_after[3] - found.refs_before[3]) < 100
+
+
+# -- Log.latest_columns --------------------------------------------------------------------
+_BATCHES = st.lists(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b"\x00flush"]), st.binary()),
+            st.one_of(st.none(), st.binary(max_size=20)),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _expected(log: Log, offset: int) -> Columns:
+    """The columns of a dict of the last values, built from the records themselves."""
+    latest: dict[bytes | None, bytes | None] = {}
+    for record in log.read("t", 0, offset, max_records=1 << 30, max_bytes=1 << 30):
+        latest[record.key] = record.value
+    return columns_of(latest, APART)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batches=_BATCHES, start=st.integers(0, 200))
+def test_every_log_gives_the_columns_of_its_records(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[tuple[Any, Any]]], start: int
+) -> None:
+    """From any offset (inside a batch too), over small and large batches: the embedded log
+    (C, and its own Python path: Log's default), and the memory log."""
+    path: Path = tmp_path_factory.mktemp("log")
+    with EmbeddedLog(str(path)) as embedded, MemoryLog() as memory:
+        for log in (embedded, memory):
+            log.create_topic("t", 1)
+            for batch in batches:
+                log.append("t", 0, [Record(k, v) for k, v in batch])
+        offset = min(start, embedded.end_offset("t", 0))
+        wanted = _expected(embedded, offset)
+        assert embedded.latest_columns("t", 0, offset, apart=APART) == wanted
+        assert Log.latest_columns(embedded, "t", 0, offset, apart=APART) == wanted
+        assert memory.latest_columns("t", 0, offset, apart=APART) == wanted
+
+
+def test_a_columns_read_that_stops_inside_a_batch_goes_on_from_its_rows(tmp_path: Path) -> None:
+    """The partition's columns shape, read a few records at a time (a read that stops inside
+    a batch keeps its rows decoded for the next): the same columns as one read."""
+    with EmbeddedLog(str(tmp_path / "log")) as log:
+        log.create_topic("t", 1)
+        log.append("t", 0, [Record(b"%d" % (i % 13), b"v%d" % i) for i in range(100)])
+        log.append("t", 0, [Record(b"%d" % i, None) for i in range(0, 13, 3)])
+        part = log._partition("t", 0)
+        acc = embedded_columns.new_latest_columns()
+        offset = 0
+        while True:
+            _, after = part.read(offset, 7, 1 << 20, "columns", acc)
+            if after == offset:
+                break
+            offset = after
+        assert offset == 105
+        assert embedded_columns.finished(acc, APART) == _expected(log, 0)
