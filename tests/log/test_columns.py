@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkakv._native import PURE_PYTHON
+from kafkakv.errors import CorruptLogError
 from kafkakv.log import EmbeddedLog, MemoryLog
 from kafkakv.log.base import Log, Record
 from kafkakv.log.columns import Columns, columns_of
@@ -273,3 +274,24 @@ def test_a_columns_read_that_stops_inside_a_batch_goes_on_from_its_rows(tmp_path
             offset = after
         assert offset == 105
         assert embedded_columns.finished(acc, APART) == _expected(log, 0)
+
+
+def test_a_batch_larger_than_a_read_is_mapped_and_a_short_segment_is_corrupt(
+    tmp_path: Path,
+) -> None:
+    """A batch past the read's first chunk (a flush of a whole map) is taken from a mapping of
+    the segment: the same columns, and still a CorruptLogError (not a crash on a page past the
+    file's end) when the segment is shorter than its published batches."""
+    with EmbeddedLog(str(tmp_path / "log")) as log:
+        log.create_topic("t", 1)
+        log.append("t", 0, [Record(b"small", b"1")])
+        log.append("t", 0, [Record(b"k%d" % i, b"v" * 300) for i in range(3_000)])  # ~1 MB
+        log.append("t", 0, [Record(b"k7", None), Record(b"small", b"2")])
+        wanted = _expected(log, 0)
+        assert wanted.length == 3_000
+        assert log.latest_columns("t", 0, 0, apart=APART) == wanted
+        segment = next((tmp_path / "log").rglob("*.log"))
+        with open(segment, "r+b") as f:
+            f.truncate(200_000)  # inside the large batch
+        with pytest.raises(CorruptLogError, match="shorter than published"):
+            log.latest_columns("t", 0, 0, apart=APART)

@@ -278,6 +278,7 @@ add(LatestColumns *self, PyObject *const *args, Py_ssize_t nargs)
     }
     entry *noted = self->entries + self->used;
     for (Py_ssize_t i = 0; i < rows; i++) {
+        __builtin_prefetch(r.at + 1024); /* as in select_rows (_rows.h) */
         if (read_row(&r, &x) < 0) {
             PyBuffer_Release(view);
             return NULL;

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import math
 import os
 import select
@@ -53,7 +54,10 @@ _COALESCE_S = 0.0005  # events closer together than this are delivered together
 _SLICE_S = 1.0  # a waiter re-checks its condition at least this often
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """The C library, once per process: ``find_library`` runs ``ldconfig`` (a fork and exec,
+    which took 2-9 ms of every log's open, more in a large process such as a Spark worker)."""
     name = ctypes.util.find_library("c")
     try:
         lib = ctypes.CDLL(name or "libc.so.6", use_errno=True)

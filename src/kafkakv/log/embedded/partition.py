@@ -66,7 +66,9 @@ Shape = Literal["records", "entries", "latest", "columns"]
 offset)`` entries, one dict of the last value per key (:meth:`Log.read_latest`), or the
 accumulator of :meth:`Log.latest_columns` it was given (see columns.py)."""
 
-_Take = Callable[[Any, bytes, int, BatchHeader, Any, int, int, int], tuple[int, int, Any]]
+_Take = Callable[
+    [Any, bytes | memoryview, int, BatchHeader, Any, int, int, int], tuple[int, int, Any]
+]
 """How a read takes records of one batch into its result: ``take(out, buf, p, header, kept,
 partition, offset, room)`` puts those at ``offset`` or after, at most ``room`` of them, of the
 batch at ``p`` in ``buf`` (or in ``kept``, its rows decoded by a read that stopped inside it)
@@ -85,7 +87,7 @@ def _taking_rows(
 
     def take(
         out: Any,
-        buf: bytes,
+        buf: bytes | memoryview,
         p: int,
         h: BatchHeader,
         kept: list[Row] | None,
@@ -113,7 +115,7 @@ _take_latest_rows = _taking_rows(entries_from_rows, itemgetter(2), _put_latest)
 
 def _take_latest(
     out: dict[bytes | None, bytes | None],
-    buf: bytes,
+    buf: bytes | memoryview,
     p: int,
     h: BatchHeader,
     kept: list[Row] | None,
@@ -135,7 +137,7 @@ def _take_latest(
 
 def _take_columns(
     out: Any,
-    buf: bytes,
+    buf: bytes | memoryview,
     p: int,
     h: BatchHeader,
     kept: list[Row] | None,
@@ -173,7 +175,7 @@ them: the next read decodes the batch (see :func:`_take_records`)."""
 
 def _take_records(
     out: list[Record],
-    buf: bytes,
+    buf: bytes | memoryview,
     p: int,
     h: BatchHeader,
     kept: list[Row] | None,
@@ -194,6 +196,21 @@ def _take_records(
             out.extend(got)
             return len(got), got[-1].offset, _UNDECODED
     return _take_record_rows(out, buf, p, h, kept, part, offset, room)
+
+
+def _mapped(fd: int, pos: int, size: int) -> memoryview:
+    """The ``size`` bytes at ``pos`` of the segment ``fd``, mapped rather than copied (empty
+    when the file is shorter: the caller's read says so). For a batch larger than a read's
+    chunk (a flush of a whole map is one): 112 MB mapped and read took 6 ms where ``pread``
+    took 90-110 (a copy into pages that each fault in). The mapping is of published bytes,
+    which nothing truncates (a writer truncates only past the published end, recovery only an
+    unpublished tail), and lasts as long as a view of it does: the decoded records and entries
+    are copies, and a columns accumulator keeps the body until it writes its columns."""
+    if os.fstat(fd).st_size < pos + size:
+        return memoryview(b"")
+    start = pos - pos % mmap.ALLOCATIONGRANULARITY
+    mapped = mmap.mmap(fd, pos + size - start, mmap.MAP_SHARED, mmap.PROT_READ, offset=start)
+    return memoryview(mapped)[pos - start :]
 
 
 # What a read's result starts as, and how it takes each batch into it.
@@ -728,7 +745,9 @@ class Partition:
         part = self.number
         chunk = _READ_CHUNK  # grows while the caller keeps wanting more: never copy far past need
         while pos < end and room > 0 and budget > 0:
-            buf = os.pread(fd, min(end - pos, max(min(budget, chunk), HEADER_SIZE)), pos)
+            buf: bytes | memoryview = os.pread(
+                fd, min(end - pos, max(min(budget, chunk), HEADER_SIZE)), pos
+            )
             chunk = min(chunk * 2, _MAX_READ_CHUNK)
             p = 0
             n = len(buf)
@@ -775,7 +794,7 @@ class Partition:
                     if p == 0:  # one batch larger than the chunk: read exactly it
                         if pos + h.size > end:
                             raise self._corrupt(seg, pos, "batch runs past the published end")
-                        buf = os.pread(fd, h.size, pos)
+                        buf = _mapped(fd, pos, h.size) or os.pread(fd, h.size, pos)
                         n = len(buf)
                         if n < h.size:
                             raise self._corrupt(seg, pos, "segment shorter than published")
