@@ -2,6 +2,8 @@
 
 - ``kafkakv.map._reads``: the local read path of a replica map (see
   ``src/kafkakv/map/reads.py``);
+- ``kafkakv.map._bulk``: the ops records of a Spark write task's rows (see
+  ``src/kafkakv/map/bulk.py``);
 - ``kafkakv.log.embedded._frame``: the embedded log's append-side encoding (see
   ``src/kafkakv/log/embedded/frame.py``), linked with zlib for its CRC-32;
 - ``kafkakv.log.embedded._columns``: the last value per key of stored batches as Arrow-shaped
@@ -21,6 +23,7 @@ ROWS = "src/kafkakv/log/embedded/_rows.h"  # the batch rows' msgpack readers, sh
 setup(
     ext_modules=[
         Extension("kafkakv.map._reads", ["src/kafkakv/map/_reads.c"], optional=True),
+        Extension("kafkakv.map._bulk", ["src/kafkakv/map/_bulk.c"], optional=True),
         Extension(
             "kafkakv.log.embedded._frame",
             ["src/kafkakv/log/embedded/_frame.c"],

@@ -14,11 +14,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructField, StructType
 
 import kafkakv
-from kafkakv.errors import EncodeError
+from kafkakv.errors import EncodeError, RecordTooLargeError
 from kafkakv.log.partitioner import partition_for
 from kafkakv.map.dedup import numbering
 from kafkakv.map.keyspace import FLUSH_POINT_KEY
-from kafkakv.map.ops import OpCode, decode_op
+from kafkakv.map.ops import OpCode, decode_op, encode_op
 from kafkakv.map.reference import partition_at
 from kafkakv.pipeline import SourceOptions, source
 from kafkakv.pipeline.source import KafkaKVDataSource, _MapRecords
@@ -224,6 +224,21 @@ def test_rows_become_ops_numbered_per_partition_and_a_reserved_key_fails_the_bat
     assert by_key[b"k5"].code is OpCode.REMOVE and by_key[b"k6"].args == (b"6",)
     with pytest.raises(EncodeError, match="reserved"):
         to_records([b"a", FLUSH_POINT_KEY], [b"1", b"2"], 2, 1 << 20)
+
+
+def test_a_row_over_the_record_limit_fails_its_batch_naming_its_exact_size() -> None:
+    """Nothing of the batch is numbered (the next batch's seqs start where they were), and
+    the size told is the record's: its key and its ops record."""
+    to_records = _MapRecords(SourceOptions("/tmp/unused", map="m"))
+    keys, values = [b"a", b"b", b"c"], [b"1", None, b"x" * 500]
+    parts = [partition_for(k, 2) for k in keys]
+    seq = numbering(parts[2], 2)[parts[:2].count(parts[2])]
+    op = encode_op(OpCode.PUT, to_records.origin, seq, [b"x" * 500])
+    with pytest.raises(RecordTooLargeError, match=f"a row of {1 + len(op)} bytes is over the 300"):
+        to_records(keys, values, 2, 300)
+    out = to_records(keys[:2], values[:2], 2, 300)
+    firsts = {p: decode_op(rs[0].value).seq for p, rs in out.items()}
+    assert firsts == {p: numbering(p, 2)[0] for p in set(parts[:2])}
 
 
 def test_a_flushed_partition_is_read_from_its_columns_and_the_rest_by_a_replica(

@@ -65,6 +65,7 @@ from kafkakv.errors import (
 )
 from kafkakv.gcpause import gc_paused
 from kafkakv.log.base import Log, Record, new_tuple
+from kafkakv.map.bulk import update_records
 from kafkakv.map.dedup import numbering
 from kafkakv.map.flushed import flushed_columns
 from kafkakv.map.keyspace import RESERVED_KEYS, check_update_key
@@ -378,33 +379,29 @@ class _MapRecords:
         self.opts = opts
         self.prefix = opts.record_prefix
         self.origin = os.urandom(8)
-        self.seqs: dict[int, Iterator[int]] = {}
+        self.next_seqs: list[int] = []  # per partition: the seq its next update gets
 
     def __call__(
         self, keys: list[bytes], values: list[bytes | None], count: int, limit: int
     ) -> dict[int, list[Record]]:
-        prefix, origin, seqs = self.prefix, self.origin, self.seqs
+        prefix = self.prefix
         record_keys = [prefix + k for k in keys] if prefix else keys
         if not _RESERVED.isdisjoint(record_keys):
             for record_key in record_keys:
                 check_update_key(record_key)  # raises for the reserved one
+        if len(self.next_seqs) != count:
+            self.next_seqs = [numbering(p, count)[0] for p in range(count)]
+        stride = numbering(0, count).step
         partitions = partitions_for(record_keys, count)
-        out: dict[int, list[Record]] = {}
-        add, seq = {}, {}  # per partition: its records' append, its next seq number
-        for p in set(partitions):
-            if p not in seqs:
-                seqs[p] = iter(numbering(p, count))
-            seq[p] = seqs[p].__next__
-            add[p] = out.setdefault(p, []).append
-        put, remove, encode, record = int(OpCode.PUT), int(OpCode.REMOVE), encode_fields, Record
-        for record_key, value, p in zip(record_keys, values, partitions, strict=True):
-            if value is None:
-                op = encode((remove, origin, seq[p]()))
-            else:
-                op = encode((put, origin, seq[p](), value))
-            if len(record_key) + len(op) > limit:
-                _too_large(len(record_key) + len(op), limit, self.opts)
-            add[p](new_tuple(record, (record_key, op, (), None, None, None)))
+        out, bad = update_records(
+            record_keys, values, partitions, self.origin, self.next_seqs, stride, limit
+        )
+        if bad >= 0:  # nothing was numbered: the seq row ``bad`` had, for its exact size
+            p, value = partitions[bad], values[bad]
+            seq = self.next_seqs[p] + stride * partitions[:bad].count(p)
+            fields = (int(OpCode.REMOVE), self.origin, seq)
+            op = encode_fields(fields if value is None else (int(OpCode.PUT), *fields[1:], value))
+            _too_large(len(record_keys[bad]) + len(op), limit, self.opts)
         return out
 
 
