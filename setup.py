@@ -19,15 +19,23 @@ runs the same code in Python.
 from setuptools import Extension, setup
 
 ROWS = "src/kafkakv/log/embedded/_rows.h"  # the batch rows' msgpack readers, shared
+MSGPACK = "src/kafkakv/_msgpack.h"  # msgpack writers, shared by _frame and _bulk
 
 setup(
     ext_modules=[
         Extension("kafkakv.map._reads", ["src/kafkakv/map/_reads.c"], optional=True),
-        Extension("kafkakv.map._bulk", ["src/kafkakv/map/_bulk.c"], optional=True),
+        Extension(
+            "kafkakv.map._bulk",
+            ["src/kafkakv/map/_bulk.c"],
+            depends=[MSGPACK],
+            include_dirs=["src/kafkakv"],
+            optional=True,
+        ),
         Extension(
             "kafkakv.log.embedded._frame",
             ["src/kafkakv/log/embedded/_frame.c"],
-            depends=[ROWS],
+            depends=[ROWS, MSGPACK],
+            include_dirs=["src/kafkakv"],
             libraries=["z"],
             optional=True,
         ),

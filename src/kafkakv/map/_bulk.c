@@ -15,82 +15,19 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_msgpack.h" /* src/kafkakv/_msgpack.h */
+
 #define OP_PUT 1
 #define OP_REMOVE 5
-
-/* How many bytes msgpack takes for the unsigned int ``v`` (msgspec's compact form). */
-static inline Py_ssize_t
-uint_size(uint64_t v)
-{
-    return v < 0x80 ? 1 : v <= 0xff ? 2 : v <= 0xffff ? 3 : v <= 0xffffffffULL ? 5 : 9;
-}
-
-static inline unsigned char *
-put_uint(unsigned char *p, uint64_t v)
-{
-    if (v < 0x80) {
-        *p++ = (unsigned char)v;
-        return p;
-    }
-    int n;
-    if (v <= 0xff) {
-        *p++ = 0xcc;
-        n = 1;
-    }
-    else if (v <= 0xffff) {
-        *p++ = 0xcd;
-        n = 2;
-    }
-    else if (v <= 0xffffffffULL) {
-        *p++ = 0xce;
-        n = 4;
-    }
-    else {
-        *p++ = 0xcf;
-        n = 8;
-    }
-    for (int i = n - 1; i >= 0; i--) {
-        *p++ = (unsigned char)(v >> (8 * i));
-    }
-    return p;
-}
-
-static inline Py_ssize_t
-bin_header_size(Py_ssize_t n)
-{
-    return n < 0x100 ? 2 : n < 0x10000 ? 3 : 5;
-}
-
-static inline unsigned char *
-put_bin(unsigned char *p, const char *data, Py_ssize_t n)
-{
-    if (n < 0x100) {
-        *p++ = 0xc4;
-        *p++ = (unsigned char)n;
-    }
-    else if (n < 0x10000) {
-        *p++ = 0xc5;
-        *p++ = (unsigned char)(n >> 8);
-        *p++ = (unsigned char)n;
-    }
-    else {
-        *p++ = 0xc6;
-        for (int i = 3; i >= 0; i--) {
-            *p++ = (unsigned char)(n >> (8 * i));
-        }
-    }
-    memcpy(p, data, (size_t)n);
-    return p + n;
-}
 
 /* The ops record of one put (value) or remove (value NULL). */
 static PyObject *
 encode_update(const char *origin, Py_ssize_t origin_size, uint64_t seq, const char *value,
               Py_ssize_t value_size)
 {
-    Py_ssize_t size = 1 + 1 + bin_header_size(origin_size) + origin_size + uint_size(seq);
+    Py_ssize_t size = 1 + 1 + bin_size(origin_size) + uint_size(seq);
     if (value != NULL) {
-        size += bin_header_size(value_size) + value_size;
+        size += bin_size(value_size);
     }
     PyObject *op = PyBytes_FromStringAndSize(NULL, size);
     if (op == NULL) {

@@ -31,7 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "_rows.h" /* the msgpack row readers latest_into and read_plain use */
+#include "_msgpack.h" /* the msgpack writers (src/kafkakv/_msgpack.h) */
+#include "_rows.h"    /* the msgpack row readers latest_into and read_plain use */
 
 static PyObject *record_type;  /* kafkakv.log.base.Record, set by frame.py through bind() */
 static PyObject *empty_tuple;  /* a record's headers when it has none */
@@ -100,71 +101,6 @@ range:
 }
 
 /* -- plain_body ------------------------------------------------------------------------- */
-
-/* Bytes of a msgpack uint (the smallest form, as msgspec writes it). */
-static inline Py_ssize_t
-uint_size(uint64_t v)
-{
-    return v < 128 ? 1 : v < 256 ? 2 : v < 65536 ? 3 : v <= 0xFFFFFFFFu ? 5 : 9;
-}
-
-static inline unsigned char *
-put_uint(unsigned char *p, uint64_t v)
-{
-    if (v < 128) {
-        *p++ = (unsigned char)v;
-    }
-    else if (v < 256) {
-        *p++ = 0xcc;
-        *p++ = (unsigned char)v;
-    }
-    else if (v < 65536) {
-        *p++ = 0xcd;
-        *p++ = (unsigned char)(v >> 8);
-        *p++ = (unsigned char)v;
-    }
-    else if (v <= 0xFFFFFFFFu) {
-        *p++ = 0xce;
-        for (int i = 3; i >= 0; i--) {
-            *p++ = (unsigned char)(v >> (8 * i));
-        }
-    }
-    else {
-        *p++ = 0xcf;
-        for (int i = 7; i >= 0; i--) {
-            *p++ = (unsigned char)(v >> (8 * i));
-        }
-    }
-    return p;
-}
-
-static inline Py_ssize_t
-bin_size(Py_ssize_t n)
-{
-    return (n < 256 ? 2 : n < 65536 ? 3 : 5) + n;
-}
-
-static inline unsigned char *
-put_bin(unsigned char *p, const char *data, Py_ssize_t n)
-{
-    if (n < 256) {
-        *p++ = 0xc4;
-        *p++ = (unsigned char)n;
-    }
-    else if (n < 65536) {
-        *p++ = 0xc5;
-        *p++ = (unsigned char)(n >> 8);
-        *p++ = (unsigned char)n;
-    }
-    else {
-        *p++ = 0xc6;
-        for (int i = 3; i >= 0; i--) {
-            *p++ = (unsigned char)(n >> (8 * i));
-        }
-    }
-    memcpy(p, data, (size_t)n);
-    return p + n;
-}
 
 static inline Py_ssize_t
 array_header_size(Py_ssize_t n)
