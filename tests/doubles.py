@@ -26,6 +26,7 @@ from kafkakv.log.base import (
     Record,
     TopicPartition,
 )
+from kafkakv.log.columns import Allocate, Columns
 
 __all__ = ["ForwardingLog", "ForwardingLogWriter"]
 
@@ -175,6 +176,17 @@ class ForwardingLog(Log):
         return self.inner.read_latest(
             topic, partition, offset, max_records=max_records, max_bytes=max_bytes
         )
+
+    def latest_columns(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        apart: Sequence[bytes] = (),
+        allocate: Allocate | None = None,
+    ) -> Columns:
+        return self.inner.latest_columns(topic, partition, offset, apart=apart, allocate=allocate)
 
     def start_offset(self, topic: str, partition: int) -> int:
         return self.inner.start_offset(topic, partition)

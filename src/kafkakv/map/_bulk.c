@@ -218,5 +218,15 @@ static struct PyModuleDef bulk_module = {
 PyMODINIT_FUNC
 PyInit__bulk(void)
 {
-    return PyModule_Create(&bulk_module);
+    PyObject *module = PyModule_Create(&bulk_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    PyObject *all = Py_BuildValue("[s]", "update_records");
+    if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
+        Py_XDECREF(all);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

@@ -570,6 +570,12 @@ PyInit__columns(void)
     if (module == NULL) {
         return NULL;
     }
+    PyObject *all = Py_BuildValue("[s]", "LatestColumns");
+    if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
+        Py_XDECREF(all);
+        Py_DECREF(module);
+        return NULL;
+    }
     if (PyModule_AddObjectRef(module, "LatestColumns", (PyObject *)&latest_type) < 0) {
         Py_DECREF(module);
         return NULL;
