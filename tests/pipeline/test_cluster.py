@@ -3,7 +3,8 @@ executor JVM and Python workers, sharing nothing with the driver but the log and
 
 A process runs one Spark context, and this one's is the ``spark`` fixture's (local): the
 driver of the cluster's application is a child process (``_DRIVER``), which runs the steps of
-a plan one after another, each as a Spark job group of its name (a streaming query's
+a plan one after another (on the plan's target, or a step's own), each as a Spark job group of
+its name (a streaming query's
 micro-batches run in a group Spark names by the query's run id, which its step returns), and
 prints what they found and Spark's own REST status of its executors and jobs as one
 ``RESULT`` JSON line. The fault tests kill executors' processes from here while the driver
@@ -62,10 +63,12 @@ _DRIVER = textwrap.dedent(
         df = spark.range(0, step["rows"], numPartitions=4).select(
             F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"),
             F.to_json(F.struct(F.col("id").alias("n"))).alias("value"))
-        df.write.format("kafkakv").options(target=target, map=step["map"]).mode("append").save()
+        df.write.format("kafkakv").options(
+            target=step.get("target", target), map=step["map"]).mode("append").save()
 
     def read(step):
-        return spark.read.format("kafkakv").options(target=target, map=step["map"]).load().count()
+        return spark.read.format("kafkakv").options(
+            target=step.get("target", target), map=step["map"]).load().count()
 
     def imports(step):
         return sc.parallelize(range(4), 4).map(
@@ -362,31 +365,6 @@ def _check_only_executors_ran_tasks(result: dict[str, Any], tasks: int) -> dict[
     return workers
 
 
-@pytest.mark.timeout(1200)
-def test_the_data_source_writes_and_reads_on_the_cluster_executors(
-    spark_cluster: Any, tmp_path: Path
-) -> None:
-    target = str(tmp_path / "log")
-    with kafkakv.connect(target) as db:
-        db.map("m", partitions=2)
-    plan = {
-        "target": target,
-        "steps": [
-            {"name": "write", "do": "write_range", "map": "m", "rows": 1000},
-            {"name": "read", "do": "read", "map": "m"},
-            {"name": "imports", "do": "imports"},
-        ],
-    }
-    result = _run_driver(spark_cluster, plan, tmp_path / "driver.log")
-    assert result["steps"]["read"] == 1000
-    assert result["steps"]["imports"] == [kafkakv.__file__]  # the executors import this kafkakv
-    workers = _check_only_executors_ran_tasks(result, 4 + 2 + 4)
-    assert len(workers) == 2, workers  # one executor per worker
-    with kafkakv.connect(target) as db:
-        m = db.map("m")
-        assert len(m) == 1000 and m["k999"] == {"n": 999}
-
-
 def _changes(table: str) -> list[str]:
     """Statements that change three rows: one updated, one deactivated, one new (T9999)."""
     now = "now() - interval '1 s'"
@@ -434,9 +412,15 @@ def _transformed(a: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(600)
-def test_the_pipeline_runs_on_the_cluster_executors_against_kafka(
+def test_the_pipeline_runs_on_the_cluster_executors_against_kafka_and_the_embedded_log(
     spark_cluster: Any, kafka_cluster: Any, postgres: PostgresConnection, tmp_path: Path
 ) -> None:
+    """One application (its executors start once): the data source's write and read on an
+    embedded log, then ingest, incremental ingest, the data source, snapshot, reconcile and a
+    stream on Kafka."""
+    embedded = str(tmp_path / "log")
+    with kafkakv.connect(embedded) as db:
+        db.map("m", partitions=2)
     rows = 2000
     table = terminal_table(postgres, rows)
     target = f"kafka://{kafka_cluster.bootstrap}"
@@ -450,6 +434,15 @@ def test_the_pipeline_runs_on_the_cluster_executors_against_kafka(
         "postgres": dataclasses.asdict(postgres),
         "jars": [str(postgres_jdbc_jar())],
         "steps": [
+            {
+                "name": "write-embedded",
+                "do": "write_range",
+                "map": "m",
+                "rows": 1000,
+                "target": embedded,
+            },
+            {"name": "read-embedded", "do": "read", "map": "m", "target": embedded},
+            {"name": "imports", "do": "imports"},
             {"name": "ingest", "do": "ingest", "map": name, "partitions": 2},
             {"name": "change", "do": "sql", "statements": _changes(table)},
             {"name": "incremental", "do": "ingest", "map": name},
@@ -463,6 +456,11 @@ def test_the_pipeline_runs_on_the_cluster_executors_against_kafka(
     result = _run_driver(spark_cluster, plan, tmp_path / "driver.log")
     print("seconds per step:", result["seconds"])
     steps = result["steps"]
+    assert steps["read-embedded"] == 1000
+    assert steps["imports"] == [kafkakv.__file__]  # the executors import this kafkakv
+    with kafkakv.connect(embedded) as db:
+        m = db.map("m")
+        assert len(m) == 1000 and m["k999"] == {"n": 999}
     assert steps["ingest"] == {"rows": rows, "deletes": 0}
     assert steps["incremental"] == {"rows": 3, "deletes": 1}  # T1, T2 (a delete), T9999
     assert steps["read"] == rows == steps["snapshot"]  # 2000 - T2 + T9999
@@ -494,7 +492,10 @@ def test_the_pipeline_runs_on_the_cluster_executors_against_kafka(
     assert jobs["stream"]["jobs"] == jobs["restart"]["jobs"] == 1, jobs
     assert jobs["stream"]["tasks"] == 2, jobs
     assert all(group["failed"] == 0 for group in jobs.values()), jobs
-    _check_only_executors_ran_tasks(result, sum(group["tasks"] for group in jobs.values()))
+    workers = _check_only_executors_ran_tasks(
+        result, sum(group["tasks"] for group in jobs.values())
+    )
+    assert len(workers) == 2, workers  # one executor per worker
 
 
 @pytest.mark.timeout(600)
