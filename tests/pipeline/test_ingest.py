@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import uuid
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -147,6 +148,44 @@ def test_rows_with_equal_timestamps_are_ordered_by_id(
     )
     fourth = _job(spark, postgres, table, opts).run()
     assert fourth.rows == 1 and fourth.after is not None and fourth.after.id == 4
+
+
+@pytest.mark.parametrize(
+    ("column_type", "step"),
+    [("timestamp", "1 microsecond"), ("timestamptz", "1 microsecond"), ("date", "1 day")],
+)
+def test_the_position_is_exact_to_the_microsecond_whatever_spark_s_time_zone(
+    spark: Any, postgres: PostgresConnection, tmp_path: Any, column_type: str, step: str
+) -> None:
+    """The position's text parses back into the column's type exactly: a row at the very
+    same time with a higher id is read next, one a ``step`` earlier never, with
+    Spark's session in a zone neither the JVM nor PostgreSQL is in (and a wall-clock time
+    that zone's own clocks skipped)."""
+    table = f"exact_{column_type}_{uuid.uuid4().hex[:8]}"
+    at = "2026-03-29 02:30:00.123456"  # Europe/Berlin's clocks went from 02:00 to 03:00
+    _sql(
+        postgres,
+        f"CREATE TABLE {table} (id bigint PRIMARY KEY, k text, updated_at {column_type})",
+        f"INSERT INTO {table} SELECT g, 'k' || g, '{at}' FROM generate_series(1, 3) g",
+    )
+    opts = SourceOptions(str(tmp_path / "log"), map="m")
+    mapping = TableMapping(key="k")
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Europe/Berlin")
+    try:
+        first = _job(spark, postgres, table, opts, mapping=mapping).run()
+        assert (first.rows, first.after.id if first.after else None) == (3, 3)
+        _sql(
+            postgres,
+            f"INSERT INTO {table} VALUES (4, 'k4', '{at}'), "
+            f"(5, 'k5', timestamp '{at}' - interval '{step}')",
+        )
+        second = _job(spark, postgres, table, opts, mapping=mapping).run()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    assert (second.rows, second.after.id if second.after else None) == (1, 4), second
+    with kafkakv.connect(opts.target) as db:
+        assert sorted(db.map("m")) == ["k1", "k2", "k3", "k4"]
 
 
 def test_the_safety_delay_holds_back_recent_rows(

@@ -29,7 +29,7 @@ from kafkakv.db import Database
 from kafkakv.errors import ConfigError, TopicMismatchError
 from kafkakv.map.replica import ReplicaMap
 from kafkakv.map.topics import ensure_topics
-from kafkakv.pipeline.jdbc import TS_TEXT, Position, TableSource
+from kafkakv.pipeline.jdbc import TS_MICROS, Position, TableSource
 from kafkakv.pipeline.mapping import TableMapping
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.session import spark_action
@@ -147,7 +147,7 @@ class IngestJob:
         # One pass: the counts and the last position are observed while the rows are written.
         observed = Observation(f"kafkakv-ingest-{id(self)}")
         key_type = "bigint" if self.target.key_codec == "int" else "string"
-        ts, ident = F.col(self.timestamp_column), F.col(self.id_column)
+        ident = F.col(self.id_column)
         inactive = (
             F.count_if(F.col(mapping.active_column) == F.lit(False))
             if mapping.active_column
@@ -157,7 +157,7 @@ class IngestJob:
             observed,
             F.count(F.lit(1)).alias("rows"),
             inactive.alias("deletes"),
-            F.max_by(F.struct(F.col(TS_TEXT), ident), F.struct(ts, ident)).alias("last"),
+            F.max(F.struct(F.col(TS_MICROS), ident)).alias("last"),
         )
         self.progress(f"writing the new rows of {source.table} to {self.target.what}")
         # The values are to_json's text, JSON by construction: the writer need not parse them.
@@ -179,7 +179,7 @@ class IngestJob:
         if not rows:  # the rows went between the two queries (deleted meanwhile)
             self.progress("no new rows: nothing written")
             return IngestResult(self.job, 0, 0, before, before, time.monotonic() - started)
-        after = Position(last[0], last[1] if isinstance(last[1], int) else str(last[1]))
+        after = Position.at_micros(last[0], last[1] if isinstance(last[1], int) else str(last[1]))
         self.progress(f"wrote {rows} rows ({deletes} deletes)")
         positions[self.job] = after.to_json()
         self.progress(f"position now {after.timestamp} / {after.id}")
