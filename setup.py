@@ -2,8 +2,9 @@
 
 - ``kafkakv.map._reads``: the local read path of a replica map (see
   ``src/kafkakv/map/reads.py``);
-- ``kafkakv.map._bulk``: the ops records of a Spark write task's rows (see
-  ``src/kafkakv/map/bulk.py``);
+- ``kafkakv.map._bulk``: the ops records of a Spark write task's rows, as records or as
+  columns (see ``src/kafkakv/map/bulk.py``); it places rows as ``_murmur2`` does, with
+  ``_murmur2.h``;
 - ``kafkakv.log.embedded._frame``: the embedded log's append-side encoding (see
   ``src/kafkakv/log/embedded/frame.py``), linked with zlib for its CRC-32;
 - ``kafkakv.log.embedded._columns``: the last value per key of stored batches as Arrow-shaped
@@ -20,6 +21,7 @@ from setuptools import Extension, setup
 
 ROWS = "src/kafkakv/log/embedded/_rows.h"  # the batch rows' msgpack readers, shared
 MSGPACK = "src/kafkakv/_msgpack.h"  # msgpack writers, shared by _frame and _bulk
+MURMUR2 = "src/kafkakv/_murmur2.h"  # Kafka's murmur2, shared by _murmur2 and _bulk
 
 setup(
     ext_modules=[
@@ -27,7 +29,7 @@ setup(
         Extension(
             "kafkakv.map._bulk",
             ["src/kafkakv/map/_bulk.c"],
-            depends=[MSGPACK],
+            depends=[MSGPACK, MURMUR2],
             include_dirs=["src/kafkakv"],
             optional=True,
         ),
@@ -45,7 +47,13 @@ setup(
             depends=[ROWS],
             optional=True,
         ),
-        Extension("kafkakv.log._murmur2", ["src/kafkakv/log/_murmur2.c"], optional=True),
+        Extension(
+            "kafkakv.log._murmur2",
+            ["src/kafkakv/log/_murmur2.c"],
+            depends=[MURMUR2],
+            include_dirs=["src/kafkakv"],
+            optional=True,
+        ),
         Extension("kafkakv._gcpause", ["src/kafkakv/_gcpause.c"], optional=True),
     ]
 )

@@ -188,6 +188,14 @@ class ForwardingLog(Log):
     ) -> Columns:
         return self.inner.latest_columns(topic, partition, offset, apart=apart, allocate=allocate)
 
+    def frames_columns(self) -> bool:
+        return self.inner.frames_columns()
+
+    def send_columns(
+        self, topic: str, partition: int, columns: Columns, *, timeout: float | None = None
+    ) -> None:
+        self.inner.send_columns(topic, partition, columns, timeout=timeout)
+
     def start_offset(self, topic: str, partition: int) -> int:
         return self.inner.start_offset(topic, partition)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkakv._native import PURE_PYTHON
-from kafkakv.errors import CorruptLogError
+from kafkakv.errors import CorruptLogError, RecordTooLargeError
 from kafkakv.log import EmbeddedLog, MemoryLog
 from kafkakv.log.base import Log, Record
 from kafkakv.log.columns import Columns, columns_of
@@ -295,3 +297,71 @@ def test_a_batch_larger_than_a_read_is_mapped_and_a_short_segment_is_corrupt(
             f.truncate(200_000)  # inside the large batch
         with pytest.raises(CorruptLogError, match="shorter than published"):
             log.latest_columns("t", 0, 0, apart=APART)
+
+
+# -- send_columns -------------------------------------------------------------------------
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batches=st.lists(
+        st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=300)), max_size=30),
+        max_size=4,
+    )
+)
+def test_send_columns_appends_what_send_of_the_records_appends_on_every_log(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[tuple[bytes, bytes]]]
+) -> None:
+    """The embedded log frames the columns itself (C), the memory log takes Log's default
+    (records, then send): both store the records a send of the same rows stores, repeated
+    keys and empty ones too, each batch at once; no rows append nothing."""
+    path: Path = tmp_path_factory.mktemp("log")
+    with EmbeddedLog(str(path)) as embedded, MemoryLog() as memory:
+        for log in (embedded, memory):
+            log.create_topic("by-columns", 1)
+            log.create_topic("by-records", 1)
+            for batch in batches:
+                columns = _columns_of_rows(batch)
+                log.send_columns("by-columns", 0, columns)
+                if batch:
+                    log.send("by-records", 0, [Record(k, v) for k, v in batch])
+            got = [(r.key, r.value, r.offset) for r in _all(log, "by-columns")]
+            assert got == [(r.key, r.value, r.offset) for r in _all(log, "by-records")]
+            assert [r[:2] for r in got] == [row for batch in batches for row in batch]
+
+
+def _columns_of_rows(rows: list[tuple[bytes, bytes]]) -> Columns:
+    """Columns of ``rows`` as they are (repeated keys kept), with 64-bit offsets."""
+    keys = array("q", [0, *itertools.accumulate(len(k) for k, _ in rows)])
+    values = array("q", [0, *itertools.accumulate(len(v) for _, v in rows)])
+    return Columns(
+        len(rows),
+        True,
+        keys.tobytes(),
+        b"".join(k for k, _ in rows),
+        values.tobytes(),
+        b"".join(v for _, v in rows),
+        {},
+    )
+
+
+def _all(log: Log, topic: str) -> list[Record]:
+    return log.read(topic, 0, 0, max_records=1 << 30, max_bytes=1 << 30)
+
+
+def test_send_columns_refuses_a_row_too_large_or_rows_set_apart_and_appends_nothing(
+    tmp_path: Path,
+) -> None:
+    with EmbeddedLog(str(tmp_path)) as embedded, MemoryLog() as memory:
+        for log in (embedded, memory):
+            log.create_topic("t", 1, {"max.message.bytes": 1000})
+            big = _columns_of_rows([(b"a", b"1"), (b"b", b"x" * 2000)])
+            with pytest.raises(RecordTooLargeError):
+                log.send_columns("t", 0, big)
+            with pytest.raises(ValueError, match="none apart"):
+                log.send_columns(
+                    "t", 0, _columns_of_rows([(b"a", b"1")])._replace(apart={b"c": b"3"})
+                )
+            assert log.end_offset("t", 0) == 0

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import os
 import struct
 import subprocess
 import sys
 import textwrap
 import zlib
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -181,6 +183,99 @@ def test_plain_body_refuses_what_is_not_a_sequence_or_a_limit_as_its_twin_does()
         assert outcome(c.plain_body, records, limit) == outcome(frame.py_plain_body, records, limit)
     with pytest.raises(TypeError):
         c.plain_body([])
+
+
+# -- plain_body_columns ---------------------------------------------------------------------
+
+
+def _columns_args(rows: list[tuple[bytes, bytes]], wide: bool) -> tuple[Any, ...]:
+    """``plain_body_columns``'s first six arguments for ``rows``."""
+    kind = "q" if wide else "i"
+    key_offsets = array(kind, [0, *itertools.accumulate(len(k) for k, _ in rows)])
+    value_offsets = array(kind, [0, *itertools.accumulate(len(v) for _, v in rows)])
+    return (
+        len(rows),
+        wide,
+        key_offsets.tobytes(),
+        b"".join(k for k, _ in rows),
+        value_offsets.tobytes(),
+        b"".join(v for _, v in rows),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    rows=st.lists(st.tuples(_sized(300), _sized(300)), max_size=40),
+    wide=st.booleans(),
+    limit=st.integers(0, 700),
+    as_views=st.booleans(),
+)
+def test_plain_body_columns_the_c_function_its_twin_and_plain_body_agree(
+    rows: list[tuple[bytes, bytes]], wide: bool, limit: int, as_views: bool
+) -> None:
+    """From buffers of any kind, with 32- or 64-bit offsets: the body plain_body makes of the
+    same rows as records, and None where it gives None (too large) or for no rows."""
+    c = _compiled()
+    args = _columns_args(rows, wide)
+    if as_views:
+        args = tuple(memoryview(a) if isinstance(a, bytes) else a for a in args)
+    mine = outcome(c.plain_body_columns, *args, limit)
+    assert mine == outcome(frame.py_plain_body_columns, *args, limit)
+    assert mine == outcome(c.plain_body, [Record(k, v) for k, v in rows], limit)
+
+
+def test_plain_body_columns_at_the_msgpack_size_bounds() -> None:
+    c = _compiled()
+    for count, key_size, value_size in (
+        (15, 3, 3),
+        (16, 3, 3),
+        (65_536, 1, 0),
+        (2, 65_535, 65_536),
+    ):
+        rows = [(b"k" * key_size, b"v" * value_size)] * count
+        args = _columns_args(rows, count % 2 == 0)
+        body = c.plain_body_columns(*args, 1 << 20)
+        twin: Any = frame.py_plain_body_columns
+        assert body == twin(*args, 1 << 20)
+        assert body == c.plain_body([Record(k, v) for k, v in rows], 1 << 20)
+
+
+def test_plain_body_columns_refuses_offsets_that_do_not_bound_rows_as_its_twin_does() -> None:
+    c = _compiled()
+    good = _columns_args([(b"ab", b"x"), (b"c", b"yz")], False)
+    bad: list[tuple[Any, ...]] = [
+        (3, *good[1:]),  # more rows than offsets
+        (-1, *good[1:]),
+        (2, False, array("i", [1, 0, 3]).tobytes(), *good[3:]),  # going back
+        (2, False, array("i", [-1, 0, 3]).tobytes(), *good[3:]),  # below 0
+        (2, False, good[2], b"ab", *good[4:]),  # past the key data
+        (*good[:4], array("i", [0, 1, 4]).tobytes(), good[5]),  # past the value data
+        (2, True, *good[2:]),  # 32-bit offsets read as 64-bit
+        (*good[:2], "not a buffer", *good[3:]),
+        (2**70, *good[1:]),
+    ]
+    for args in bad:
+        mine = outcome(c.plain_body_columns, *args, 100)
+        assert mine[0] == "raised", args
+        assert mine == outcome(frame.py_plain_body_columns, *args, 100), args
+    with pytest.raises(TypeError):
+        c.plain_body_columns(*good)
+
+
+def test_plain_body_columns_leaks_no_memory_and_no_references() -> None:
+    c = _compiled()
+    args = _columns_args([(b"k%d" % i, b"v" * i) for i in range(50)], True)
+
+    def work() -> None:
+        for _ in range(200):
+            c.plain_body_columns(*args, 1000)
+            c.plain_body_columns(*args, 10)  # too large: None
+            with contextlib.suppress(ValueError):
+                c.plain_body_columns(3, *args[1:], 1000)
+
+    found = growth(work, args)
+    assert found.allocated < 16 * 1024, f"{found.allocated} bytes still allocated"
+    assert found.refs_after == found.refs_before
 
 
 # -- frame --------------------------------------------------------------------------------

@@ -15,13 +15,16 @@ from pyspark.sql.types import DataType, IntegerType, LongType, StringType, Struc
 
 import kafkakv
 from kafkakv.errors import EncodeError, RecordTooLargeError
+from kafkakv.log import EmbeddedLog
 from kafkakv.log.partitioner import partition_for
 from kafkakv.map.dedup import numbering
 from kafkakv.map.keyspace import FLUSH_POINT_KEY
 from kafkakv.map.ops import OpCode, decode_op, encode_op
 from kafkakv.map.reference import partition_at
 from kafkakv.pipeline import SourceOptions, source
-from kafkakv.pipeline.source import KafkaKVDataSource, _MapRecords
+from kafkakv.pipeline.arrow import encode_column
+from kafkakv.pipeline.source import KafkaKVDataSource
+from kafkakv.pipeline.writer import KafkaKVWriter, Written, _MapRecords
 from tests.records import offset_of
 
 
@@ -239,6 +242,112 @@ def test_a_row_over_the_record_limit_fails_its_batch_naming_its_exact_size() -> 
     out = to_records(keys[:2], values[:2], 2, 300)
     firsts = {p: decode_op(rs[0].value).seq for p, rs in out.items()}
     assert firsts == {p: numbering(p, 2)[0] for p in set(parts[:2])}
+
+
+@pytest.mark.parametrize(
+    ("key_type", "value_type", "codec", "prefixed"),
+    [
+        (pa.string(), pa.string(), "json", False),
+        (pa.large_string(), pa.binary(), "json", True),
+        (pa.string(), pa.large_binary(), "bytes", False),
+    ],
+)
+def test_a_batch_the_columns_way_makes_the_ops_the_rows_way_makes(
+    key_type: Any, value_type: Any, codec: str, prefixed: bool
+) -> None:
+    """From a sliced batch (offsets not from 0), with nulls: the same records, numbered
+    alike, partition by partition; and both ways leave the next batch's seqs alike."""
+    opts = SourceOptions(
+        "/tmp/unused",
+        map="m",
+        value_codec=codec,
+        check_json=False,
+        topics="shared" if prefixed else None,
+    )
+    by_columns, by_rows = _MapRecords(opts), _MapRecords(opts)
+    by_rows.origin = by_columns.origin
+    keys = [f"k{i}" * (i % 4) for i in range(300)]
+    values = [None if i % 7 == 0 else f'{{"n": {i}}}' for i in range(300)]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(keys, key_type), pa.array(values, pa.string()).cast(value_type)],
+        names=["key", "value"],
+    ).slice(5, 250)
+    for _ in range(2):
+        columns = by_columns.columns(batch, 3, 1 << 20)
+        assert columns is not None
+        records = by_rows(
+            encode_column(batch.column("key"), "str", "key"),
+            encode_column(batch.column("value"), codec, "value", check=False),
+            3,
+            1 << 20,
+        )
+        assert sorted(columns) == sorted(records)
+        for p, rows in records.items():
+            assert columns[p].pairs() == [(r.key, r.value) for r in rows]
+        assert by_columns.next_seqs == by_rows.next_seqs
+
+
+def test_the_columns_way_declines_what_the_rows_way_must_name_and_numbers_nothing() -> None:
+    """A null key, a reserved key, a row over the limit, a codec that checks or re-encodes
+    each value: None, with the seqs as they were (the rows' way then raises, naming it)."""
+    opts = SourceOptions("/tmp/unused", map="m", check_json=False)
+    to_records = _MapRecords(opts)
+
+    def batch(keys: list[Any], values: list[Any]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [pa.array(keys), pa.array(values)], names=["key", "value"]
+        )
+
+    assert to_records.columns(batch(["a"], ["1"]), 2, 100) is not None
+    seqs = list(to_records.next_seqs)
+    for declined, limit in (
+        (batch(["a", None], ["1", "2"]), 100),
+        (batch(["a", FLUSH_POINT_KEY.decode()], ["1", "2"]), 100),
+        (batch(["a", "b"], ["1", "x" * 200]), 100),
+    ):
+        assert to_records.columns(declined, 2, limit) is None
+        assert to_records.next_seqs == seqs
+    checked = _MapRecords(SourceOptions("/tmp/unused", map="m"))  # JSON values parsed
+    assert checked.columns(batch(["a"], ["1"]), 2, 100) is None
+    packed = _MapRecords(SourceOptions("/tmp/unused", map="m", value_codec="msgpack"))
+    assert packed.columns(batch(["a"], [b"\x01"]), 2, 100) is None
+
+
+def test_a_write_task_on_the_embedded_log_sends_columns_not_records(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KafkaKVWriter.write in this process: the embedded log takes each batch as columns (a
+    send of records would fail the test), and a batch the columns way declines still fails
+    as the rows way says."""
+    target = str(tmp_path / "log")
+    with kafkakv.connect(target) as db:
+        db.map("m", partitions=2)
+
+    def no_records(*args: Any, **kw: Any) -> None:
+        raise AssertionError("a batch went the rows' way")
+
+    monkeypatch.setattr(EmbeddedLog, "send", no_records)
+    writer = KafkaKVWriter(SourceOptions(target, map="m", check_json=False))
+    batches = [
+        pa.RecordBatch.from_arrays(
+            [
+                pa.array([f"k{i}" for i in range(j, j + 100)]),
+                pa.array([f"{i}" for i in range(j, j + 100)]),
+            ],
+            names=["key", "value"],
+        )
+        for j in (0, 50)
+    ]
+    assert writer.write(iter(batches)) == Written(200, 0)
+    with kafkakv.connect(target) as db:
+        m = db.map("m")
+        assert len(m) == 150 and m["k120"] == 120
+    null_key = pa.RecordBatch.from_arrays(
+        [pa.array([None], pa.string()), pa.array(["1"])], names=["key", "value"]
+    )
+    monkeypatch.undo()
+    with pytest.raises(EncodeError, match="a key cannot be null"):
+        writer.write(iter([null_key]))
 
 
 def test_a_flushed_partition_is_read_from_its_columns_and_the_rest_by_a_replica(

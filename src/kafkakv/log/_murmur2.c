@@ -9,40 +9,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define SEED 0x9747b28cu
-#define M 0x5bd1e995u
-
-/* Kafka's Utils.murmur2 over n bytes: 4 bytes at a time, little-endian, then the 1 to 3 left,
- * then the final mix. Unsigned 32-bit arithmetic is Java's int arithmetic bit for bit. */
-static uint32_t
-hash_bytes(const unsigned char *data, Py_ssize_t n)
-{
-    uint32_t h = SEED ^ (uint32_t)n;
-    Py_ssize_t whole = n - (n & 3);
-    for (Py_ssize_t i = 0; i < whole; i += 4) {
-        uint32_t k = (uint32_t)data[i] | (uint32_t)data[i + 1] << 8 |
-                     (uint32_t)data[i + 2] << 16 | (uint32_t)data[i + 3] << 24;
-        k *= M;
-        k ^= k >> 24;
-        k *= M;
-        h = (h * M) ^ k;
-    }
-    switch (n & 3) {
-    case 3:
-        h ^= (uint32_t)data[whole + 2] << 16;
-        /* fall through */
-    case 2:
-        h ^= (uint32_t)data[whole + 1] << 8;
-        /* fall through */
-    case 1:
-        h ^= data[whole];
-        h *= M;
-    }
-    h ^= h >> 13;
-    h *= M;
-    h ^= h >> 15;
-    return h;
-}
+#include "_murmur2.h" /* src/kafkakv/_murmur2.h: murmur2_hash */
 
 /* The key's bytes: what py_partition_for accepts (bytes, bytearray, memoryview), else the
  * TypeError it raises. */
@@ -95,7 +62,7 @@ murmur2(PyObject *module, PyObject *data)
     if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) < 0) {
         return NULL;
     }
-    uint32_t h = hash_bytes(view.buf, view.len);
+    uint32_t h = murmur2_hash(view.buf, view.len);
     PyBuffer_Release(&view);
     return PyLong_FromLong((long)(int32_t)h);
 }
@@ -117,7 +84,7 @@ partition_for(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&view);
         return NULL;
     }
-    uint32_t h = hash_bytes(view.buf, view.len);
+    uint32_t h = murmur2_hash(view.buf, view.len);
     PyBuffer_Release(&view);
     return place(h, count);
 }
@@ -184,7 +151,7 @@ partition_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             memcpy(joined + head.len, key.buf, (size_t)key.len);
             data = joined;
         }
-        uint32_t h = hash_bytes(data, size);
+        uint32_t h = murmur2_hash(data, size);
         PyBuffer_Release(&key);
         PyObject *p = place(h, count);
         if (p == NULL) {

@@ -323,6 +323,36 @@ class Log(Closeable):
         else:
             self.append(topic, partition, records, timeout=timeout)
 
+    def frames_columns(self) -> bool:
+        """Whether :meth:`send_columns` frames the rows straight from the buffers, with no
+        record object per row; a writer that holds Arrow columns then prefers it. False:
+        it makes the records (this default), which a writer may as well make itself."""
+        return False
+
+    def send_columns(
+        self, topic: str, partition: int, columns: Columns, *, timeout: float | None = None
+    ) -> None:
+        """Append the rows of ``columns`` as records ``(key, value)``, in order, as :meth:`send`
+        does without ``on_failure``; no rows append nothing. ``columns.apart`` must be empty.
+
+        For writers whose rows are Arrow columns already (a Spark write task's): a backend
+        may frame the rows straight from the buffers, with no record object per row (the
+        embedded log does, in C). This default makes the records and calls :meth:`send`.
+
+        >>> from kafkakv.log import MemoryLog
+        >>> from kafkakv.log.columns import columns_of
+        >>> with MemoryLog() as log:
+        ...     log.create_topic("t")
+        ...     log.send_columns("t", 0, columns_of({b"a": b"1", b"b": b"2"}, ()))
+        ...     [(r.key, r.value) for r in log.read("t", 0, 0)]
+        [(b'a', b'1'), (b'b', b'2')]
+        """
+        if columns.apart:
+            raise ValueError("send_columns(): the rows to send are in the columns, none apart")
+        if columns.length:
+            records = [new_tuple(Record, (k, v, (), None, None, None)) for k, v in columns.pairs()]
+            self.send(topic, partition, records, timeout=timeout)
+
     @abstractmethod
     def read(
         self,

@@ -21,7 +21,7 @@ kafkakv.errors.EncodeError: key: row 1 is null; a key cannot be null
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import orjson
 import pyarrow as pa
@@ -31,6 +31,8 @@ from kafkakv.errors import DecodeError, EncodeError
 from kafkakv.log.columns import Columns
 
 __all__ = [
+    "Buffers",
+    "binary_buffers",
     "binary_column",
     "columns_arrays",
     "decode_column",
@@ -167,6 +169,50 @@ def encode_column(
     if check:
         _check_json(texts, what)
     return texts
+
+
+class Buffers(NamedTuple):
+    """A binary column's bytes as they lie: ``length + 1`` 64-bit offsets (native order, not
+    necessarily from 0) into ``data``; ``valid``, one byte per row (0: null), or None when no
+    row is null."""
+
+    length: int
+    offsets: Any
+    data: Any
+    valid: Any
+
+
+def binary_buffers(
+    column: pa.Array[Any], codec: str, what: str, *, check: bool = True
+) -> Buffers | None:
+    """The buffers of ``column`` where its codec takes each value's bytes as they are: ``str``
+    over text, ``bytes`` over binary, and ``json`` over either for values the caller knows
+    are JSON (``check=False``). None for any other codec or type (and for JSON keys, which
+    are re-encoded): :func:`encode_column` handles those. For writers that hand the rows on
+    without a Python object per row.
+
+    >>> b = binary_buffers(pa.array(["ab", None, "c"]), "str", "value")
+    >>> b.length, bytes(b.data), bytes(b.valid)
+    (3, b'abc', b'\\x01\\x00\\x01')
+    """
+    text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+    binary = pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)
+    if not (
+        (codec == "str" and text)
+        or (codec == "bytes" and binary)
+        or (codec == "json" and what != "key" and not check and (text or binary))
+    ):
+        return None
+    if not pa.types.is_large_binary(column.type):
+        column = column.cast(pa.large_binary())  # the data as it is; 64-bit offsets
+    _validity, offsets, data = column.buffers()
+    assert offsets is not None  # a binary array always has them
+    first, n = column.offset, len(column)
+    window = memoryview(offsets).cast("B")[8 * first : 8 * (first + n + 1)]
+    valid = None
+    if column.null_count:
+        valid = column.is_valid().to_numpy(zero_copy_only=False).view("uint8")
+    return Buffers(n, window, b"" if data is None else data, valid)
 
 
 def _check_json(texts: list[bytes | None], what: str) -> None:

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkakv.db import Database, check_target, connect
-from kafkakv.errors import ConfigError
+from kafkakv.errors import ConfigError, UnknownTopicError
 from kafkakv.map.keyspace import map_prefix
 from kafkakv.map.topics import MapTopics
+
+if TYPE_CHECKING:
+    from kafkakv.log.base import Log
 
 __all__ = ["SPARK_CODECS", "SourceOptions"]
 
@@ -139,6 +142,23 @@ class SourceOptions:
         if self.map is None or self.topics is None:
             return b""
         return map_prefix(self.map)
+
+    def followed_topic(self, log: Log) -> str:
+        """The topic whose partitions a job follows (a map's ops topic); raises
+        UnknownTopicError when the map's topics or the topic do not exist (neither reading nor
+        writing rows creates them)."""
+        existing = set(log.topics())
+        if self.map is not None:
+            topics = self.map_topics
+            missing = [t for t in (topics.data, topics.ops, topics.flush) if t not in existing]
+            if missing:
+                raise UnknownTopicError(
+                    f"{self.what} does not exist on {self.target}: no {missing}"
+                )
+            return topics.ops
+        if self.topic not in existing:
+            raise UnknownTopicError(f"{self.what} does not exist on {self.target}")
+        return str(self.topic)
 
     def connect(self) -> Database:
         """Open a database on the target (each task calls this once)."""

@@ -39,10 +39,8 @@ task opens its own connection to the log and closes it before it ends.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -52,7 +50,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import StructType
@@ -60,27 +57,18 @@ from pyspark.sql.types import StructType
 from kafkakv.codecs import codec_for
 from kafkakv.errors import (
     ConfigError,
-    RecordTooLargeError,
-    UnknownTopicError,
 )
-from kafkakv.gcpause import gc_paused
-from kafkakv.log.base import Log, Record, new_tuple
-from kafkakv.map.bulk import update_records
-from kafkakv.map.dedup import numbering
 from kafkakv.map.flushed import flushed_columns
-from kafkakv.map.keyspace import RESERVED_KEYS, check_update_key
+from kafkakv.map.keyspace import RESERVED_KEYS
 from kafkakv.map.machine import MapState
-from kafkakv.map.ops import OpCode, encode_fields
 from kafkakv.map.reference import Plan, partition_at, planned
 from kafkakv.pipeline.arrow import (
     columns_arrays,
     decode_column,
-    encode_column,
     json_columns,
     spark_type,
 )
 from kafkakv.pipeline.options import SourceOptions
-from kafkakv.pipeline.partitions import partitions_for
 from kafkakv.pipeline.streaming import (
     KafkaKVStreamReader,
     KafkaKVStreamWriter,
@@ -89,6 +77,7 @@ from kafkakv.pipeline.streaming import (
     is_stream_read,
     sink_options,
 )
+from kafkakv.pipeline.writer import KafkaKVWriter
 from kafkakv.store.memory import DictStore
 
 __all__ = ["KafkaKVDataSource"]
@@ -170,7 +159,7 @@ class KafkaKVReader(DataSourceReader):
         map's topics and settings are checked (once, here: see :class:`LogPartition`)."""
         opts = self.opts
         with opts.connect() as db:
-            topic = _require_topics(db.log, opts)
+            topic = opts.followed_topic(db.log)
             plan = None
             if opts.map is not None:
                 plan = planned(db.log, opts.map_topics, opts.timeout)
@@ -298,115 +287,3 @@ class KafkaKVReader(DataSourceReader):
                     ) from exc
             arrays.append(column)
         return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in self.fields])
-
-
-def _require_topics(log: Log, opts: SourceOptions) -> str:
-    """The topic whose partitions the job follows; raises UnknownTopicError when the map's
-    topics or the topic do not exist (reading never creates them)."""
-    existing = set(log.topics())
-    if opts.map is not None:
-        topics = opts.map_topics
-        missing = [t for t in (topics.data, topics.ops, topics.flush) if t not in existing]
-        if missing:
-            raise UnknownTopicError(f"{opts.what} does not exist on {opts.target}: no {missing}")
-        return topics.ops
-    if opts.topic not in existing:
-        raise UnknownTopicError(f"{opts.what} does not exist on {opts.target}")
-    return str(opts.topic)
-
-
-@dataclass
-class Written(WriterCommitMessage):
-    """What one write task appended."""
-
-    rows: int
-    removes: int
-
-
-class KafkaKVWriter(DataSourceArrowWriter):
-    def __init__(self, opts: SourceOptions) -> None:
-        self.opts = opts
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:  # type: ignore[override]
-        opts = self.opts
-        rows = removes = 0
-        with opts.connect() as db:
-            log = db.log
-            topic = _require_topics(log, opts)
-            count = log.partitions(topic)
-            limit = log.record_room(topic)  # what one record may hold
-            to_records = _MapRecords(opts) if opts.map is not None else _TopicRecords(opts)
-            for batch in iterator:
-                # A batch's records are thousands of short-lived tuples: no collections
-                # while they live (see kafkakv.gcpause), and their references dropped inside.
-                with gc_paused():
-                    keys = encode_column(batch.column("key"), opts.key_codec, "key")
-                    values = encode_column(
-                        batch.column("value"), opts.value_codec, "value", check=opts.check_json
-                    )
-                    by_partition = to_records(keys, values, count, limit)
-                    for p in by_partition:
-                        log.send(topic, p, by_partition[p])
-                    rows += len(keys)
-                    removes += values.count(None)
-                    del keys, values, by_partition
-        return Written(rows, removes)
-
-
-class _TopicRecords:
-    """Rows to plain records, by the partition Kafka's producer would pick."""
-
-    def __init__(self, opts: SourceOptions) -> None:
-        self.opts = opts
-
-    def __call__(
-        self, keys: list[bytes], values: list[bytes | None], count: int, limit: int
-    ) -> dict[int, list[Record]]:
-        out: dict[int, list[Record]] = {}
-        for key, value, p in zip(keys, values, partitions_for(keys, count), strict=True):
-            if len(key) + (0 if value is None else len(value)) > limit:
-                _too_large(len(key) + len(value or b""), limit, self.opts)
-            out.setdefault(p, []).append(new_tuple(Record, (key, value, (), None, None, None)))
-        return out
-
-
-class _MapRecords:
-    """Rows to ops records: a put per value, a remove per null, from one origin whose
-    sequence numbers no replica waits for (numbered per partition as a replica numbers its
-    updates: see kafkakv.map.dedup)."""
-
-    def __init__(self, opts: SourceOptions) -> None:
-        self.opts = opts
-        self.prefix = opts.record_prefix
-        self.origin = os.urandom(8)
-        self.next_seqs: list[int] = []  # per partition: the seq its next update gets
-
-    def __call__(
-        self, keys: list[bytes], values: list[bytes | None], count: int, limit: int
-    ) -> dict[int, list[Record]]:
-        prefix = self.prefix
-        record_keys = [prefix + k for k in keys] if prefix else keys
-        if not _RESERVED.isdisjoint(record_keys):
-            for record_key in record_keys:
-                check_update_key(record_key)  # raises for the reserved one
-        if len(self.next_seqs) != count:
-            self.next_seqs = [numbering(p, count)[0] for p in range(count)]
-        stride = numbering(0, count).step
-        partitions = partitions_for(record_keys, count)
-        out, bad = update_records(
-            record_keys, values, partitions, self.origin, self.next_seqs, stride, limit
-        )
-        if bad >= 0:  # nothing was numbered: the seq row ``bad`` had, for its exact size
-            p, value = partitions[bad], values[bad]
-            seq = self.next_seqs[p] + stride * partitions[:bad].count(p)
-            fields = (int(OpCode.REMOVE), self.origin, seq)
-            op = encode_fields(fields if value is None else (int(OpCode.PUT), *fields[1:], value))
-            _too_large(len(record_keys[bad]) + len(op), limit, self.opts)
-        return out
-
-
-def _too_large(size: int, limit: int, opts: SourceOptions) -> NoReturn:
-    raise RecordTooLargeError(
-        f"a row of {size} bytes is over the {limit} bytes a record of {opts.what} may hold "
-        "(its max.message.bytes less the log's framing); nothing of its batch was appended"
-    )

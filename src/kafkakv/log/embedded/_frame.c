@@ -1,9 +1,11 @@
 /* kafkakv.log.embedded._frame: the embedded log's batch encoding in C, and one decoding.
  *
- * Five functions over bytes, each the same as its Python twin in frame.py (read_head's is in
+ * Six functions over bytes, each the same as its Python twin in frame.py (read_head's is in
  * head.py; tests/log/test_frame.py checks each pair input by input, results and errors alike):
  *
  *   plain_body(records, limit)  the msgpack body of a batch of plain records, or None
+ *   plain_body_columns(length, wide, key_offsets, key_data, value_offsets, value_data, limit)
+ *                               the same body of the rows of two binary columns, or None
  *   frame(base_offset, body, record_count, last_offset_delta, base_timestamp,
  *         max_timestamp, attributes, delete_horizon_ms, producer)
  *                               a whole batch: the 56-byte header, its CRC, the body
@@ -237,6 +239,140 @@ not_plain:
     result = Py_NewRef(Py_None);
 done:
     Py_DECREF(seq);
+    return result;
+}
+
+/* -- plain_body_columns ----------------------------------------------------------------- */
+
+/* Row i's bounds in a column of ``n`` rows: offsets 32-bit or, when ``wide``, 64-bit. */
+static inline long long
+offset_at(const void *offsets, int wide, Py_ssize_t i)
+{
+    if (wide) {
+        int64_t o;
+        memcpy(&o, (const char *)offsets + 8 * i, 8);
+        return o;
+    }
+    int32_t o;
+    memcpy(&o, (const char *)offsets + 4 * i, 4);
+    return o;
+}
+
+/* Whether ``offsets`` (``n + 1`` of them) bound rows of ``data``: from 0 or more, never
+ * going back, none past the data's end. Else ValueError naming the column and the row. */
+static int
+check_offsets(const Py_buffer *offsets, const Py_buffer *data, int wide, Py_ssize_t n,
+              const char *what)
+{
+    Py_ssize_t width = wide ? 8 : 4;
+    if (offsets->len != (n + 1) * width) {
+        PyErr_Format(PyExc_ValueError,
+                     "plain_body_columns(): %s offsets hold %zd bytes, not the %zd of %zd rows",
+                     what, offsets->len, (n + 1) * width, n);
+        return -1;
+    }
+    long long previous = offset_at(offsets->buf, wide, 0);
+    if (previous < 0) {
+        PyErr_Format(PyExc_ValueError, "plain_body_columns(): %s offsets start below 0", what);
+        return -1;
+    }
+    for (Py_ssize_t i = 1; i <= n; i++) {
+        long long next = offset_at(offsets->buf, wide, i);
+        if (next < previous || next > (long long)data->len) {
+            PyErr_Format(PyExc_ValueError,
+                         "plain_body_columns(): %s %zd ends at %lld, outside %lld..%zd", what,
+                         i - 1, next, previous, data->len);
+            return -1;
+        }
+        previous = next;
+    }
+    return 0;
+}
+
+/* The body plain_body would make of the records (key, value) of the rows of two binary
+ * columns (see kafkakv.log.columns.Columns); None for no rows, or when the largest key plus
+ * the largest value is over ``limit``. */
+static PyObject *
+plain_body_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "plain_body_columns(length, wide, key_offsets, key_data, "
+                        "value_offsets, value_data, limit) takes 7 arguments");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[0]);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int wide = PyObject_IsTrue(args[1]);
+    if (wide < 0) {
+        return NULL;
+    }
+    int overflow = 0;
+    long long limit = PyLong_AsLongLongAndOverflow(args[6], &overflow);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow) {
+        limit = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+    }
+    if (n < 0 || n > (PY_SSIZE_T_MAX - 9) / 8) {
+        PyErr_Format(PyExc_ValueError, "plain_body_columns(): %zd rows", n);
+        return NULL;
+    }
+    Py_buffer views[4];
+    int taken = 0;
+    PyObject *result = NULL;
+    for (; taken < 4; taken++) {
+        if (PyObject_GetBuffer(args[2 + taken], &views[taken], PyBUF_SIMPLE) < 0) {
+            goto done;
+        }
+    }
+    if (check_offsets(&views[0], &views[1], wide, n, "key") < 0 ||
+        check_offsets(&views[2], &views[3], wide, n, "value") < 0) {
+        goto done;
+    }
+    if (n == 0) {
+        result = Py_NewRef(Py_None); /* not a batch: the records' path says why */
+        goto done;
+    }
+    const void *ko = views[0].buf, *vo = views[2].buf;
+    const char *kd = views[1].buf, *vd = views[3].buf;
+    Py_ssize_t max_key = 0, max_value = 0, size = array_header_size(n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t klen = (Py_ssize_t)(offset_at(ko, wide, i + 1) - offset_at(ko, wide, i));
+        Py_ssize_t vlen = (Py_ssize_t)(offset_at(vo, wide, i + 1) - offset_at(vo, wide, i));
+        max_key = klen > max_key ? klen : max_key;
+        max_value = vlen > max_value ? vlen : max_value;
+        /* each row's framing is at most 24 bytes past its key and value; the data's sizes
+         * bound the sum, so no overflow for any buffer that exists */
+        size += 1 + uint_size((uint64_t)i) + 1 + bin_size(klen) + bin_size(vlen) + 1;
+    }
+    if ((long long)max_key + (long long)max_value > limit) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, size);
+    if (result == NULL) {
+        goto done;
+    }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(result);
+    p = put_array_header(p, n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long k0 = offset_at(ko, wide, i), v0 = offset_at(vo, wide, i);
+        *p++ = 0x95; /* [offset_delta, timestamp_delta, key, value, headers] */
+        p = put_uint(p, (uint64_t)i);
+        *p++ = 0x00;
+        p = put_bin(p, kd + k0, (Py_ssize_t)(offset_at(ko, wide, i + 1) - k0));
+        p = put_bin(p, vd + v0, (Py_ssize_t)(offset_at(vo, wide, i + 1) - v0));
+        *p++ = 0xc0;
+    }
+    assert((char *)p == PyBytes_AS_STRING(result) + size);
+done:
+    while (taken > 0) {
+        PyBuffer_Release(&views[--taken]);
+    }
     return result;
 }
 
@@ -1217,6 +1353,10 @@ bind_head(PyObject *module, PyObject *state)
 static PyMethodDef frame_methods[] = {
     {"plain_body", (PyCFunction)(void (*)(void))plain_body, METH_FASTCALL,
      PyDoc_STR("plain_body(records, limit): the msgpack body of plain records, or None.")},
+    {"plain_body_columns", (PyCFunction)(void (*)(void))plain_body_columns, METH_FASTCALL,
+     PyDoc_STR("plain_body_columns(length, wide, key_offsets, key_data, value_offsets, "
+               "value_data, limit): the plain body of the rows of two binary columns, or "
+               "None.")},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
      PyDoc_STR("frame(base_offset, body, record_count, last_offset_delta, base_timestamp, "
                "max_timestamp, attributes, delete_horizon_ms, producer): a whole batch.")},
@@ -1277,9 +1417,10 @@ PyInit__frame(void)
     if (module == NULL) {
         return NULL;
     }
-    PyObject *all = Py_BuildValue("[sssssssssss]", "append_plain", "bind", "bind_head",
+    PyObject *all = Py_BuildValue("[ssssssssssss]", "append_plain", "bind", "bind_head",
                                   "first_records", "frame", "frame_header", "latest_into",
-                                  "pack_head", "plain_body", "read_head", "read_plain");
+                                  "pack_head", "plain_body", "plain_body_columns", "read_head",
+                                  "read_plain");
     if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
         Py_XDECREF(all);
         Py_DECREF(module);

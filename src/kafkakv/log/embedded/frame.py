@@ -1,10 +1,13 @@
 """The embedded log's batch encoding: a batch's records, its framing, the head record, and
 the one decoding a bootstrap spends its time in.
 
-Three pure functions over bytes, on the path of every append:
+Pure functions over bytes, on the path of every append:
 
 - :func:`plain_body`: the msgpack body of a batch of plain records (see
-  :func:`kafkakv.log.records.plain_batch`), or None when any record is not plain;
+  :func:`kafkakv.log.records.plain_batch`), or None when any record is not plain, and
+  :func:`plain_body_columns`, the same body of rows given as two binary columns (a Spark
+  write task's, with no record object per row: see :meth:`EmbeddedLog.send_columns
+  <kafkakv.log.embedded.log.EmbeddedLog.send_columns>`);
 - :func:`frame`: a whole batch, its 56-byte header (with the CRC) and the body, and
   :func:`frame_header`, the header alone, for a write of header and body side by side
   (``pwritev``) with no copy of the body;
@@ -36,7 +39,9 @@ compares the bytes and errors.
 
 from __future__ import annotations
 
+import operator
 import struct
+import sys
 import zlib
 from collections.abc import Callable, Sequence
 from itertools import repeat
@@ -64,11 +69,13 @@ __all__ = [
     "pack_head",
     "pack_rows",
     "plain_body",
+    "plain_body_columns",
     "py_frame",
     "py_frame_header",
     "py_latest_into",
     "py_pack_head",
     "py_plain_body",
+    "py_plain_body_columns",
     "read_head",
     "read_plain",
     "unpack_rows",
@@ -103,6 +110,80 @@ def py_plain_body(records: Sequence[Record], limit: int) -> bytes | None:
     if n == 1:  # a sync update
         return pack_rows([(0, 0, keys[0], values[0], None)])
     return pack_rows(list(zip(range(n), repeat(0, n), keys, values, repeat(None, n), strict=True)))
+
+
+def py_plain_body_columns(
+    length: int,
+    wide: bool,
+    key_offsets: Any,
+    key_data: Any,
+    value_offsets: Any,
+    value_data: Any,
+    limit: int,
+) -> bytes | None:
+    """The body :func:`py_plain_body` makes of the records ``(key, value)`` of ``length`` rows
+    of two binary columns (offsets 32-bit, or 64-bit when ``wide``: see
+    :class:`~kafkakv.log.columns.Columns`); None for no rows, or when the largest key plus
+    the largest value is over ``limit``. Raises ValueError for offsets that do not bound
+    rows of their data.
+
+    >>> py_plain_body_columns(1, False, b"\\0\\0\\0\\0\\1\\0\\0\\0", b"k", b"\\0" * 4 + b"\\2\\0\\0\\0", b"v1", 9)
+    b'\\x91\\x95\\x00\\x00\\xc4\\x01k\\xc4\\x02v1\\xc0'
+    """
+    length = operator.index(length)
+    if length > sys.maxsize:
+        raise OverflowError(f"plain_body_columns(): {length} rows")
+    if length < 0 or length > (sys.maxsize - 9) // 8:
+        raise ValueError(f"plain_body_columns(): {length} rows")
+    bounds = [
+        _bounds(offsets, data, wide, length, what)
+        for offsets, data, what in (
+            (key_offsets, key_data, "key"),
+            (value_offsets, value_data, "value"),
+        )
+    ]
+    if length == 0:
+        return None
+    (keys, key_bytes), (values, value_bytes) = bounds
+    key_sizes = [keys[i + 1] - keys[i] for i in range(length)]
+    value_sizes = [values[i + 1] - values[i] for i in range(length)]
+    if max(key_sizes) + max(value_sizes) > limit:
+        return None
+    return pack_rows(
+        [
+            (
+                i,
+                0,
+                bytes(key_bytes[keys[i] : keys[i + 1]]),
+                bytes(value_bytes[values[i] : values[i + 1]]),
+                None,
+            )
+            for i in range(length)
+        ]
+    )
+
+
+def _bounds(
+    offsets: Any, data: Any, wide: bool, length: int, what: str
+) -> tuple[list[int], memoryview]:
+    """``offsets`` as ints and ``data`` as bytes, once checked as the C function checks them."""
+    raw, data = memoryview(offsets).cast("B"), memoryview(data).cast("B")
+    width = 8 if wide else 4
+    if len(raw) != (length + 1) * width:
+        raise ValueError(
+            f"plain_body_columns(): {what} offsets hold {len(raw)} bytes, not the "
+            f"{(length + 1) * width} of {length} rows"
+        )
+    found = raw.cast("q" if wide else "i").tolist()
+    if found[0] < 0:
+        raise ValueError(f"plain_body_columns(): {what} offsets start below 0")
+    for i in range(1, length + 1):
+        if found[i] < found[i - 1] or found[i] > len(data):
+            raise ValueError(
+                f"plain_body_columns(): {what} {i - 1} ends at {found[i]}, outside "
+                f"{found[i - 1]}..{len(data)}"
+            )
+    return found, data
 
 
 def py_frame(*fields: Any) -> bytes:
@@ -186,6 +267,7 @@ def _bind_nothing(state_type: type) -> None:
 
 COMPILED = False
 plain_body, frame, frame_header, pack_head = py_plain_body, py_frame, py_frame_header, py_pack_head
+plain_body_columns = py_plain_body_columns
 latest_into = py_latest_into
 #: The compiled steady-state append (see the module docstring), or None.
 append_plain: Callable[..., Any] | None = None
@@ -202,6 +284,7 @@ _frame = compiled("kafkakv.log.embedded._frame")  # also needs zlib's header to 
 if not TYPE_CHECKING and _frame is not None:
     _frame.bind(Record)
     plain_body, frame, pack_head = _frame.plain_body, _frame.frame, _frame.pack_head
+    plain_body_columns = _frame.plain_body_columns
     frame_header = _frame.frame_header
     latest_into = _frame.latest_into
     append_plain, bind_head = _frame.append_plain, _frame.bind_head

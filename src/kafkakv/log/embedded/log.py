@@ -59,12 +59,14 @@ from kafkakv.log.embedded.check import check_partition
 from kafkakv.log.embedded.cleaner import CleanResult, clean_partition, enforce_retention
 from kafkakv.log.embedded.columns import finished, new_latest_columns
 from kafkakv.log.embedded.format import encode_records
+from kafkakv.log.embedded.frame import plain_body_columns
 from kafkakv.log.embedded.head import HeadFile, HeadState
 from kafkakv.log.embedded.manifest import Manifest, SegmentInfo, segment_name
 from kafkakv.log.embedded.notify import ChangeNotifier
 from kafkakv.log.embedded.partition import Partition, now_ms
 from kafkakv.log.embedded.settings import EmbeddedSettings, FsyncPolicy
 from kafkakv.log.embedded.txn import EmbeddedLogWriter, TransactionManager
+from kafkakv.log.records import RECORD_OVERHEAD
 
 __all__ = ["EmbeddedLog"]
 
@@ -443,6 +445,45 @@ class EmbeddedLog(Log):
         """See :meth:`Log.send`: one :meth:`append` (stored before it returns, so failures
         raise and ``on_failure`` is never called), waiting for the lock as it does."""
         self.append(topic, partition, records, timeout=timeout, origin=origin)
+
+    def frames_columns(self) -> bool:
+        """True: see :meth:`send_columns`."""
+        return True
+
+    def send_columns(
+        self,
+        topic: str,
+        partition: int,
+        columns: Columns,
+        *,
+        timeout: float | None = None,
+        origin: object = None,
+    ) -> None:
+        """See :meth:`Log.send_columns`: one :meth:`append` of a body framed straight from the
+        columns' buffers (``frame.plain_body_columns``, in C), as atomic as any append."""
+        if columns.apart or not columns.length:
+            super().send_columns(topic, partition, columns, timeout=timeout)
+            return
+        part = self._parts.get((topic, partition))
+        if part is None or self._closed:
+            part = self._partition(topic, partition)  # opens it, or refuses
+        length, wide, key_offsets, key_data, value_offsets, value_data, _apart = columns
+        body = plain_body_columns(
+            length,
+            wide,
+            key_offsets,
+            key_data,
+            value_offsets,
+            value_data,
+            part.config.max_message_bytes - RECORD_OVERHEAD,
+        )
+        if body is None:  # a row too large: the records' path raises, naming it
+            records = [Record(k, v) for k, v in columns.pairs()]
+            self.append(topic, partition, records, timeout=timeout, origin=origin)
+            return
+        now = time.time_ns() // 1_000_000
+        deadline = None if timeout is None else self._deadline(timeout)
+        part.append(body, length, now, now, deadline, origin)
 
     def read(
         self,
