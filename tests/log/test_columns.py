@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import itertools
-from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from kafkakv.log.columns import Columns, columns_of
 from kafkakv.log.embedded import columns as embedded_columns
 from kafkakv.log.embedded import frame
 from tests.leaks import growth
-from tests.log.test_frame import _ROWS, _misfit_rows
+from tests.log.test_frame import _ROWS, _columns_args, _misfit_rows
 
 APART = (b"\x00flush", b"\x00settings")
 
@@ -334,17 +332,8 @@ def test_send_columns_appends_what_send_of_the_records_appends_on_every_log(
 
 def _columns_of_rows(rows: list[tuple[bytes, bytes]]) -> Columns:
     """Columns of ``rows`` as they are (repeated keys kept), with 64-bit offsets."""
-    keys = array("q", [0, *itertools.accumulate(len(k) for k, _ in rows)])
-    values = array("q", [0, *itertools.accumulate(len(v) for _, v in rows)])
-    return Columns(
-        len(rows),
-        True,
-        keys.tobytes(),
-        b"".join(k for k, _ in rows),
-        values.tobytes(),
-        b"".join(v for _, v in rows),
-        {},
-    )
+    length, wide, key_offsets, key_data, value_offsets, value_data = _columns_args(rows, True)
+    return Columns(length, wide, key_offsets, key_data, value_offsets, value_data, {})
 
 
 def _all(log: Log, topic: str) -> list[Record]:

@@ -59,7 +59,6 @@ from kafkakv.errors import (
     ConfigError,
 )
 from kafkakv.map.flushed import flushed_columns
-from kafkakv.map.keyspace import RESERVED_KEYS
 from kafkakv.map.machine import MapState
 from kafkakv.map.reference import Plan, partition_at, planned
 from kafkakv.pipeline.arrow import (
@@ -86,7 +85,6 @@ BATCH_ROWS = 65_536
 """Rows per Arrow batch a read task yields."""
 
 _READ_BYTES = 8 << 20
-_RESERVED = frozenset(RESERVED_KEYS)
 _BUILTIN = ("key", "value", "partition", "offset")
 
 
