@@ -292,7 +292,12 @@ def observe(target: str, name: str, worker: int, phase: Any, reports: Any) -> No
                 time.sleep(0.0005)
             m.sync()
             state = {k: int(v) for k, v in m.items()}
-            if state != copy:
+            # sync() promises the state, not that the follower thread has returned from the
+            # listener of the last update it applied (add_listener's contract): give it time
+            # to catch up, without which the copy lagged one update behind once in a CI run.
+            try:
+                wait_for(lambda: dict(copy) == state, 10, "the listener copy to reach the state")
+            except AssertionError:
                 violations.append(f"listener copy {copy} != state {state} after sync")
             reports.put(("final", worker, violations[:20], events, state, polls))
 
