@@ -150,6 +150,31 @@ def test_rows_with_equal_timestamps_are_ordered_by_id(
     assert fourth.rows == 1 and fourth.after is not None and fourth.after.id == 4
 
 
+def test_a_read_stops_at_the_position_its_query_found(
+    spark: Any, postgres: PostgresConnection
+) -> None:
+    """The rows a run reads end at the last position PostgreSQL gave before the read: a row
+    committed between that query and Spark's read, later but before the bound, is left
+    for the next run, which starts right after the position (read once, not twice)."""
+    table = terminal_table(postgres, 3, age="2 hours")
+    source = TableSource(postgres, table)
+    bound = source.now_minus(0)
+    found = source.read_incremental(spark, "updated_at", "id", None, bound)
+    assert found is not None
+    df, last = found
+    _sql(
+        postgres,
+        f"INSERT INTO {table} (terminal_id, acquirer_id, updated_at) "
+        "VALUES ('late', 'A', now() - interval '1 hour')",
+    )
+    assert sorted(r.terminal_id for r in df.collect()) == ["T1", "T2", "T3"]
+    assert last.id == 3
+    nxt = source.read_incremental(spark, "updated_at", "id", last, source.now_minus(0))
+    assert nxt is not None
+    assert [r.terminal_id for r in nxt[0].collect()] == ["late"]
+    assert nxt[1].id == 4
+
+
 @pytest.mark.parametrize(
     ("column_type", "step"),
     [("timestamp", "1 microsecond"), ("timestamptz", "1 microsecond"), ("date", "1 day")],

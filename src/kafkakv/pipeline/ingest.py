@@ -12,10 +12,10 @@ job's name, written once the run's rows are appended: it is as durable as the da
 that fails before then is repeated by the next one (puts and deletes are idempotent). A run
 that finds no new row appends nothing.
 
-Steps and their cost: one query on PostgreSQL for the bound (and for the id range that splits
-the read over Spark tasks), one JDBC read of the new rows, written as they stream (the count
-and the last position are observed on the way, with Spark's ``Observation``), and one append
-per log partition and Arrow batch.
+Steps and their cost: two small queries on PostgreSQL, for the bound and then for the last
+position before it (and the id range that splits the read over Spark tasks); one JDBC read of
+the rows up to that position, written as they stream (counted on the way, with Spark's
+``Observation``); and one append per log partition and Arrow batch.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from kafkakv.db import Database
 from kafkakv.errors import ConfigError, TopicMismatchError
 from kafkakv.map.replica import ReplicaMap
 from kafkakv.map.topics import ensure_topics
-from kafkakv.pipeline.jdbc import TS_MICROS, Position, TableSource
+from kafkakv.pipeline.jdbc import Position, TableSource
 from kafkakv.pipeline.mapping import TableMapping
 from kafkakv.pipeline.options import SourceOptions
 from kafkakv.pipeline.session import spark_action
@@ -138,16 +138,16 @@ class IngestJob:
         self.progress(
             f"reading {source.table} rows after {before or 'the start'} and before {bound}"
         )
-        df = source.read_incremental(
+        found = source.read_incremental(
             self.spark, self.timestamp_column, self.id_column, before, bound
         )
-        if df is None:
+        if found is None:
             self.progress("no new rows: nothing written")
             return IngestResult(self.job, 0, 0, before, before, time.monotonic() - started)
-        # One pass: the counts and the last position are observed while the rows are written.
+        df, last = found
+        # One pass: the rows written and the deletes among them are counted on the way.
         observed = Observation(f"kafkakv-ingest-{id(self)}")
         key_type = "bigint" if self.target.key_codec == "int" else "string"
-        ident = F.col(self.id_column)
         inactive = (
             F.count_if(F.col(mapping.active_column) == F.lit(False))
             if mapping.active_column
@@ -157,7 +157,6 @@ class IngestJob:
             observed,
             F.count(F.lit(1)).alias("rows"),
             inactive.alias("deletes"),
-            F.max(F.struct(F.col(TS_MICROS), ident)).alias("last"),
         )
         self.progress(f"writing the new rows of {source.table} to {self.target.what}")
         # The values are to_json's text, JSON by construction: the writer need not parse them.
@@ -175,15 +174,14 @@ class IngestJob:
             self.spark,
         )
         summary = observed.get
-        rows, deletes, last = summary["rows"], summary["deletes"], summary["last"]
-        if not rows:  # the rows went between the two queries (deleted meanwhile)
+        rows, deletes = summary["rows"], summary["deletes"]
+        if not rows:  # the rows went between the query and the read (deleted meanwhile)
             self.progress("no new rows: nothing written")
             return IngestResult(self.job, 0, 0, before, before, time.monotonic() - started)
-        after = Position.at_micros(last[0], last[1] if isinstance(last[1], int) else str(last[1]))
         self.progress(f"wrote {rows} rows ({deletes} deletes)")
-        positions[self.job] = after.to_json()
-        self.progress(f"position now {after.timestamp} / {after.id}")
-        return IngestResult(self.job, rows, deletes, before, after, time.monotonic() - started)
+        positions[self.job] = last.to_json()
+        self.progress(f"position now {last.timestamp} / {last.id}")
+        return IngestResult(self.job, rows, deletes, before, last, time.monotonic() - started)
 
     def _prepare_target(self, db: Database) -> None:
         """Create the target's topics if missing (a map's three, or a compacted topic), or

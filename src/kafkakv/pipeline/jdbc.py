@@ -19,14 +19,7 @@ from kafkakv.pipeline.session import spark_action
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["TS_MICROS", "Position", "TableSource", "quote_ident"]
-
-TS_MICROS = "__kafkakv_us"
-"""Extra column of an incremental read: the row's timestamp as PostgreSQL's microseconds since
-1970-01-01 00:00 (the instant of a ``timestamptz``, the wall-clock time of a ``timestamp`` read
-as if in UTC). A number orders the rows as PostgreSQL does and gives the position exactly,
-whatever the zones of Spark's session and JVM (which Spark's own timestamps pass through),
-and it costs less than text per row."""
+__all__ = ["Position", "TableSource", "quote_ident"]
 
 _EPOCH = datetime(1970, 1, 1)
 
@@ -44,9 +37,12 @@ class Position:
 
     @classmethod
     def at_micros(cls, micros: int, id: int | str) -> Position:
-        """The position of a row whose timestamp is :data:`TS_MICROS` ``micros``: its text is
-        that wall-clock time in UTC with a ``+00:00`` offset, which a ``timestamptz`` takes as
-        the instant and a ``timestamp`` as the wall-clock time (it ignores an offset).
+        """The position of a row whose timestamp is ``micros`` microseconds after 1970-01-01
+        00:00 by PostgreSQL's ``extract(epoch ...)`` (the instant of a ``timestamptz``, the
+        wall-clock time of a ``timestamp`` or ``date`` read as if in UTC): its text is that
+        wall-clock time in UTC with a ``+00:00`` offset, which a ``timestamptz`` takes as the
+        instant and a ``timestamp`` as the wall-clock time (it ignores an offset). Exact
+        whatever the zones of Spark and its JVM, which Spark's own timestamps pass through.
 
         >>> Position.at_micros(1_774_751_400_123_456, 7).timestamp
         '2026-03-29 02:30:00.123456+00:00'
@@ -130,18 +126,6 @@ class TableSource:
         rows, _ = self._run("SELECT (now() - make_interval(secs => %s))::text", (delay,))
         return str(rows[0][0])
 
-    def _incremental_sql(self, ts: str, ident: str, after: Position | None, bound: str) -> str:
-        t, i = quote_ident(ts), quote_ident(ident)
-        where = f"src.{t} < {_literal(bound)}::timestamptz"
-        if after is not None:
-            at = _literal(after.timestamp)
-            where += f" AND (src.{t} > {at} OR (src.{t} = {at} AND src.{i} > {_literal(after.id)}))"
-        micros = f"(extract(epoch FROM src.{t}) * 1000000)::bigint"
-        return (
-            f"SELECT src.*, {micros} AS {quote_ident(TS_MICROS)} "
-            f"FROM {quote_ident(self.table)} src WHERE {where}"
-        )
-
     def read_incremental(
         self,
         spark: SparkSession,
@@ -149,21 +133,42 @@ class TableSource:
         ident: str,
         after: Position | None,
         bound: str,
-    ) -> DataFrame | None:
-        """The rows after ``after`` and before ``bound`` (None when there are none: one
-        query tells). Lazy: Spark reads when an action runs."""
-        sql = self._incremental_sql(ts, ident, after, bound)
-        rows, _ = self._run(
-            f"SELECT min(q.{quote_ident(ident)}), max(q.{quote_ident(ident)}), "
-            f"bool_or(true) FROM ({sql}) q"
+    ) -> tuple[DataFrame, Position] | None:
+        """The rows after ``after`` and before ``bound``, and the last of them: None when
+        there are none.
+
+        One query finds the last ``(ts, ident)`` before ``bound`` (and the id range that
+        splits the read over tasks); the DataFrame (lazy: Spark reads when an action runs)
+        holds the rows up to that position and no further. So the position a run reaches is
+        PostgreSQL's own, exact to the microsecond, and a row committed after the query with
+        a later position waits for the next run instead of being read twice.
+        """
+        t, i = quote_ident(ts), quote_ident(ident)
+        table = quote_ident(self.table)
+        after_sql = ""
+        if after is not None:
+            at, at_id = _literal(after.timestamp), _literal(after.id)
+            after_sql = f" AND (src.{t} > {at} OR (src.{t} = {at} AND src.{i} > {at_id}))"
+        window = f"FROM {table} src WHERE src.{t} < {_literal(bound)}::timestamptz{after_sql}"
+        found, _ = self._run(
+            f"SELECT (extract(epoch FROM last.{t}) * 1000000)::bigint, last.{i}, ids.low, "
+            f"ids.high FROM (SELECT src.{t}, src.{i} {window} "
+            f"ORDER BY src.{t} DESC, src.{i} DESC LIMIT 1) last, "
+            f"(SELECT min(src.{i}) AS low, max(src.{i}) AS high {window}) ids"
         )
-        low, high, any_row = rows[0]
-        if not any_row:
+        if not found:
             return None
+        micros, last_id, low, high = found[0]
+        last = Position.at_micros(micros, last_id if isinstance(last_id, int) else str(last_id))
+        upto, upto_id = _literal(last.timestamp), _literal(last.id)
+        sql = (
+            f"SELECT src.* FROM {table} src WHERE (src.{t} < {upto} OR "
+            f"(src.{t} = {upto} AND src.{i} <= {upto_id})){after_sql}"
+        )
         split = None
         if isinstance(low, int) and isinstance(high, int) and high - low >= _SPLIT_MIN_ROWS:
             split = (ident, low, high)
-        return self._read(spark, f"({sql}) AS kafkakv_src", split)
+        return self._read(spark, f"({sql}) AS kafkakv_src", split), last
 
     def read_all(self, spark: SparkSession) -> DataFrame:
         """Every row of the table (lazy)."""
