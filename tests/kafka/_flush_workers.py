@@ -2,7 +2,7 @@
 ``python -m tests.kafka._flush_workers URL NAME PREFIX SECONDS``.
 
 It opens map ``NAME`` (one partition, a short flush period, a timeout of 5 s) and for
-``SECONDS`` puts keys ``PREFIX0`` to ``PREFIX9`` in turn, each with the next value of a counter,
+``SECONDS`` (from when it prints ``opened``) puts keys ``PREFIX0`` to ``PREFIX9`` in turn, each with the next value of a counter,
 while another thread asks for a flush every 0.2 s; errors are counted, never fatal. Then it
 prints ``written`` and waits for a line on stdin (the test's word that every worker is done),
 syncs (trying again while the cluster recovers) and prints one JSON line: the last value of
@@ -23,6 +23,8 @@ import kafkakv
 def main(url: str, name: str, prefix: str, seconds: float) -> None:
     with kafkakv.connect(url, timeout=5) as db:
         m = db.map(name, partitions=1, value_codec="int", timeout=5, flush_period=20)
+        sys.stdout.write("opened\n")  # the test times its fault from here
+        sys.stdout.flush()
         stop = time.monotonic() + seconds
         failed = {"flush": 0, "put": 0}
 

@@ -29,13 +29,13 @@ def _worker(hosts: Hosts, host: str, url: str, name: str, prefix: str) -> subpro
     return hosts.python(host, args, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
 
 
-def _written(process: subprocess.Popen[bytes]) -> list[str]:
-    """Wait until the worker says it wrote all it writes; return what it logged before (its
-    stderr comes with its stdout)."""
+def _said(process: subprocess.Popen[bytes], word: str) -> list[str]:
+    """Wait until the worker says ``word`` (``opened``: its map is open; ``written``: it wrote
+    all it writes); return what it logged before (its stderr comes with its stdout)."""
     assert process.stdout is not None
     logged: list[str] = []
     for line in process.stdout:
-        if line == b"written\n":
+        if line == f"{word}\n".encode():
             return logged
         logged.append(line.decode(errors="replace"))
     pytest.fail(f"a worker failed: {''.join(logged)[-3000:]}")
@@ -67,12 +67,13 @@ def test_a_flusher_cut_off_mid_flush_never_regresses_the_data_topic(
 ) -> None:
     url, name = "kafka://" + hosts_cluster.bootstrap, f"fence-{uuid.uuid4().hex[:10]}"
     first = _worker(host_network, "c1", url, name, "a")
-    time.sleep(2)  # c1 creates the map
+    logged = _said(first, "opened")  # c1 created the map
     second = _worker(host_network, "c2", url, name, "b")
+    logged += _said(second, "opened")  # the fault comes once both write, however slow the start
     time.sleep(CUT_AT_S)
     with host_network.isolate("c1"):  # c1 is flushing every 0.2 s: some flush is cut off
         time.sleep(CUT_S)
-    logged = _written(first) + _written(second)
+    logged += _said(first, "written") + _said(second, "written")
     cut_off, other = _result(first), _result(second)
     state, points = host_network.call("ctl", lambda: _fresh(url, name))
     print("".join(logged)[-2000:])

@@ -4,11 +4,15 @@ answers, that it changed what it says, and that other replicas see it."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
 import httpx
+import pytest
+from confluent_kafka.admin import AdminClient
 
+import kafkakv
 from kafkakv.map import ReplicaMap
 from tests.serve.conftest import Served, events
 
@@ -189,6 +193,41 @@ def test_listing_and_status_of_maps(served: Served) -> None:
     _error(http.put(f"/v1/maps/{name}", json={"versions": True}), 409, "settings_mismatch")
     assert http.put(f"/v1/maps/{name}", json={"versions": False}).status_code == 200
     assert "kafkakv_map" in http.get("/metrics").text
+
+
+@pytest.mark.parametrize("served", ["kafka"], indirect=True)
+def test_a_map_deleted_while_maps_are_listed_is_left_out(served: Served) -> None:
+    """Another client deletes a map's topics after the listing read the topic names and
+    before it asked the map's partitions (a shared cluster's cleanup did, under load): the
+    listing leaves that map out instead of failing whole."""
+    kept, doomed = served.map_name(), f"m-{uuid.uuid4().hex[:10]}"
+    with kafkakv.connect(served.target, timeout=30) as other:  # not the server's: uncached
+        other.map(doomed, partitions=2)
+    bootstrap = served.target.removeprefix("kafka://")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    log = served.db.log
+    names = log.topics
+
+    def names_then_deleted() -> list[str]:
+        listed = names()
+        if doomed in listed:
+            topics = [doomed, f"{doomed}_ops", f"{doomed}_flush"]
+            for future in admin.delete_topics(topics, operation_timeout=30).values():
+                future.result()
+            gone = 0
+            while gone < 3:  # metadata spreads: three answers in a row without it
+                gone = 0 if doomed in admin.list_topics(timeout=10).topics else gone + 1
+                time.sleep(0.05)
+        return listed
+
+    log.topics = names_then_deleted  # type: ignore[method-assign]
+    try:
+        answer = served.http.get("/v1/maps")
+    finally:
+        del log.topics
+    assert answer.status_code == 200, answer.text
+    listed = {m["name"] for m in answer.json()["maps"]}
+    assert kept in listed and doomed not in listed
 
 
 def test_changes_stream_from_a_cursor_and_resume_with_last_event_id(served: Served) -> None:

@@ -34,7 +34,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from kafkakv.db import Database, connect
-from kafkakv.errors import CrossPartitionError, KafkaKVError, OperationTimeoutError
+from kafkakv.errors import (
+    CrossPartitionError,
+    KafkaKVError,
+    OperationTimeoutError,
+    UnknownTopicError,
+)
 from kafkakv.map.feed import Change, ChangeFeed, Cursor
 from kafkakv.serve.config import ServeConfig
 from kafkakv.serve.convert import dumps
@@ -263,14 +268,14 @@ class _Api:
 
         def listing() -> list[dict[str, Any]]:
             maps, _ = registry.topic_names()
-            return [
-                {
-                    "name": name,
-                    "partitions": registry.db.log.partitions(name),
-                    "open": name in registry.maps,
-                }
-                for name in maps
-            ]
+            rows = []
+            for name in maps:
+                try:
+                    partitions = registry.db.log.partitions(name)
+                except UnknownTopicError:  # deleted since the names were listed: gone
+                    continue
+                rows.append({"name": name, "partitions": partitions, "open": name in registry.maps})
+            return rows
 
         return JSONResponse({"maps": await asyncio.to_thread(listing)})
 
