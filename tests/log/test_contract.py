@@ -49,6 +49,15 @@ def test_a_listing_includes_every_topic_the_log_just_created(log: Log, topic: st
         assert name in listed, f"creation {i}: {name} missing from {len(listed)} topics"
 
 
+def test_topic_partitions_gives_each_topic_its_partition_count(log: Log, topic: str) -> None:
+    names = {f"{topic}-{n}": n for n in (1, 2, 3)}
+    for name, count in names.items():
+        log.create_topic(name, count)
+    counts = log.topic_partitions()
+    assert {name: counts.get(name) for name in names} == names
+    assert set(counts) <= set(log.topics())
+
+
 def test_create_existing_topic_is_refused(log: Log, topic: str) -> None:
     log.create_topic(topic, 1)
     with pytest.raises(TopicExistsError, match=topic):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import time
 import zlib
 from pathlib import Path
@@ -1008,3 +1009,25 @@ def test_a_damaged_batch_larger_than_a_read_chunk_is_not_stepped_over_unchecked(
     Path(seg).write_bytes(bytes(data))
     with open_log(tmp_path) as log, pytest.raises(CorruptLogError, match="checksum"):
         log.read("t", 0, 1, max_records=5)  # not [offset 2] as if offset 1 were not there
+
+
+def test_a_topic_removed_between_listing_and_counting_is_left_out(tmp_path: Path) -> None:
+    """``topic_partitions`` asks each topic after listing the names: one that is gone by
+    then (its directory removed by hand, as another process could) is left out, the rest
+    counted."""
+    with open_log(tmp_path) as first:
+        first.create_topic("kept", 2)
+        first.create_topic("gone", 1)
+    log = open_log(tmp_path)  # a fresh log: nothing cached
+    listed = log.topics
+
+    def then_removed() -> list[str]:
+        names = listed()
+        shutil.rmtree(tmp_path / "topics" / "gone")
+        return names
+
+    log.topics = then_removed  # type: ignore[method-assign]
+    try:
+        assert log.topic_partitions() == {"kept": 2}
+    finally:
+        log.close()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import NamedTuple, TypeVar
 
-from kafkakv.errors import OperationTimeoutError
+from kafkakv.errors import OperationTimeoutError, UnknownTopicError
 from kafkakv.lifecycle import Closeable
 from kafkakv.log.columns import Allocate, Columns, columns_of
 
@@ -258,6 +258,18 @@ class Log(Closeable):
     @abstractmethod
     def partitions(self, topic: str) -> int:
         """Number of partitions of ``topic``."""
+
+    def topic_partitions(self) -> dict[str, int]:
+        """Every topic of :meth:`topics` with its number of partitions. This default asks
+        each topic in turn and leaves out one deleted meanwhile; a backend that can answers
+        from one listing (Kafka: one metadata request, so no topic can vanish between)."""
+        counts = {}
+        for topic in self.topics():
+            try:
+                counts[topic] = self.partitions(topic)
+            except UnknownTopicError:  # deleted since it was listed
+                continue
+        return counts
 
     @abstractmethod
     def topic_config(self, topic: str) -> dict[str, str]:

@@ -136,7 +136,7 @@ class IngestJob:
         source, mapping = self.source, self.mapping
         bound = source.now_minus(self.delay)
         self.progress(
-            f"reading {source.table} rows after {before or 'the start'} and before {bound}"
+            f"looking for {source.table} rows after {before or 'the start'} and before {bound}"
         )
         found = source.read_incremental(
             self.spark, self.timestamp_column, self.id_column, before, bound
@@ -145,6 +145,7 @@ class IngestJob:
             self.progress("no new rows: nothing written")
             return IngestResult(self.job, 0, 0, before, before, time.monotonic() - started)
         df, last = found
+        self.progress(f"reading {source.table} rows up to {last}, the last before {bound}")
         # One pass: the rows written and the deletes among them are counted on the way.
         observed = Observation(f"kafkakv-ingest-{id(self)}")
         key_type = "bigint" if self.target.key_codec == "int" else "string"

@@ -87,6 +87,13 @@ def _literal(value: Any) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _beyond(ts: str, ident: str, op: str, position: Position) -> str:
+    """SQL comparing a row's ``(ts, ident)`` (quoted names) with ``position`` by ``op``, as
+    PostgreSQL compares rows: the timestamp first, the id among equal timestamps (one
+    condition, which an index on ``(ts, ident)`` serves)."""
+    return f"(src.{ts}, src.{ident}) {op} ({_literal(position.timestamp)}, {_literal(position.id)})"
+
+
 @dataclass(frozen=True)
 class TableSource:
     """``table`` (optionally ``schema.table``) on the server ``connection`` names.
@@ -145,10 +152,7 @@ class TableSource:
         """
         t, i = quote_ident(ts), quote_ident(ident)
         table = quote_ident(self.table)
-        after_sql = ""
-        if after is not None:
-            at, at_id = _literal(after.timestamp), _literal(after.id)
-            after_sql = f" AND (src.{t} > {at} OR (src.{t} = {at} AND src.{i} > {at_id}))"
+        after_sql = "" if after is None else f" AND {_beyond(t, i, '>', after)}"
         window = f"FROM {table} src WHERE src.{t} < {_literal(bound)}::timestamptz{after_sql}"
         found, _ = self._run(
             f"SELECT (extract(epoch FROM last.{t}) * 1000000)::bigint, last.{i}, ids.low, "
@@ -160,11 +164,7 @@ class TableSource:
             return None
         micros, last_id, low, high = found[0]
         last = Position.at_micros(micros, last_id if isinstance(last_id, int) else str(last_id))
-        upto, upto_id = _literal(last.timestamp), _literal(last.id)
-        sql = (
-            f"SELECT src.* FROM {table} src WHERE (src.{t} < {upto} OR "
-            f"(src.{t} = {upto} AND src.{i} <= {upto_id})){after_sql}"
-        )
+        sql = f"SELECT src.* FROM {table} src WHERE {_beyond(t, i, '<=', last)}{after_sql}"
         split = None
         if isinstance(low, int) and isinstance(high, int) and high - low >= _SPLIT_MIN_ROWS:
             split = (ident, low, high)

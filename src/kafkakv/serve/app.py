@@ -38,7 +38,6 @@ from kafkakv.errors import (
     CrossPartitionError,
     KafkaKVError,
     OperationTimeoutError,
-    UnknownTopicError,
 )
 from kafkakv.map.feed import Change, ChangeFeed, Cursor
 from kafkakv.serve.config import ServeConfig
@@ -267,15 +266,14 @@ class _Api:
         registry = self.registry
 
         def listing() -> list[dict[str, Any]]:
-            maps, _ = registry.topic_names()
-            rows = []
-            for name in maps:
-                try:
-                    partitions = registry.db.log.partitions(name)
-                except UnknownTopicError:  # deleted since the names were listed: gone
-                    continue
-                rows.append({"name": name, "partitions": partitions, "open": name in registry.maps})
-            return rows
+            # One listing gives names and partition counts: a map deleted meanwhile is
+            # either whole in it or absent.
+            counts = registry.db.log.topic_partitions()
+            maps, _ = registry.topic_names(counts)
+            return [
+                {"name": name, "partitions": counts[name], "open": name in registry.maps}
+                for name in maps
+            ]
 
         return JSONResponse({"maps": await asyncio.to_thread(listing)})
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -81,11 +81,12 @@ class Registry:
 
     # -- what the log holds -----------------------------------------------------------------
 
-    def topic_names(self) -> tuple[list[str], list[str]]:
-        """``(maps, other topics)`` in the log: a map is a topic ``NAME`` with ``NAME_ops``
-        and ``NAME_flush`` beside it; the other topics (not a map's, not internal) can be
-        opened as directories. Blocking: one metadata request on Kafka."""
-        topics = set(self.db.log.topics())
+    def topic_names(self, topics: Iterable[str] | None = None) -> tuple[list[str], list[str]]:
+        """``(maps, other topics)`` among ``topics`` (None: the log's): a map is a topic
+        ``NAME`` with ``NAME_ops`` and ``NAME_flush`` beside it; the other topics (not a
+        map's, not internal) can be opened as directories. Blocking: one metadata request on
+        Kafka."""
+        topics = set(self.db.log.topics() if topics is None else topics)
         maps = sorted(t for t in topics if f"{t}_ops" in topics and f"{t}_flush" in topics)
         taken = {name for m in maps for name in MapTopics(m, f"{m}_ops", f"{m}_flush").names}
         others = sorted(t for t in topics - taken if not t.startswith("__"))

@@ -662,6 +662,20 @@ class KafkaLog(Log):
         A listing includes the topics this log created: the broker asked may not have heard of
         one yet (metadata spreads asynchronously), so within ``_PROPAGATION_S`` of a creation
         a listing without it asks again (within the log's timeout)."""
+        return sorted(self._listing())
+
+    def topic_partitions(self) -> dict[str, int]:
+        """Every topic of :meth:`topics` with its number of partitions, from one metadata
+        answer (a topic being deleted, which the answer gives with an error, is left out)."""
+        return {
+            name: len(topic.partitions)
+            for name, topic in sorted(self._listing().items())
+            if topic.error is None
+        }
+
+    def _listing(self) -> dict[str, Any]:
+        """The cluster's topics but Kafka's internal ones, by name (``TopicMetadata``), once
+        the topics this log created are among them (see :meth:`topics`)."""
         self._check_open()
         deadline = time.monotonic() + self.timeout
         while True:
@@ -672,7 +686,7 @@ class KafkaLog(Log):
                 if now - created > _PROPAGATION_S:  # every broker has heard of it by now
                     self._created.pop(name, None)
             if self._created.keys() <= meta.topics.keys() or now > deadline:
-                return sorted(t for t in meta.topics if not t.startswith("__"))
+                return {n: t for n, t in meta.topics.items() if not n.startswith("__")}
             time.sleep(0.05)  # the next broker asked may lag too: the names stay watched
 
     def partitions(self, topic: str) -> int:
