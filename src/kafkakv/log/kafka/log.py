@@ -76,6 +76,7 @@ from kafkakv.log.kafka.errors import (
     translate,
     translated,
 )
+from kafkakv.log.kafka.nudge import Nudge
 from kafkakv.log.kafka.reader import Reader
 from kafkakv.log.kafka.refusals import Refusals, slices, speaks_tls
 from kafkakv.log.kafka.settings import ClientSettings, open_client
@@ -408,6 +409,7 @@ class KafkaLog(Log):
         self._admin: AdminClient | None = open_client(AdminClient, self.settings.admin())
         producer = self.settings.producer()
         self._producer: Producer | None = open_client(Producer, producer)
+        self._nudge = Nudge()  # the producer's questions when an append stalls (.nudge)
         self._producer_max = int(producer.get("message.max.bytes", _PRODUCER_MAX))
         self._meta = open_client(
             Consumer, self.settings.consumer(f"kafkakv-meta-{uuid.uuid4().hex}")
@@ -866,10 +868,12 @@ class KafkaLog(Log):
         limit = self.timeout + 5
         if timeout is not None and timeout < self.timeout:
             limit = max(timeout, 0.0)
-        deadline = time.monotonic() + limit
+        began = time.monotonic()
+        deadline = began + limit
         mark = self._refusals.mark()
         while not delivery.done.wait(_WAIT_SLICE_S):
             self._refusals.check(mark)
+            self._nudge.stalled(producer, topic, began)  # see .nudge
             if time.monotonic() > deadline:
                 raise OperationTimeoutError(
                     f"append to {topic}[{partition}] not acknowledged in time ({limit:g} s); "

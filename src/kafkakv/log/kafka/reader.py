@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from kafkakv.errors import ClosedError, KafkaKVError, OffsetOutOfRangeError, OperationTimeoutError
 from kafkakv.log.base import Batch, Record, new_tuple
 from kafkakv.log.kafka.errors import error_class, translate
+from kafkakv.log.kafka.nudge import Nudge
 from kafkakv.log.kafka.refusals import Refusals
 from kafkakv.log.kafka.settings import ClientConfig, open_client
 
@@ -51,6 +52,7 @@ class _Part:
 
     __slots__ = (
         "asked",
+        "behind_since",
         "eof",
         "failure",
         "head",
@@ -78,6 +80,7 @@ class _Part:
         self.known_end = -1  # the end offset asked of the broker when positioned here
         self.asked = -1  # the reader's call count when it asked that end
         self.used = 0  # the reader's call count when this partition was last read
+        self.behind_since: float | None = None  # since when records known to exist are due
 
     def skip_below(self, offset: int) -> None:
         """Drop buffered records below ``offset``."""
@@ -118,6 +121,7 @@ class Reader:
         # ran on freed memory (confluent-kafka-python issue 1797: a segfault).
         self._using = threading.RLock()
         self._consumer_closed = False
+        self.nudge = Nudge()
 
     def close(self) -> None:
         """Close the consumer: at once when no thread uses it; otherwise the thread that does
@@ -322,6 +326,7 @@ class Reader:
                 )
             if self.closed:
                 raise self._closed_error()
+            self._stalled(topic, partition, part)
             self._pump(min(remaining, _SLICE))
 
     def _at_high_watermark(self, topic: str, partition: int, part: _Part) -> bool:
@@ -405,7 +410,20 @@ class Reader:
                     return set()
             if self.closed:
                 return set()
+            for (topic, partition), part in parts.items():
+                self._stalled(topic, partition, part)
             self._pump(wait)
+
+    def _stalled(self, topic: str, partition: int, part: _Part) -> None:
+        """Between slices of a wait: when records this process knows to exist (its own
+        appends, an end offset reported) have been due for a while, ask the consumer for the
+        topic's leaders (:mod:`.nudge`)."""
+        if self._reached.get((topic, partition), -1) <= part.next:
+            part.behind_since = None
+        elif part.behind_since is None:
+            part.behind_since = time.monotonic()
+        else:
+            self.nudge.stalled(self.consumer, topic, part.behind_since)
 
 
 def _discard(_: Record) -> None:
