@@ -81,6 +81,9 @@ class ForwardingLog(Log):
     def partitions(self, topic: str) -> int:
         return self.inner.partitions(topic)
 
+    def topic_partitions(self) -> dict[str, int]:
+        return self.inner.topic_partitions()
+
     def topic_config(self, topic: str) -> dict[str, str]:
         return self.inner.topic_config(topic)
 
