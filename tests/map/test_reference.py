@@ -42,6 +42,8 @@ def test_a_reference_replica_is_the_flushed_data_then_the_ops_up_to_its_stop(
         assert ref.positions()[0].applied == end
         assert dict(mirror.store.items()) == dict(state.store.items())
         assert replay(ref, 0, end) == set()  # at its stop already: nothing read
+        # It never flushes, so it notes no dirty keys, as the replica does for its flushes.
+        assert engine.machines[0].dirty and not ref.machines[0].dirty
     finally:
         ref.close()
 

@@ -57,14 +57,16 @@ class Plan(NamedTuple):
 def reference(engine: ReplicaEngine, state: MapState) -> ReplicaEngine:
     """A reference replica of map ``state`` (whose store should be empty) over ``engine``'s
     log, topics and partitions, never started. No I/O until it is filled."""
-    return ReplicaEngine(
-        engine.log,
-        engine.topics,
-        engine.partition_count,
-        engine.held,
-        [state],
-        engine.settings,
-        engine.max_record_bytes,
+    return _never_flushing(
+        ReplicaEngine(
+            engine.log,
+            engine.topics,
+            engine.partition_count,
+            engine.held,
+            [state],
+            engine.settings,
+            engine.max_record_bytes,
+        )
     )
 
 
@@ -94,9 +96,15 @@ def reference_planned(
     """A reference replica of map ``state`` (whose store should be empty) holding partitions
     ``held`` of ``topics`` on ``log``, from what :func:`planned` found (``plan``), with no
     check and no I/O until it is filled. Never started, it appends nothing."""
-    return ReplicaEngine(
-        log, topics, plan.partitions, held, [state], plan.settings, 0
-    )  # 0: no room to append
+    engine = ReplicaEngine(log, topics, plan.partitions, held, [state], plan.settings, 0)
+    return _never_flushing(engine)  # 0: no room to append
+
+
+def _never_flushing(ref: ReplicaEngine) -> ReplicaEngine:
+    """``ref``, whose machines note no dirty keys: a reference replica never flushes."""
+    for machine in ref.machines.values():
+        machine.never_flushes()
+    return ref
 
 
 def rebuild(ref: ReplicaEngine, p: int) -> int:

@@ -3,8 +3,8 @@
 The data source's column types follow the codec: ``str`` and ``json`` are Spark strings (a
 ``json`` column holds the JSON text, as ``to_json`` writes it), ``int`` is a ``bigint``,
 ``bytes`` and ``msgpack`` are ``binary``. Reading copies the stored bytes into Arrow in one
-pass of Arrow's own converter (:func:`binary_column`), which checks UTF-8 on the way for a text
-column; only ``int`` decodes one value at a time. Writing goes the other way and checks every value its
+pass of Arrow's own converter (:func:`binary_column`), then casts a text column, which checks
+UTF-8 in one pass over its data; only ``int`` decodes one value at a time. Writing goes the other way and checks every value its
 codec must accept: JSON text must parse, so a bad row fails the task with
 :class:`~kafkakv.errors.EncodeError` before its batch is appended, unless the caller knows the
 text is JSON (``check=False``: Spark's ``to_json`` wrote it).
@@ -72,9 +72,9 @@ def decode_column(encoded: Sequence[bytes] | pa.Array[Any], codec: str, what: st
         return pa.array([decode(b) for b in values], pa.int64())
     if codec in ("str", "json"):
         try:
-            if isinstance(encoded, pa.Array):  # the cast checks UTF-8, copying nothing
-                return encoded.cast(pa.large_string() if _wide(encoded) else pa.string())
-            return _column(encoded, pa.string(), pa.large_string())
+            column = encoded if isinstance(encoded, pa.Array) else binary_column(encoded)
+            # the cast checks UTF-8 in one pass over the data, copying nothing
+            return column.cast(pa.large_string() if _wide(column) else pa.string())
         except pa.ArrowInvalid as exc:
             raise DecodeError(f"{what}: stored bytes are not UTF-8 text ({exc})") from exc
     return encoded if isinstance(encoded, pa.Array) else binary_column(encoded)
@@ -106,23 +106,27 @@ def _wide(column: pa.Array[Any]) -> bool:
 
 def binary_column(values: Sequence[bytes | None]) -> pa.Array[Any]:
     """``values`` as an Arrow ``binary`` column (``large_binary`` past 2 GiB), null where None.
+    One pass of Arrow's converter in C++, into buffers from Arrow's memory pool, which a
+    worker reuses from task to task (a join of the values and a running sum of their lengths
+    took 3x as long: a fresh 35 MB buffer faults in every page). A text column is this, cast
+    (:func:`decode_column`): building it as ``string`` directly took 1.3x (JSON values) to 2x
+    (short keys) as long.
 
     >>> binary_column([b"ab", None, b"c"]).to_pylist()
     [b'ab', None, b'c']
     """
-    return _column(values, pa.binary(), pa.large_binary())
+    column: pa.Array[Any] = pa.array(values, pa.binary())  # in 32-bit chunks past 2 GiB
+    if isinstance(column, pa.ChunkedArray) or _data_size(column) > _SMALL:
+        column = column.cast(pa.large_binary())  # the offsets widened, the data kept
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+    return column
 
 
-def _column(
-    values: Sequence[bytes | None], small: pa.DataType, large: pa.DataType
-) -> pa.Array[Any]:
-    """One Arrow array of ``values`` as ``small`` (32-bit offsets), or as ``large`` when they
-    hold more than 2 GiB (told first: Arrow's converter splits a column past its offsets into
-    chunks, 6x slower). The converter walks the list in C++ into buffers from Arrow's memory
-    pool, which a worker reuses from task to task: a join of the values and a running sum of
-    their lengths took 3x as long (a fresh 35 MB buffer faults in every page)."""
-    size = sum(map(len, filter(None, values)))  # (None and b"" add nothing)
-    return pa.array(values, small if size <= _SMALL else large)
+def _data_size(column: pa.Array[Any]) -> int:
+    """The bytes of a ``binary`` column made by ``pa.array`` (its last 32-bit offset)."""
+    offsets = column.buffers()[1]
+    return 0 if offsets is None else int(memoryview(offsets).cast("i")[len(column)])
 
 
 def encode_column(
