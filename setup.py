@@ -8,8 +8,8 @@
 - ``kafkakv.log.embedded._frame``: the embedded log's append-side encoding (see
   ``src/kafkakv/log/embedded/frame.py``), linked with zlib for its CRC-32;
 - ``kafkakv.log.embedded._columns``: the last value per key of stored batches as Arrow-shaped
-  columns (see ``src/kafkakv/log/embedded/columns.py``); it reads the rows as ``_frame`` does,
-  with ``_rows.h``;
+  columns, and a list of values as one column (see ``src/kafkakv/log/embedded/columns.py``);
+  it reads the rows as ``_frame`` does, with ``_rows.h``;
 - ``kafkakv.log._murmur2``: the partition of a key (see ``src/kafkakv/log/partitioner.py``);
 - ``kafkakv._gcpause``: the collector's pause around batch work (see ``src/kafkakv/gcpause.py``).
 

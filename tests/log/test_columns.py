@@ -186,6 +186,74 @@ def test_columns_are_written_into_the_buffers_allocate_gives(implementation: str
         acc.finish(APART, bytes)
 
 
+# -- packed: a list of values as one column ------------------------------------------------
+def _packed() -> Any:
+    """The C ``packed``; the test fails, saying how to build it, when it is not built."""
+    _compiled()
+    return importlib.import_module("kafkakv.log.embedded._columns").packed
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=70),
+    narrow=st.sampled_from([0, 5, 100, 2**31 - 1]),
+)
+def test_packed_and_its_twin_give_the_arrow_column_of_the_values(
+    values: list[bytes | None], narrow: int
+) -> None:
+    """The same buffers from C and Python; as an Arrow array they are the values (32-bit
+    offsets up to ``narrow`` bytes of data, 64-bit past it), nulls where None."""
+    c, py = _packed()(values, None, narrow), embedded_columns.py_packed(values, None, narrow)
+    assert c == py
+    n, wide, offsets, data, valid, nulls = c
+    assert (n, nulls, wide) == (len(values), values.count(None), len(data) > narrow)
+    kind = pa.large_binary() if wide else pa.binary()
+    column = pa.Array.from_buffers(
+        kind,
+        n,
+        [None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)],
+        null_count=nulls,
+    )
+    column.validate(full=True)
+    assert column.to_pylist() == values
+
+
+@pytest.mark.parametrize("implementation", ["c", "python"])
+def test_packed_writes_into_what_allocate_gives_and_names_a_row_not_bytes(
+    implementation: str,
+) -> None:
+    packed: Callable[..., Any] = _packed() if implementation == "c" else embedded_columns.py_packed
+    values = [b"ab", None, b"", b"c" * 9] * 5
+    pooled = packed(values, pa.allocate_buffer)
+    assert all(isinstance(b, pa.Buffer) for b in pooled[2:5])
+    assert [bytes(b) for b in pooled[2:5]] == list(packed(values)[2:5])
+    assert packed([b"a"], pa.allocate_buffer)[4] is None  # no null: no bitmap
+    with pytest.raises(TypeError, match="row 2 is str, not bytes or None"):
+        packed([b"a", None, "b"])
+    with pytest.raises(TypeError, match="values must be a list"):
+        packed((b"a",))
+    with pytest.raises(ValueError, match="gave a buffer of"):
+        packed(values, lambda n: bytearray(max(n - 1, 0)))
+
+
+def test_packed_leaks_no_memory_and_no_references() -> None:
+    packed = _packed()
+    values = [b"v" * 100, None, b"k" * 16] * 30
+
+    def work() -> None:
+        for _ in range(2_000):
+            packed(values)
+            packed(values, bytearray, 10)
+            with contextlib.suppress(TypeError):
+                packed([b"a", 1])
+            with contextlib.suppress(ValueError):
+                packed(values, lambda n: bytearray(max(n - 1, 0)))
+
+    found = growth(work, (values, None))
+    assert found.allocated < 64 * 1024, f"{found.allocated} bytes still allocated"
+    assert found.refs_after[:2] == found.refs_before[:2]
+
+
 def test_the_accumulator_leaks_no_memory_and_no_references() -> None:
     make = _compiled()
     key, value = b"k" * 16, b"v" * 100

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
 from typing import Any, NamedTuple
 
-__all__ = ["INT32_MAX", "Allocate", "Columns", "columns_of"]
+__all__ = ["INT32_MAX", "Allocate", "Columns", "columns_of", "written"]
 
 Allocate = Callable[[int], Any]
 """``allocate(size)``: a writable buffer of at least ``size`` bytes for a column to be written
@@ -91,7 +91,7 @@ def columns_of(
         b"".join(values),
     ]
     if allocate is not None:
-        buffers = [_written(allocate, data) for data in buffers]
+        buffers = [written(allocate, data) for data in buffers]
     key_offsets, key_data, value_offsets, value_data = buffers
     return Columns(len(rows), wide, key_offsets, key_data, value_offsets, value_data, found)
 
@@ -101,7 +101,7 @@ def _offsets(buffer: Any, wide: bool) -> memoryview:
     return raw.cast("q") if wide else raw.cast("i")
 
 
-def _written(allocate: Allocate, data: bytes) -> Any:
+def written(allocate: Allocate, data: bytes) -> Any:
     """``data`` written into a buffer ``allocate`` gives."""
     buffer = allocate(len(data))
     view = memoryview(buffer).cast("B")

@@ -3,8 +3,8 @@
 The data source's column types follow the codec: ``str`` and ``json`` are Spark strings (a
 ``json`` column holds the JSON text, as ``to_json`` writes it), ``int`` is a ``bigint``,
 ``bytes`` and ``msgpack`` are ``binary``. Reading copies the stored bytes into Arrow in one
-pass of Arrow's own converter (:func:`binary_column`), then casts a text column, which checks
-UTF-8 in one pass over its data; only ``int`` decodes one value at a time. Writing goes the other way and checks every value its
+pass (:func:`binary_column`), then casts a text column, which checks UTF-8 in one pass over
+its data; only ``int`` decodes one value at a time. Writing goes the other way and checks every value its
 codec must accept: JSON text must parse, so a bad row fails the task with
 :class:`~kafkakv.errors.EncodeError` before its batch is appended, unless the caller knows the
 text is JSON (``check=False``: Spark's ``to_json`` wrote it).
@@ -29,6 +29,7 @@ import pyarrow as pa
 from kafkakv.codecs import codec_for
 from kafkakv.errors import DecodeError, EncodeError
 from kafkakv.log.columns import Columns
+from kafkakv.log.embedded.columns import packed
 
 __all__ = [
     "Buffers",
@@ -105,28 +106,20 @@ def _wide(column: pa.Array[Any]) -> bool:
 
 
 def binary_column(values: Sequence[bytes | None]) -> pa.Array[Any]:
-    """``values`` as an Arrow ``binary`` column (``large_binary`` past 2 GiB), null where None.
-    One pass of Arrow's converter in C++, into buffers from Arrow's memory pool, which a
-    worker reuses from task to task (a join of the values and a running sum of their lengths
-    took 3x as long: a fresh 35 MB buffer faults in every page). A text column is this, cast
-    (:func:`decode_column`): building it as ``string`` directly took 1.3x (JSON values) to 2x
-    (short keys) as long.
+    """``values`` as an Arrow ``binary`` column (``large_binary`` past 2 GiB), null where None:
+    their sizes summed, then their bytes copied into buffers of that size from Arrow's memory
+    pool (:func:`~kafkakv.log.embedded.columns.packed`), which a worker reuses from task to
+    task. Arrow's own converter (``pa.array``) grows its buffers as it goes: 4 to 5 times as
+    long on a stream task's values. A text column is this, cast (:func:`decode_column`).
+    Raises TypeError for a value that is neither bytes nor None.
 
     >>> binary_column([b"ab", None, b"c"]).to_pylist()
     [b'ab', None, b'c']
     """
-    column: pa.Array[Any] = pa.array(values, pa.binary())  # in 32-bit chunks past 2 GiB
-    if isinstance(column, pa.ChunkedArray) or _data_size(column) > _SMALL:
-        column = column.cast(pa.large_binary())  # the offsets widened, the data kept
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks()
-    return column
-
-
-def _data_size(column: pa.Array[Any]) -> int:
-    """The bytes of a ``binary`` column made by ``pa.array`` (its last 32-bit offset)."""
-    offsets = column.buffers()[1]
-    return 0 if offsets is None else int(memoryview(offsets).cast("i")[len(column)])
+    rows = values if type(values) is list else list(values)
+    n, wide, offsets, data, valid, nulls = packed(rows, pa.allocate_buffer, _SMALL)
+    kind = pa.large_binary() if wide else pa.binary()
+    return pa.Array.from_buffers(kind, n, [valid, offsets, data], null_count=nulls)
 
 
 def encode_column(

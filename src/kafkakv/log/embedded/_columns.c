@@ -10,6 +10,10 @@
  *
  * Its twin is columns.py's PyLatestColumns (a dict, py_latest_into, columns_of); the tests
  * give both the same bodies and compare what finish returns.
+ *
+ * One function, packed(values, allocate=None, narrow=INT32_MAX): a list of bytes or None as
+ * the buffers of one binary column (for a Spark task's rows, in place of pa.array's converter,
+ * which grows its buffers as it goes). Its twin is columns.py's py_packed.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -552,12 +556,97 @@ static PyTypeObject latest_type = {
     .tp_as_sequence = &as_sequence,
 };
 
+/* -- packed: a list of values as one column ------------------------------------------ */
+
+/* packed(values, allocate=None, narrow=INT32_MAX) -> (length, wide, offsets, data, valid,
+ * nulls): the values (a list of bytes or None) as the buffers of one Arrow binary column, in
+ * two passes: their sizes, then their bytes copied into buffers of the exact size. ``wide``
+ * (64-bit offsets) when the data is over ``narrow`` bytes; ``valid`` is None when no value is
+ * None, else a bitmap (bit i of byte i / 8 set for a value, least significant first). The
+ * buffers are bytes, or what ``allocate(size)`` gives. Raises TypeError naming the first row
+ * that is neither bytes nor None. */
+static PyObject *
+packed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "packed(values, allocate=None, narrow=INT32_MAX) takes 1 to 3 arguments");
+        return NULL;
+    }
+    PyObject *values = args[0], *allocate = nargs >= 2 ? args[1] : Py_None;
+    Py_ssize_t narrow = INT32_MAX;
+    if (nargs == 3 && (narrow = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyList_CheckExact(values)) {
+        PyErr_SetString(PyExc_TypeError, "packed(): values must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(values), total = 0, nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyList_GET_ITEM(values, i);
+        if (value == Py_None) {
+            nulls++;
+        }
+        else if (PyBytes_CheckExact(value)) {
+            total += PyBytes_GET_SIZE(value);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "packed(): row %zd is %.100s, not bytes or None", i,
+                         Py_TYPE(value)->tp_name);
+            return NULL;
+        }
+    }
+    int wide = total > narrow;
+    int width = wide ? 8 : 4;
+    PyObject *offsets = NULL, *data = NULL, *valid = NULL, *result = NULL;
+    char *o, *d, *v = NULL;
+    if (new_buffer(allocate, (n + 1) * width, &offsets, &o) < 0 ||
+        new_buffer(allocate, total, &data, &d) < 0 ||
+        (nulls && new_buffer(allocate, (n + 7) / 8, &valid, &v) < 0)) {
+        goto out;
+    }
+    /* The list is the caller's: a value cannot change while no Python code runs. */
+    Py_ssize_t at = 0;
+    if (v != NULL) {
+        memset(v, 0, (size_t)((n + 7) / 8));
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyList_GET_ITEM(values, i);
+        put_offset(o, i, width, at);
+        if (value != Py_None) {
+            Py_ssize_t size = PyBytes_GET_SIZE(value);
+            memcpy(d + at, PyBytes_AS_STRING(value), (size_t)size);
+            at += size;
+            if (v != NULL) {
+                v[i >> 3] |= (char)(1u << (i & 7));
+            }
+        }
+    }
+    put_offset(o, n, width, at);
+    result = Py_BuildValue("(nOOOOn)", n, wide ? Py_True : Py_False, offsets, data,
+                           valid != NULL ? valid : Py_None, nulls);
+out:
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    Py_XDECREF(valid);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"packed", (PyCFunction)(void (*)(void))packed, METH_FASTCALL,
+     PyDoc_STR("packed(values, allocate=None, narrow=INT32_MAX): a list of bytes or None as "
+               "one binary column; (length, wide, offsets, data, valid, nulls).")},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef columns_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kafkakv.log.embedded._columns",
-    .m_doc = PyDoc_STR("The last value per key of stored batches, as columns (see "
-                       "kafkakv.log.embedded.columns)."),
+    .m_doc = PyDoc_STR("The last value per key of stored batches, as columns, and a list of "
+                       "values as one column (see kafkakv.log.embedded.columns)."),
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC
@@ -570,7 +659,7 @@ PyInit__columns(void)
     if (module == NULL) {
         return NULL;
     }
-    PyObject *all = Py_BuildValue("[s]", "LatestColumns");
+    PyObject *all = Py_BuildValue("[ss]", "LatestColumns", "packed");
     if (all == NULL || PyModule_AddObject(module, "__all__", all) < 0) {
         Py_XDECREF(all);
         Py_DECREF(module);
