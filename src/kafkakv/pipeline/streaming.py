@@ -429,15 +429,17 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _change_batch(self, p: int, changes: ChangeRun, skip: int) -> pa.RecordBatch:
         """The rows of ``changes`` (whole records but the first, whose first ``skip`` changes
-        were taken before), each column built only if the schema asks for it."""
+        were taken before), each column built only if the schema asks for it (the offsets
+        once, for their column and the cursors')."""
+        numbers = functools.cache(lambda: pa.array(changes.offsets, pa.int64()))
 
         def column(i: int) -> Sequence[Any]:
             return changes[_RUN_OF_ROW[i]]
 
         def cursors() -> pa.Array[Any]:
-            return _cursor_column(p, changes.offsets, skip)
+            return _cursor_column(p, numbers(), changes.offsets, skip)
 
-        return self._batch(p, len(changes.offsets), column, cursors)
+        return self._batch(p, len(changes.offsets), column, cursors, numbers)
 
     def _batches(self, p: int, rows: Iterator[_Row]) -> Iterator[pa.RecordBatch]:
         while True:
@@ -452,10 +454,12 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         n: int,
         values: Callable[[int], Sequence[Any]],
         cursors: Callable[[], pa.Array[Any]] | None = None,
+        offsets: Callable[[], pa.Array[Any]] | None = None,
     ) -> pa.RecordBatch:
         """A batch of ``n`` rows of partition ``p``: ``values(i)`` gives field ``i`` of
-        :data:`_Row` for every row (``cursors()``, where given, the cursor's as an Arrow
-        column), asked only for the fields of the schema."""
+        :data:`_Row` for every row (``cursors()`` and ``offsets()``, where given, the
+        cursor's and the offset's as Arrow columns), asked only for the fields of the
+        schema."""
         source = self.opts.source
         where = f"{source.what} partition {p}"
         arrays = []
@@ -467,9 +471,9 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif name in ("new", "value"):
                 column = _decode(values(2), source.value_codec, f"{where}: {name} value")
             elif name == "partition":
-                column = pa.array([p] * n, pa.int32())
+                column = pa.repeat(pa.scalar(p, pa.int32()), n)
             elif name == "offset":
-                column = pa.array(values(3), pa.int64())
+                column = offsets() if offsets else pa.array(values(_OFFSET), pa.int64())
             else:
                 column = cursors() if cursors else pa.array(values(_CURSOR), pa.string())
             if column.type != arrow_type:
@@ -486,7 +490,7 @@ class KafkaKVStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 #: One row as a task gathers it: key, old, new (stored bytes), ops offset, cursor text.
 _Row = tuple[bytes, bytes | None, bytes | None, int | None, str]
-_CURSOR = 4  # the cursor's field in a _Row: told from the offsets, not a ChangeRun's
+_OFFSET, _CURSOR = 3, 4  # the cursor's field in a _Row: told from the offsets, not a ChangeRun's
 #: For each other field of a _Row, the column of a ChangeRun (offsets, keys, olds, news).
 _RUN_OF_ROW = (1, 2, 3, 0)
 
@@ -503,10 +507,12 @@ def _field(rows: list[_Row], i: int) -> list[Any]:
     return [r[i] for r in rows]  # a comprehension per column: zip(*rows) is slower
 
 
-def _cursor_column(p: int, offsets: Sequence[int], skip: int) -> pa.Array[Any]:
-    """:func:`~kafkakv.map.feed.cursor_texts` as an Arrow column; where each record has one
-    change (no offset twice), made by Arrow's kernels: ``"p:" + (offset + 1)``."""
-    numbers = pa.array(offsets, pa.int64())
+def _cursor_column(
+    p: int, numbers: pa.Array[Any], offsets: Sequence[int], skip: int
+) -> pa.Array[Any]:
+    """:func:`~kafkakv.map.feed.cursor_texts` of ``offsets`` (``numbers``: as an Arrow
+    column) as an Arrow column; where each record has one change (no offset twice), made by
+    Arrow's kernels: ``"p:" + (offset + 1)``."""
     if len(numbers) > 1 and pc.any(pc.equal(numbers[1:], numbers[:-1])).as_py():
         return pa.array(cursor_texts(p, offsets, skip), pa.string())
     following = pc.cast(pc.add(numbers, 1), pa.string())
