@@ -7,8 +7,11 @@ import pytest
 
 from kafkakv import functions
 from kafkakv.errors import DataLossError, PartitionStalledError
+from kafkakv.log.base import Record
 from kafkakv.map.machine import MapState
+from kafkakv.map.ops import OpCode, encode_op
 from kafkakv.map.reference import partition_at, planned, rebuild, reference, replay, state_at
+from kafkakv.map.topics import MapTopics
 from kafkakv.store.memory import DictStore
 from tests.map.conftest import OpenMap
 
@@ -44,6 +47,33 @@ def test_a_reference_replica_is_the_flushed_data_then_the_ops_up_to_its_stop(
         assert replay(ref, 0, end) == set()  # at its stop already: nothing read
         # It never flushes, so it notes no dirty keys, as the replica does for its flushes.
         assert engine.machines[0].dirty and not ref.machines[0].dirty
+    finally:
+        ref.close()
+
+
+@pytest.mark.parametrize("store_kind", ["dict"])
+def test_a_reference_replica_applies_a_value_that_does_not_read_and_notes_nothing(
+    open_map: OpenMap, map_name: str
+) -> None:
+    """What a value that does not read does to a store is the same everywhere; noting it is
+    for a replica's own reader, which a reference replica has not."""
+    m = open_map(partitions=1)
+    puts = [m.put_async(f"k{i}", i) for i in range(50)]  # one writer's run: a bulk batch
+    for put in puts:
+        put.result(timeout=30)  # every one in the log before the foreign one
+    foreign = encode_op(OpCode.PUT, b"foreign!", 0, [b"not json"])
+    m._engine.log.append(MapTopics.for_name(map_name).ops, 0, [Record(b"k3", foreign)])
+    m.sync()
+    engine, state = m._engine, m._state
+    mirror = MapState(state.name, state.prefix, state.keys, state.values, DictStore())
+    ref = reference(engine, mirror)
+    try:
+        rebuild(ref, 0)
+        replay(ref, 0, engine.positions()[0].applied)
+        assert dict(mirror.store.items()) == dict(state.store.items())
+        assert mirror.store.get(b"k3") == b"not json"
+        assert list(state.unreadable) == [b"k3"] and [e.key for e in engine.errors] == [b"k3"]
+        assert not mirror.unreadable and not ref.errors
     finally:
         ref.close()
 

@@ -57,7 +57,7 @@ class Plan(NamedTuple):
 def reference(engine: ReplicaEngine, state: MapState) -> ReplicaEngine:
     """A reference replica of map ``state`` (whose store should be empty) over ``engine``'s
     log, topics and partitions, never started. No I/O until it is filled."""
-    return _never_flushing(
+    return _as_reference(
         ReplicaEngine(
             engine.log,
             engine.topics,
@@ -97,13 +97,14 @@ def reference_planned(
     ``held`` of ``topics`` on ``log``, from what :func:`planned` found (``plan``), with no
     check and no I/O until it is filled. Never started, it appends nothing."""
     engine = ReplicaEngine(log, topics, plan.partitions, held, [state], plan.settings, 0)
-    return _never_flushing(engine)  # 0: no room to append
+    return _as_reference(engine)  # 0: no room to append
 
 
-def _never_flushing(ref: ReplicaEngine) -> ReplicaEngine:
-    """``ref``, whose machines note no dirty keys: a reference replica never flushes."""
+def _as_reference(ref: ReplicaEngine) -> ReplicaEngine:
+    """``ref``, whose machines keep no notes that only a replica's own reader uses
+    (:meth:`~kafkakv.map.machine.PartitionMachine.as_reference`)."""
     for machine in ref.machines.values():
-        machine.never_flushes()
+        machine.as_reference()
     return ref
 
 
