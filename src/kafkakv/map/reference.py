@@ -5,7 +5,10 @@ topics and partitions as a running one, for one map with an empty store, and nev
 no threads, no updates of its own, no lock contention with the replica it mirrors.
 :func:`rebuild` loads a partition of it from the data topic as a new replica's bootstrap
 does; :func:`replay` then applies the ops after that, up to an offset and no further, through
-the engine's apply step (store writes, taps, listeners), as the replica did.
+the engine's apply step (store writes, taps, listeners), as the replica did. Its machines
+keep none of the notes that only a replica's own reader uses: no dirty keys (it never
+flushes), no values that do not read
+(:meth:`~kafkakv.map.machine.PartitionMachine.as_reference`).
 
 Two features read the log this way: :func:`~kafkakv.map.deepcheck.deep_check` compares the
 result with the replica's store, and a change feed (:mod:`kafkakv.map.feed`) tells the changes
