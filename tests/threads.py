@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-__all__ = ["inside_in_another_thread", "native_threads_and_sockets"]
+__all__ = ["inside_in_another_thread", "native_threads_and_sockets", "thread_name"]
 
 
 @contextmanager
@@ -34,6 +34,18 @@ def inside_in_another_thread(
     finally:
         leave.set()
         thread.join(timeout)
+
+
+def thread_name(identity: str) -> str:
+    """The name of a thread of :func:`native_threads_and_sockets` now (librdkafka's begin
+    with ``rdk:``, Python's are ``python``); ``""`` for a socket or a thread that ended."""
+    if not identity.startswith("thread "):
+        return ""
+    try:
+        with open(f"/proc/self/task/{identity.split()[1]}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def native_threads_and_sockets() -> set[str]:

@@ -16,7 +16,7 @@ from kafkakv.dev import Cluster
 from kafkakv.log import Record
 from kafkakv.log.kafka import KafkaLog, reader
 from tests.conftest import KAFKA_TIMEOUT
-from tests.threads import native_threads_and_sockets
+from tests.threads import native_threads_and_sockets, thread_name
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.kafka
@@ -175,5 +175,5 @@ def test_close_leaves_no_client_running_while_the_log_object_lives(kafka_cluster
     deadline = time.monotonic() + 5  # the log's own threads end within a poll slice
     while (left := opened & native_threads_and_sockets()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not left, f"still running after close(): {sorted(left)}"
+    assert not left, f"still running after close(): { {x: thread_name(x) for x in left} }"
     assert log is not None and writer is not None  # both still held here
