@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import kafkakv
-from kafkakv.dev import Cluster
+from kafkakv.dev import Cluster, DevCluster
 from kafkakv.errors import KafkaKVError, OperationTimeoutError
 from kafkakv.log import Record
 from kafkakv.log.kafka import KafkaLog
@@ -280,6 +280,19 @@ def test_offsets_are_answered_soon_after_the_leader_is_killed_within_each_calls_
     assert answers and min(answers) < 2 * timeout, f"no answer from the new leader: {calls}"
 
 
+def _process_states(cluster: Cluster, nodes: list[int]) -> dict[int, str]:
+    """Each broker's pid and its state letter in /proc (T: stopped)."""
+    states = {}
+    for node in nodes:
+        pid = cluster.pid(node) if isinstance(cluster, DevCluster) else None
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                states[node] = f"pid {pid} {f.read().rsplit(')', 1)[1].split()[0]}"
+        except (OSError, TypeError):
+            states[node] = f"pid {pid}: no such process"
+    return states
+
+
 def test_a_sync_by_end_offset_keeps_to_the_maps_timeout_while_no_replica_answers(
     kafka_faults: Cluster,
 ) -> None:
@@ -305,14 +318,21 @@ def test_a_sync_by_end_offset_keeps_to_the_maps_timeout_while_no_replica_answers
             kafka_faults.kill(node, signal.SIGSTOP)
         try:
             started = time.monotonic()
-            with pytest.raises(OperationTimeoutError) as failed:
+            try:
                 m.sync()
+            except OperationTimeoutError as exc:
+                failed = exc
+            else:  # no replica could answer: say what the processes were doing
+                pytest.fail(
+                    f"sync() answered in {time.monotonic() - started:.2f} s with replicas "
+                    f"{replicas} of {ops}[0] stopped: {_process_states(kafka_faults, replicas)}"
+                )
             took = time.monotonic() - started
         finally:
             for node in replicas:
                 kafka_faults.kill(node, signal.SIGCONT)
         assert took < 2 + 1.0, f"sync() took {took:.2f} s with a map timeout of 2 s"
-        assert re.search(r"no answer within (2\.0|1\.9\d*) s", str(failed.value)), failed.value
+        assert re.search(r"no answer within (2\.0|1\.9\d*) s", str(failed)), failed
         kafka_faults.wait_in_sync(ops, timeout=90)
         m.sync()  # the cluster whole again
         assert m["a"] == 1
