@@ -236,6 +236,26 @@ def test_packed_writes_into_what_allocate_gives_and_names_a_row_not_bytes(
         packed(values, lambda n: bytearray(max(n - 1, 0)))
 
 
+def test_packed_refuses_a_list_that_allocate_changed() -> None:
+    """``allocate`` runs Python code between the sizes and the copy: a list changed meanwhile
+    is refused, nothing written past the buffers it sized."""
+    packed = _packed()
+    for change in (
+        lambda rows: rows.append(b"more"),
+        lambda rows: rows.__setitem__(0, b"x" * 1000),
+        lambda rows: rows.__setitem__(0, None),
+        lambda rows: rows.__setitem__(0, b""),
+    ):
+        rows: list[bytes | None] = [b"abc", b"de"]
+
+        def allocate(size: int, rows: list[bytes | None] = rows, change: Any = change) -> Any:
+            change(rows)
+            return bytearray(size)
+
+        with pytest.raises(RuntimeError, match="the list changed while packed"):
+            packed(rows, allocate)
+
+
 def test_packed_leaks_no_memory_and_no_references() -> None:
     packed = _packed()
     values = [b"v" * 100, None, b"k" * 16] * 30

@@ -606,14 +606,24 @@ packed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         (nulls && new_buffer(allocate, (n + 7) / 8, &valid, &v) < 0)) {
         goto out;
     }
-    /* The list is the caller's: a value cannot change while no Python code runs. */
+    /* allocate() ran Python code, which may have changed the list: every row is checked
+     * again, and nothing is written past the sizes of the first pass. */
     Py_ssize_t at = 0;
     if (v != NULL) {
         memset(v, 0, (size_t)((n + 7) / 8));
     }
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyList_GET_SIZE(values) != n) {
+            PyErr_SetString(PyExc_RuntimeError, "packed(): the list changed while packed");
+            goto out;
+        }
         PyObject *value = PyList_GET_ITEM(values, i);
         put_offset(o, i, width, at);
+        if (value == Py_None ? v == NULL
+                             : !PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value) > total - at) {
+            PyErr_SetString(PyExc_RuntimeError, "packed(): the list changed while packed");
+            goto out;
+        }
         if (value != Py_None) {
             Py_ssize_t size = PyBytes_GET_SIZE(value);
             memcpy(d + at, PyBytes_AS_STRING(value), (size_t)size);
@@ -622,6 +632,10 @@ packed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 v[i >> 3] |= (char)(1u << (i & 7));
             }
         }
+    }
+    if (at != total) {
+        PyErr_SetString(PyExc_RuntimeError, "packed(): the list changed while packed");
+        goto out;
     }
     put_offset(o, n, width, at);
     result = Py_BuildValue("(nOOOOn)", n, wide ? Py_True : Py_False, offsets, data,
